@@ -1,7 +1,9 @@
 package servicemodel
 
 import (
+	"cmp"
 	"iter"
+	"slices"
 
 	"github.com/proxykit/proxykit/internal/pmap"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,7 +21,44 @@ type Map struct {
 // dataplane without a Tracker. A later port with the same PortName replaces
 // an earlier one.
 func NewMap(ports ...*ServicePort) Map {
-	panic("unimplemented")
+	byService := map[types.NamespacedName][]*ServicePort{}
+	for _, p := range ports {
+		list := byService[p.Name.NamespacedName]
+		if i := slices.IndexFunc(list, func(q *ServicePort) bool { return q.Name == p.Name }); i >= 0 {
+			list[i] = p
+		} else {
+			list = append(list, p)
+		}
+		byService[p.Name.NamespacedName] = list
+	}
+	var m Map
+	for nn, list := range byService {
+		m = m.withService(nn, list)
+	}
+	return m
+}
+
+// withService returns m with service nn's ports replaced by ports (removed
+// when empty). ports is sorted in place and kept by the returned Map.
+func (m Map) withService(nn types.NamespacedName, ports []*ServicePort) Map {
+	m.ports -= len(m.Service(nn))
+	if len(ports) == 0 {
+		m.services = m.services.Delete(nn)
+		return m
+	}
+	slices.SortFunc(ports, func(a, b *ServicePort) int { return comparePortNames(a.Name, b.Name) })
+	m.services = m.services.Set(nn, ports)
+	m.ports += len(ports)
+	return m
+}
+
+func comparePortNames(a, b PortName) int {
+	return cmp.Or(
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Name, b.Name),
+		cmp.Compare(a.Port, b.Port),
+		cmp.Compare(a.Protocol, b.Protocol),
+	)
 }
 
 // Len returns the number of service ports.
@@ -27,22 +66,36 @@ func (m Map) Len() int { return m.ports }
 
 // Get returns the port named n.
 func (m Map) Get(n PortName) (*ServicePort, bool) {
-	panic("unimplemented")
+	for _, p := range m.Service(n.NamespacedName) {
+		if p.Name == n {
+			return p, true
+		}
+	}
+	return nil, false
 }
 
 // Service returns the ports of service nn, sorted by port name and protocol;
 // nil when the service is absent. The slice must not be modified.
 func (m Map) Service(nn types.NamespacedName) []*ServicePort {
-	panic("unimplemented")
+	ports, _ := m.services.Get(nn)
+	return ports
 }
 
 // Services yields each service and its ports (as Service returns them) in
 // unspecified order.
 func (m Map) Services() iter.Seq2[types.NamespacedName, []*ServicePort] {
-	panic("unimplemented")
+	return m.services.All()
 }
 
 // All yields every service port in unspecified order.
 func (m Map) All() iter.Seq[*ServicePort] {
-	panic("unimplemented")
+	return func(yield func(*ServicePort) bool) {
+		for _, ports := range m.services.All() {
+			for _, p := range ports {
+				if !yield(p) {
+					return
+				}
+			}
+		}
+	}
 }

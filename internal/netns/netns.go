@@ -1,0 +1,154 @@
+// Package netns is the test harness for everything that touches netfilter or
+// links: each test creates its own network namespaces (never touching the
+// machine's own), wires them with veth pairs, and deletes them when it ends.
+//
+// Tests that need root or a kernel feature call Require first: it skips the
+// test with the reason, unless PROXYKIT_REQUIRE_KERNEL=1 is set (as CI sets
+// it), in which case a missing feature fails the test.
+package netns
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	vnetns "github.com/vishvananda/netns"
+)
+
+// RequireKernelEnv is the environment variable that turns skips into
+// failures.
+const RequireKernelEnv = "PROXYKIT_REQUIRE_KERNEL"
+
+// Require skips (or, under PROXYKIT_REQUIRE_KERNEL=1, fails) t unless the
+// process is root and every named command is on PATH.
+func Require(t testing.TB, commands ...string) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	for _, c := range append([]string{"ip"}, commands...) {
+		if _, err := exec.LookPath(c); err != nil {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("kernel test needs %s", strings.Join(missing, ", "))
+	if os.Getenv(RequireKernelEnv) == "1" {
+		t.Fatalf("%s (%s=1 forbids skipping)", msg, RequireKernelEnv)
+	}
+	t.Skip(msg)
+}
+
+// NS is a network namespace owned by one test.
+type NS struct {
+	Name string
+	t    testing.TB
+}
+
+// New creates a namespace named after prefix plus a random suffix, brings
+// its loopback up, and deletes it (killing what still runs in it) when the
+// test ends.
+func New(t testing.TB, prefix string) *NS {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := fmt.Sprintf("pk-%s-%s", prefix, hex.EncodeToString(b[:]))
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	ns := &NS{Name: name, t: t}
+	t.Cleanup(func() {
+		if pids, err := exec.Command("ip", "netns", "pids", name).Output(); err == nil {
+			for _, pid := range strings.Fields(string(pids)) {
+				_ = exec.Command("kill", "-9", pid).Run()
+			}
+		}
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	ns.MustRun("ip", "link", "set", "lo", "up")
+	return ns
+}
+
+// Command returns cmd prepared to run inside the namespace.
+func (n *NS) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
+
+// Run runs a command inside the namespace and returns its combined output.
+func (n *NS) Run(name string, args ...string) (string, error) {
+	var buf bytes.Buffer
+	cmd := n.Command(name, args...)
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%s %s in %s: %w: %s", name, strings.Join(args, " "), n.Name, err, buf.String())
+	}
+	return buf.String(), err
+}
+
+// MustRun is Run that fails the test on error.
+func (n *NS) MustRun(name string, args ...string) string {
+	n.t.Helper()
+	out, err := n.Run(name, args...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return out
+}
+
+// Do runs fn on an OS thread switched into the namespace, for code that
+// talks netlink or execs binaries itself. The thread is discarded afterwards
+// rather than switched back, so no other goroutine ever runs in it.
+func (n *NS) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Deliberately no UnlockOSThread: the thread exits with the
+		// goroutine and never returns to the pool in the wrong namespace.
+		h, err := vnetns.GetFromName(n.Name)
+		if err != nil {
+			errc <- fmt.Errorf("open netns %s: %w", n.Name, err)
+			return
+		}
+		defer h.Close()
+		if err := vnetns.Set(h); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", n.Name, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// Veth creates a veth pair between a and b, named aIf and bIf, assigns each
+// side its addresses (CIDR notation, IPv4 or IPv6) and brings both up.
+func Veth(t testing.TB, a *NS, aIf string, aAddrs []string, b *NS, bIf string, bAddrs []string) {
+	t.Helper()
+	a.MustRun("ip", "link", "add", aIf, "type", "veth", "peer", "name", bIf, "netns", b.Name)
+	for _, side := range []struct {
+		ns    *NS
+		ifc   string
+		addrs []string
+	}{{a, aIf, aAddrs}, {b, bIf, bAddrs}} {
+		for _, addr := range side.addrs {
+			args := []string{"addr", "add", addr, "dev", side.ifc}
+			if strings.Contains(addr, ":") {
+				args = []string{"-6", "addr", "add", addr, "dev", side.ifc, "nodad"}
+			}
+			side.ns.MustRun("ip", args...)
+		}
+		side.ns.MustRun("ip", "link", "set", side.ifc, "up")
+	}
+}
