@@ -1,6 +1,8 @@
 package affinity
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,6 +14,28 @@ const (
 	DefaultClientIPTimeout = 10800 * time.Second
 	MaxClientIPTimeout     = 86400 * time.Second
 )
+
+// ErrInvalidSessionAffinity is wrapped by every error SessionAffinityOf
+// returns, so that callers can skip and count such services with errors.Is.
+var ErrInvalidSessionAffinity = errors.New("invalid session affinity")
+
+// InvalidError describes a session affinity the API server would have
+// rejected. It unwraps to ErrInvalidSessionAffinity.
+type InvalidError struct {
+	// Field is the offending spec field, as in API validation messages.
+	Field string
+	// Value is the rejected value.
+	Value any
+	// Reason says what a valid value looks like.
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("%v: %s: %v: %s", ErrInvalidSessionAffinity, e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns ErrInvalidSessionAffinity.
+func (e *InvalidError) Unwrap() error { return ErrInvalidSessionAffinity }
 
 // SessionAffinity is a service's normalized session affinity. The zero value
 // means none.
@@ -26,8 +50,37 @@ type SessionAffinity struct {
 // SessionAffinityOf normalizes spec's session affinity. A missing config or
 // timeout takes the API default instead of panicking as upstream does; a
 // timeout outside (0, MaxClientIPTimeout] or an unknown type is an error.
+// The returned error is an *InvalidError.
 func SessionAffinityOf(spec *v1.ServiceSpec) (SessionAffinity, error) {
-	panic("unimplemented")
+	if spec == nil {
+		return SessionAffinity{}, nil
+	}
+	switch spec.SessionAffinity {
+	case "", v1.ServiceAffinityNone:
+		// API defaulting drops any config left on a None service, so a
+		// stray config here is not an error.
+		return SessionAffinity{}, nil
+	case v1.ServiceAffinityClientIP:
+	default:
+		return SessionAffinity{}, &InvalidError{
+			Field:  "spec.sessionAffinity",
+			Value:  string(spec.SessionAffinity),
+			Reason: fmt.Sprintf("supported values: %q, %q", v1.ServiceAffinityClientIP, v1.ServiceAffinityNone),
+		}
+	}
+	timeout := DefaultClientIPTimeout
+	if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+		secs := *c.ClientIP.TimeoutSeconds
+		if secs <= 0 || time.Duration(secs)*time.Second > MaxClientIPTimeout {
+			return SessionAffinity{}, &InvalidError{
+				Field:  "spec.sessionAffinityConfig.clientIP.timeoutSeconds",
+				Value:  secs,
+				Reason: fmt.Sprintf("must be greater than 0 and at most %d", int64(MaxClientIPTimeout/time.Second)),
+			}
+		}
+		timeout = time.Duration(secs) * time.Second
+	}
+	return SessionAffinity{ClientIP: true, Timeout: timeout}, nil
 }
 
 // Policy is what endpoint selection needs to know about one service port.
@@ -48,13 +101,16 @@ type Policy struct {
 // UsesClusterEndpoints reports whether some traffic to the port is routed
 // to the cluster-wide endpoint set.
 func (p Policy) UsesClusterEndpoints() bool {
-	panic("unimplemented")
+	// An externally accessible port needs the cluster set even under
+	// externalTrafficPolicy: Local, because pod- and host-originated
+	// external traffic is short-circuited to it.
+	return !p.InternalLocal || p.ExternallyAccessible
 }
 
 // UsesLocalEndpoints reports whether some traffic to the port is routed
 // only to endpoints on this node.
 func (p Policy) UsesLocalEndpoints() bool {
-	panic("unimplemented")
+	return p.InternalLocal || (p.ExternalLocal && p.ExternallyAccessible)
 }
 
 // EndpointInfo is what endpoint selection needs to know about one endpoint.
@@ -96,27 +152,4 @@ type Options struct {
 	// EndpointSlice controller would have written from endpoint zones and
 	// nodes. Without it, as upstream, only hints written into slices count.
 	DeriveHints bool
-}
-
-// Selection is the outcome of Categorize for one service port.
-type Selection[E Endpoint] struct {
-	// Cluster is the endpoints for Cluster-policy traffic: nil when the
-	// policy does not use cluster endpoints, non-nil (possibly empty)
-	// otherwise.
-	Cluster []E
-	// Local is the endpoints for Local-policy traffic; nil when the policy
-	// does not use local endpoints or none qualify.
-	Local []E
-	// AllReachable is every endpoint some traffic may reach: the union of
-	// Cluster and Local, in input order.
-	AllReachable []E
-	// HasAny reports whether the port has any usable endpoint at all,
-	// local or remote; without one, traffic is rejected.
-	HasAny bool
-}
-
-// Categorize chooses, as upstream CategorizeEndpoints does, which of eps
-// serve the port's Cluster and Local traffic.
-func Categorize[E Endpoint](eps []E, p Policy, node Node, opts Options) Selection[E] {
-	panic("unimplemented")
 }
