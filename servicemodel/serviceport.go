@@ -2,6 +2,7 @@ package servicemodel
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/proxykit/proxykit/affinity"
 	v1 "k8s.io/api/core/v1"
@@ -20,7 +21,10 @@ type PortName struct {
 
 // String returns "ns/name:port", or "ns/name" for an unnamed port.
 func (n PortName) String() string {
-	panic("unimplemented")
+	if n.Port == "" {
+		return n.NamespacedName.String()
+	}
+	return n.NamespacedName.String() + ":" + n.Port
 }
 
 // ServicePort is one normalized port of a Service in one IP family. It is
@@ -51,22 +55,76 @@ type ServicePort struct {
 }
 
 // String returns "clusterIP:port/PROTO", with IPv6 addresses bracketed.
+// Upstream prints IPv6 cluster IPs unbracketed, which is ambiguous.
 func (p *ServicePort) String() string {
-	panic("unimplemented")
+	return netip.AddrPortFrom(p.ClusterIP, p.Port).String() + "/" + string(p.Protocol)
 }
 
 // Family returns the port's IP family, that of its ClusterIP.
 func (p *ServicePort) Family() v1.IPFamily {
-	panic("unimplemented")
+	return familyOf(p.ClusterIP)
 }
 
 // ExternallyAccessible reports whether the port has a node port, a
 // LoadBalancer VIP or an external IP.
 func (p *ServicePort) ExternallyAccessible() bool {
-	panic("unimplemented")
+	return p.NodePort != 0 || len(p.LoadBalancerVIPs) != 0 || len(p.ExternalIPs) != 0
 }
 
 // Policy returns what endpoint selection needs to know about the port.
 func (p *ServicePort) Policy() affinity.Policy {
-	panic("unimplemented")
+	return affinity.Policy{
+		InternalLocal:        p.InternalPolicyLocal,
+		ExternalLocal:        p.ExternalPolicyLocal,
+		ExternallyAccessible: p.ExternallyAccessible(),
+		TrafficDistribution:  p.TrafficDistribution,
+	}
+}
+
+// Equal reports whether p and q have the same content. Trackers use it to
+// tell a real change from a metadata-only update; dataplanes can use it to
+// skip ports they have already programmed. Two nil ports are equal.
+func (p *ServicePort) Equal(q *ServicePort) bool {
+	if p == nil || q == nil {
+		return p == q
+	}
+	return p.Name == q.Name &&
+		p.ClusterIP == q.ClusterIP &&
+		p.Port == q.Port &&
+		p.Protocol == q.Protocol &&
+		p.NodePort == q.NodePort &&
+		slices.Equal(p.ExternalIPs, q.ExternalIPs) &&
+		slices.Equal(p.LoadBalancerVIPs, q.LoadBalancerVIPs) &&
+		slices.Equal(p.LoadBalancerSourceRanges, q.LoadBalancerSourceRanges) &&
+		p.InternalPolicyLocal == q.InternalPolicyLocal &&
+		p.ExternalPolicyLocal == q.ExternalPolicyLocal &&
+		p.HealthCheckNodePort == q.HealthCheckNodePort &&
+		p.SessionAffinity == q.SessionAffinity &&
+		p.TrafficDistribution == q.TrafficDistribution
+}
+
+// frontends appends every address p is reached at: its cluster IP, external
+// IPs and LoadBalancer VIPs, and its node port (with an invalid IP).
+func (p *ServicePort) frontends(dst []Frontend) []Frontend {
+	dst = append(dst, Frontend{IP: p.ClusterIP, Port: p.Port, Protocol: p.Protocol})
+	for _, ip := range p.ExternalIPs {
+		dst = append(dst, Frontend{IP: ip, Port: p.Port, Protocol: p.Protocol})
+	}
+	for _, ip := range p.LoadBalancerVIPs {
+		dst = append(dst, Frontend{IP: ip, Port: p.Port, Protocol: p.Protocol})
+	}
+	if p.NodePort != 0 {
+		dst = append(dst, Frontend{Port: p.NodePort, Protocol: p.Protocol})
+	}
+	return dst
+}
+
+func familyOf(ip netip.Addr) v1.IPFamily {
+	switch {
+	case ip.Is4():
+		return v1.IPv4Protocol
+	case ip.Is6():
+		return v1.IPv6Protocol
+	}
+	return v1.IPFamilyUnknown
 }

@@ -1,12 +1,17 @@
 package servicemodel
 
 import (
+	"cmp"
+	"maps"
 	"net/netip"
+	"slices"
+	"sync"
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 )
 
 // Config configures a Tracker. The zero value tracks IPv4 services that are
@@ -19,41 +24,215 @@ type Config struct {
 	// the label are tracked only when it names ProxyName. "" tracks only
 	// services without the label, as kube-proxy does.
 	ProxyName string
-	// Logger receives the reason each skipped service was skipped; the
-	// zero value is klog's default logger.
+	// Logger receives the reason each skipped service or part of one was
+	// skipped; the zero value is klog's default logger. logr.Discard() is
+	// that zero value too; silence a Tracker with a logger whose sink
+	// drops everything instead.
 	Logger logr.Logger
-	// OnSkip, if set, is called once per skipped object update with a
-	// short, bounded reason (for a metric label).
+	// OnSkip, if set, is called on every Update once per skipped service,
+	// port, address or source range, with one of the Reason constants (a
+	// bounded set, for a metric label). Update calls it synchronously,
+	// before it takes the Tracker's lock.
 	OnSkip func(reason string)
 }
 
 // Tracker accumulates Service updates and hands out snapshots. Its methods
 // may be called from any goroutine.
 type Tracker struct {
+	family    v1.IPFamily
+	proxyName string
+	logger    logr.Logger
+	onSkip    func(reason string)
+
+	mu sync.Mutex
+	// applied is the snapshot the last Checkout returned.
+	applied Map
+	// pending holds, per service whose normalized ports differ from
+	// applied, the ports it will have after the next Checkout (nil for a
+	// deletion).
+	pending map[types.NamespacedName][]*ServicePort
+	// healthCheckNodePorts mirrors applied, so that Checkout need not scan
+	// every service.
+	healthCheckNodePorts map[types.NamespacedName]uint16
 }
 
 // NewTracker returns an empty Tracker.
 func NewTracker(cfg Config) *Tracker {
-	panic("unimplemented")
+	t := &Tracker{
+		family:               cfg.Family,
+		proxyName:            cfg.ProxyName,
+		logger:               cfg.Logger,
+		onSkip:               cfg.OnSkip,
+		pending:              map[types.NamespacedName][]*ServicePort{},
+		healthCheckNodePorts: map[types.NamespacedName]uint16{},
+	}
+	if t.family == "" {
+		t.family = v1.IPv4Protocol
+	}
+	if t.logger.GetSink() == nil {
+		t.logger = klog.Background()
+	}
+	return t
 }
 
 // Update records a Service update: old nil for an add, new nil for a
 // delete. It reports whether the tracker now holds changes not yet checked
 // out (from this update or an earlier one). Only normalized content counts:
 // a metadata-only update is no change.
+//
+// new is normalized at once, so that what it has that cannot be proxied is
+// logged and reported to Config.OnSkip once per update. old only names the
+// service on a delete: the tracker compares with what it last checked out,
+// not with old.
 func (t *Tracker) Update(old, new *v1.Service) bool {
-	panic("unimplemented")
+	svc := new
+	if svc == nil {
+		svc = old
+	}
+	if svc == nil {
+		return false
+	}
+	nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	ports, err := Normalize(new, t.family, t.proxyName)
+	if err != nil {
+		t.report(err)
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if slices.EqualFunc(t.applied.Service(nn), ports, (*ServicePort).Equal) {
+		delete(t.pending, nn)
+	} else {
+		t.pending[nn] = ports
+	}
+	return len(t.pending) > 0
+}
+
+// maxLoggedSkips bounds the log lines one Update writes, so that a huge
+// object full of bad entries cannot flood the log; OnSkip still sees all.
+const maxLoggedSkips = 10
+
+// report logs and counts what Normalize skipped. Services that are not
+// proxied by design (headless, ExternalName, the other family, another
+// proxy's) are routine and logged only at high verbosity.
+func (t *Tracker) report(err error) {
+	_, whole := err.(*SkipError)
+	skips := Skips(err)
+	for i, se := range skips {
+		if t.onSkip != nil {
+			t.onSkip(se.Reason)
+		}
+		switch {
+		case i >= maxLoggedSkips:
+		case se.Reason == ReasonOtherProxy, se.Reason == ReasonExternalName, se.Reason == ReasonHeadless,
+			se.Reason == ReasonNoClusterIP, se.Reason == ReasonOtherFamily:
+			t.logger.V(4).Info("Service not proxied", "service", se.Service, "family", t.family, "reason", se.Reason)
+		case whole:
+			t.logger.Error(se, "Ignoring invalid service", "service", se.Service, "family", t.family, "reason", se.Reason, "field", se.Field, "value", se.Value)
+		default:
+			t.logger.Error(se, "Ignoring invalid part of service", "service", se.Service, "family", t.family, "reason", se.Reason, "field", se.Field, "value", se.Value)
+		}
+	}
+	if n := len(skips) - maxLoggedSkips; n > 0 {
+		t.logger.Error(nil, "Ignoring more invalid parts of service", "service", skips[0].Service, "family", t.family, "count", n)
+	}
 }
 
 // Pending returns the number of services with changes not yet checked out.
 func (t *Tracker) Pending() int {
-	panic("unimplemented")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pending)
 }
 
 // Checkout applies the pending changes and returns the new snapshot and what
 // changed since the previous Checkout. It costs O(changes).
 func (t *Tracker) Checkout() (Map, Changes) {
-	panic("unimplemented")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := Changes{
+		Services: sets.New[types.NamespacedName](),
+		Ports:    sets.New[PortName](),
+	}
+	for nn, cur := range t.pending {
+		prev := t.applied.Service(nn)
+		ch.Services.Insert(nn)
+		diffPortNames(prev, cur, ch.Ports)
+		ch.Stale = appendStale(ch.Stale, prev, cur)
+		t.applied = t.applied.withService(nn, cur)
+		delete(t.healthCheckNodePorts, nn)
+		// Every port of a service carries the service's health-check port.
+		if len(cur) != 0 && cur[0].HealthCheckNodePort != 0 {
+			t.healthCheckNodePorts[nn] = cur[0].HealthCheckNodePort
+		}
+	}
+	clear(t.pending)
+	slices.SortFunc(ch.Stale, compareFrontends)
+	ch.Stale = slices.Compact(ch.Stale)
+	ch.HealthCheckNodePorts = maps.Clone(t.healthCheckNodePorts)
+	return t.applied, ch
+}
+
+// diffPortNames adds to names every port name that is in only one of prev
+// and cur, or in both with different content. Both are sorted by name.
+func diffPortNames(prev, cur []*ServicePort, names sets.Set[PortName]) {
+	i, j := 0, 0
+	for i < len(prev) || j < len(cur) {
+		var c int
+		switch {
+		case i == len(prev):
+			c = 1
+		case j == len(cur):
+			c = -1
+		default:
+			c = comparePortNames(prev[i].Name, cur[j].Name)
+		}
+		switch {
+		case c < 0:
+			names.Insert(prev[i].Name)
+			i++
+		case c > 0:
+			names.Insert(cur[j].Name)
+			j++
+		default:
+			if !prev[i].Equal(cur[j]) {
+				names.Insert(cur[j].Name)
+			}
+			i++
+			j++
+		}
+	}
+}
+
+// appendStale appends the UDP and SCTP frontends of prev that cur no longer
+// has. Connection tracking keeps such flows pointed at their old endpoints;
+// TCP needs no cleanup because its flows end with the endpoint.
+func appendStale(dst []Frontend, prev, cur []*ServicePort) []Frontend {
+	var gone []Frontend
+	for _, p := range prev {
+		if p.Protocol == v1.ProtocolUDP || p.Protocol == v1.ProtocolSCTP {
+			gone = p.frontends(gone)
+		}
+	}
+	if len(gone) == 0 {
+		return dst
+	}
+	kept := map[Frontend]bool{}
+	for _, p := range cur {
+		for _, f := range p.frontends(nil) {
+			kept[f] = true
+		}
+	}
+	for _, f := range gone {
+		if !kept[f] {
+			dst = append(dst, f)
+		}
+	}
+	return dst
+}
+
+func compareFrontends(a, b Frontend) int {
+	return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
 }
 
 // Changes is what one Checkout changed.
@@ -63,7 +242,11 @@ type Changes struct {
 	// Ports is every port name added, removed or modified.
 	Ports sets.Set[PortName]
 	// Stale is the UDP and SCTP frontends that existed before and are gone
-	// now, so that conntrack entries to them can be flushed.
+	// now, so that conntrack entries to them can be flushed: those of
+	// deleted services, removed ports and changed addresses, ports or
+	// protocols. It is sorted. A frontend is judged within its service, so
+	// one that another service also uses may be listed; flushing it only
+	// makes that service's flows pass through NAT again.
 	Stale []Frontend
 	// HealthCheckNodePorts is the current health-check node port of every
 	// service that has one (not only changed ones); it is small.
