@@ -197,7 +197,7 @@ func (n *normalizer) service(svc *v1.Service, proxyName string) (ServicePort, *S
 		ExternalPolicyLocal:      externallyAccessible(spec) && spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
 		SessionAffinity:          sa,
 	}
-	if spec.TrafficDistribution != nil {
+	if spec.TrafficDistribution != nil && !topologyAnnotationAuto(svc.Annotations) {
 		base.TrafficDistribution = *spec.TrafficDistribution
 	}
 	if spec.Type == v1.ServiceTypeLoadBalancer && base.ExternalPolicyLocal {
@@ -463,4 +463,17 @@ func parsePrefixSloppy(s string) (netip.Prefix, bool) {
 func sortedAddrs(ips []netip.Addr) []netip.Addr {
 	slices.SortFunc(ips, netip.Addr.Compare)
 	return slices.Clip(slices.Compact(ips))
+}
+
+// topologyAnnotationAuto reports whether the service asks for the
+// EndpointSlice controller's proportional ("Auto") hints. The controller then
+// ignores spec.trafficDistribution, so hints derived from it (with
+// affinity.Options.DeriveHints) would differ from what a cluster computes;
+// the deprecated annotation takes precedence, as in the controller.
+func topologyAnnotationAuto(annotations map[string]string) bool {
+	v, ok := annotations[v1.DeprecatedAnnotationTopologyAwareHints]
+	if !ok {
+		v = annotations[v1.AnnotationTopologyMode]
+	}
+	return v == "Auto" || v == "auto"
 }

@@ -772,6 +772,22 @@ func TestNormalize(t *testing.T) {
 			svc:  svc(func(s *v1.Service) { s.Spec.TrafficDistribution = ptr(v1.ServiceTrafficDistributionPreferClose) }),
 			want: one(func(p *ServicePort) { p.TrafficDistribution = v1.ServiceTrafficDistributionPreferClose }),
 		},
+		{
+			name: "topology-mode Auto overrides traffic distribution",
+			svc: svc(func(s *v1.Service) {
+				s.Annotations = map[string]string{v1.AnnotationTopologyMode: "Auto"}
+				s.Spec.TrafficDistribution = ptr(v1.ServiceTrafficDistributionPreferClose)
+			}),
+			want: one(func(p *ServicePort) {}),
+		},
+		{
+			name: "deprecated topology annotation takes precedence",
+			svc: svc(func(s *v1.Service) {
+				s.Annotations = map[string]string{v1.AnnotationTopologyMode: "Auto", v1.DeprecatedAnnotationTopologyAwareHints: "disabled"}
+				s.Spec.TrafficDistribution = ptr(v1.ServiceTrafficDistributionPreferSameNode)
+			}),
+			want: one(func(p *ServicePort) { p.TrafficDistribution = v1.ServiceTrafficDistributionPreferSameNode }),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

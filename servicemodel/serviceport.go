@@ -50,7 +50,9 @@ type ServicePort struct {
 	// externalTrafficPolicy: Local.
 	HealthCheckNodePort uint16
 	SessionAffinity     affinity.SessionAffinity
-	// TrafficDistribution is spec.trafficDistribution, "" when unset.
+	// TrafficDistribution is spec.trafficDistribution; "" when unset or when
+	// the service asks for the controller's Auto topology hints (annotation
+	// service.kubernetes.io/topology-mode), which override it.
 	TrafficDistribution string
 }
 
