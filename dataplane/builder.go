@@ -1,11 +1,19 @@
 package dataplane
 
 import (
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 )
 
 // BuilderConfig configures a Builder. The zero value builds IPv4 States for
@@ -19,49 +27,421 @@ type BuilderConfig struct {
 	// ProxyName is passed to servicemodel.Config.ProxyName.
 	ProxyName string
 	// Settings are copied into every State; per-family CIDR lists are
-	// filtered to the State's family.
+	// filtered to the State's family (see Settings.NodePortAddresses).
 	Settings Settings
-	Logger   logr.Logger
+	// Logger receives why objects or parts of them were skipped; the zero
+	// value is klog's default logger.
+	Logger logr.Logger
 	// OnSkip, if set, is called with the kind ("Service", "EndpointSlice",
-	// "Node") and a short reason whenever an object or part of one is
-	// skipped as invalid.
+	// "Node") and a short reason (a servicemodel Reason, an endpoints Skip
+	// reason, or SkipNodeAddress / SkipPodCIDR) whenever an object or part
+	// of one is skipped as invalid. Services that are not proxied by design
+	// (headless, ExternalName, another proxy's or another family's) are not
+	// reported, and a bad Service is reported once, not once per family.
 	OnSkip func(kind, reason string)
 }
 
 // Builder turns Services, EndpointSlices and this Node into one State per IP
 // family. Update methods may be called from any goroutine; Build must not be
 // called concurrently with itself.
+//
+// Each family has its own servicemodel.Tracker and endpoints.Tracker, so a
+// Build costs O(changes since the previous Build): the States share
+// everything unchanged with their predecessors.
 type Builder struct {
+	nodeName string
+	mode     LocalMode
+	logger   logr.Logger
+	onSkip   func(kind, reason string)
+	families []*familyBuilder
+
+	// svcMu serializes UpdateService, so that svcSkips tallies one update.
+	svcMu    sync.Mutex
+	svcSkips []map[string]int
+
+	mu sync.Mutex
+	// nodeDirty: the node changed since the last Build; nodeFull: the
+	// change affects every service, so the next States cannot list what
+	// changed.
+	nodeDirty, nodeFull bool
+	zone                string
+
+	// gen is the Generation of the last Build; only Build touches it.
+	gen uint64
 }
 
+// familyBuilder is the part of a Builder for one IP family.
+type familyBuilder struct {
+	family    v1.IPFamily
+	settings  Settings
+	services  *servicemodel.Tracker
+	endpoints *endpoints.Tracker
+	// ips and podCIDRs are this node's, guarded by Builder.mu. They are
+	// replaced, never modified, as States share them.
+	ips      []netip.Addr
+	podCIDRs []netip.Prefix
+}
+
+// Reasons the Builder passes to BuilderConfig.OnSkip for a Node ("Node"
+// kind). Services and EndpointSlices are reported with the reasons of
+// servicemodel and endpoints.
+const (
+	SkipNodeAddress = "invalid node address"
+	SkipPodCIDR     = "invalid pod CIDR"
+)
+
 // NewBuilder returns a Builder with one servicemodel.Tracker and one
-// endpoints.Tracker per family.
+// endpoints.Tracker per family. Unknown and repeated families are ignored
+// (and logged).
 func NewBuilder(cfg BuilderConfig) *Builder {
-	panic("unimplemented")
+	b := &Builder{
+		nodeName: cfg.NodeName,
+		mode:     cfg.Settings.LocalDetector.Mode,
+		logger:   cfg.Logger,
+		onSkip:   cfg.OnSkip,
+	}
+	if b.logger.GetSink() == nil {
+		b.logger = klog.Background()
+	}
+	families := cfg.Families
+	if families == nil {
+		families = []v1.IPFamily{v1.IPv4Protocol}
+	}
+	for _, f := range families {
+		if f != v1.IPv4Protocol && f != v1.IPv6Protocol {
+			b.logger.Error(nil, "Ignoring unknown IP family", "family", f)
+			continue
+		}
+		if slices.ContainsFunc(b.families, func(fb *familyBuilder) bool { return fb.family == f }) {
+			b.logger.Error(nil, "Ignoring repeated IP family", "family", f)
+			continue
+		}
+		b.svcSkips = append(b.svcSkips, map[string]int{})
+		b.families = append(b.families, &familyBuilder{
+			family:   f,
+			settings: b.settingsFor(cfg.Settings, f),
+			services: servicemodel.NewTracker(servicemodel.Config{
+				Family:    f,
+				ProxyName: cfg.ProxyName,
+				Logger:    b.logger,
+				OnSkip:    b.serviceSkips(len(b.families)),
+			}),
+			endpoints: endpoints.NewTracker(endpoints.Config{
+				Family:   f,
+				NodeName: cfg.NodeName,
+				Logger:   b.logger,
+				OnSkip:   func(reason string) { b.skip("EndpointSlice", reason) },
+			}),
+		})
+	}
+	return b
+}
+
+func (b *Builder) skip(kind, reason string) {
+	if b.onSkip != nil {
+		b.onSkip(kind, reason)
+	}
+}
+
+// serviceSkips adapts family i's service tracker's OnSkip: it tallies the
+// reasons of the UpdateService in progress (trackers report synchronously,
+// and svcMu is held), which UpdateService then reports merged.
+func (b *Builder) serviceSkips(i int) func(string) {
+	return func(reason string) {
+		switch reason {
+		case servicemodel.ReasonOtherProxy, servicemodel.ReasonExternalName, servicemodel.ReasonHeadless,
+			servicemodel.ReasonNoClusterIP, servicemodel.ReasonOtherFamily:
+			// Not proxied by design, which is not invalid.
+			return
+		}
+		b.svcSkips[i][reason]++
+	}
+}
+
+// mergeServiceSkips returns the tallied reasons of one update, in a fixed
+// order, and clears the tally. An invalid cluster IP belongs to one family;
+// every other reason concerns the object whatever the family, so it counts
+// as often as the family that saw it most: a bad Service is reported once,
+// not once per family, and not lost when one family skipped it whole.
+func (b *Builder) mergeServiceSkips() []string {
+	merged := map[string]int{}
+	for _, tally := range b.svcSkips {
+		for reason, n := range tally {
+			if reason == servicemodel.ReasonInvalidClusterIP {
+				merged[reason] += n
+			} else {
+				merged[reason] = max(merged[reason], n)
+			}
+		}
+		clear(tally)
+	}
+	var out []string
+	for _, reason := range slices.Sorted(maps.Keys(merged)) {
+		for range merged[reason] {
+			out = append(out, reason)
+		}
+	}
+	return out
+}
+
+// settingsFor returns s with its CIDR lists reduced to family f. Node port
+// addresses of no CIDR of f, or with a catch-all CIDR, serve every address,
+// as kube-proxy does.
+func (b *Builder) settingsFor(s Settings, f v1.IPFamily) Settings {
+	s.LocalDetector.CIDRs = b.prefixesOf(s.LocalDetector.CIDRs, f, "localDetector.cidrs")
+	s.NodePortAddresses = b.prefixesOf(s.NodePortAddresses, f, "nodePortAddresses")
+	if slices.ContainsFunc(s.NodePortAddresses, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
+		s.NodePortAddresses = nil
+	}
+	return s
+}
+
+func (b *Builder) prefixesOf(list []netip.Prefix, f v1.IPFamily, field string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range list {
+		if !p.IsValid() {
+			b.logger.Error(nil, "Ignoring invalid CIDR in settings", "field", field, "cidr", p)
+			continue
+		}
+		if familyOf(p.Addr()) == f {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }
 
 // UpdateService records a Service update (old nil: add; new nil: delete) for
 // every family. It reports whether a Build is now due.
 func (b *Builder) UpdateService(old, new *v1.Service) bool {
-	panic("unimplemented")
+	b.svcMu.Lock()
+	for _, fb := range b.families {
+		fb.services.Update(old, new)
+	}
+	skipped := b.mergeServiceSkips()
+	b.svcMu.Unlock()
+	for _, reason := range skipped {
+		b.skip("Service", reason)
+	}
+	return b.due()
 }
 
 // UpdateEndpointSlice records an EndpointSlice update for the family of its
-// address type. It reports whether a Build is now due.
+// address type. It reports whether a Build is now due. Slices of a family
+// the Builder does not build are ignored; FQDN and unknown address types,
+// which no proxy can serve, are reported to OnSkip.
 func (b *Builder) UpdateEndpointSlice(old, new *discovery.EndpointSlice) bool {
-	panic("unimplemented")
+	if new != nil && new.AddressType != discovery.AddressTypeIPv4 && new.AddressType != discovery.AddressTypeIPv6 {
+		b.logger.V(2).Info("Ignoring EndpointSlice of an unsupported address type",
+			"endpointSlice", klog.KObj(new), "addressType", new.AddressType)
+		b.skip("EndpointSlice", endpoints.SkipAddressType)
+	}
+	from, to := b.sliceFamily(old), b.sliceFamily(new)
+	switch {
+	case from == to && to != nil:
+		to.endpoints.Update(old, new)
+	default:
+		// The address type is immutable in the API; should it change
+		// anyway, the slice moves between trackers.
+		if from != nil {
+			from.endpoints.Update(old, nil)
+		}
+		if to != nil {
+			to.endpoints.Update(nil, new)
+		}
+	}
+	return b.due()
 }
 
-// UpdateNode records this node's object (nil: deleted). Objects of other
-// nodes are ignored. It reports whether a Build is now due.
+func (b *Builder) sliceFamily(s *discovery.EndpointSlice) *familyBuilder {
+	if s == nil {
+		return nil
+	}
+	var f v1.IPFamily
+	switch s.AddressType {
+	case discovery.AddressTypeIPv4:
+		f = v1.IPv4Protocol
+	case discovery.AddressTypeIPv6:
+		f = v1.IPv6Protocol
+	default:
+		return nil
+	}
+	for _, fb := range b.families {
+		if fb.family == f {
+			return fb
+		}
+	}
+	return nil
+}
+
+// UpdateNode records this node's object. Objects of other nodes are
+// ignored, and so is a nil node (a deletion): the proxy keeps serving with
+// what it last knew rather than exiting as kube-proxy does. It reports
+// whether a Build is now due.
+//
+// The node supplies its zone (the topology.kubernetes.io/zone label), its
+// IPs (InternalIPs, then ExternalIPs, per family) and its pod CIDRs
+// (spec.podCIDRs, or spec.podCIDR when that is all there is). Unparsable
+// addresses and CIDRs are skipped and reported to OnSkip.
 func (b *Builder) UpdateNode(node *v1.Node) bool {
-	panic("unimplemented")
+	if node == nil || node.Name != b.nodeName {
+		return b.due()
+	}
+	zone := node.Labels[v1.LabelTopologyZone]
+	ips := b.nodeIPs(node)
+	cidrs := b.podCIDRs(node)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	changed, full := false, false
+	if zone != b.zone {
+		b.zone = zone
+		changed, full = true, true
+	}
+	for _, fb := range b.families {
+		fips := filterFamily(ips, fb.family, netip.Addr.Is4)
+		if !slices.Equal(fips, fb.ips) {
+			fb.ips = fips
+			changed, full = true, true
+		}
+		fcidrs := filterFamily(cidrs, fb.family, func(p netip.Prefix) bool { return p.Addr().Is4() })
+		if !slices.Equal(fcidrs, fb.podCIDRs) {
+			fb.podCIDRs = fcidrs
+			// Only NodeCIDR local detection, which every service's rules
+			// use, depends on pod CIDRs.
+			changed, full = true, full || b.mode == LocalModeNodeCIDR
+		}
+	}
+	b.nodeDirty = b.nodeDirty || changed
+	b.nodeFull = b.nodeFull || full
+	return b.dueLocked()
+}
+
+func filterFamily[T any](list []T, f v1.IPFamily, is4 func(T) bool) []T {
+	var out []T
+	for _, x := range list {
+		if is4(x) == (f == v1.IPv4Protocol) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (b *Builder) nodeIPs(node *v1.Node) []netip.Addr {
+	var ips []netip.Addr
+	for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+		for _, a := range node.Status.Addresses {
+			if a.Type != typ {
+				continue
+			}
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
+				b.logger.Error(err, "Ignoring invalid node address", "node", node.Name, "type", a.Type, "address", truncate(a.Address))
+				b.skip("Node", SkipNodeAddress)
+				continue
+			}
+			if ip = ip.Unmap(); !slices.Contains(ips, ip) {
+				ips = append(ips, ip)
+			}
+		}
+	}
+	return ips
+}
+
+func (b *Builder) podCIDRs(node *v1.Node) []netip.Prefix {
+	raw := node.Spec.PodCIDRs
+	if len(raw) == 0 && node.Spec.PodCIDR != "" {
+		raw = []string{node.Spec.PodCIDR}
+	}
+	var out []netip.Prefix
+	for _, s := range raw {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			b.logger.Error(err, "Ignoring invalid pod CIDR", "node", node.Name, "cidr", truncate(s))
+			b.skip("Node", SkipPodCIDR)
+			continue
+		}
+		if p = p.Masked(); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// truncate bounds a logged value, so that a huge bogus field cannot flood
+// the log.
+func truncate(s string) string {
+	const maxLogged = 64
+	if len(s) > maxLogged {
+		return s[:maxLogged] + "..."
+	}
+	return s
+}
+
+func (b *Builder) due() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dueLocked()
+}
+
+func (b *Builder) dueLocked() bool {
+	if b.nodeDirty {
+		return true
+	}
+	for _, fb := range b.families {
+		if fb.services.Pending() > 0 || fb.endpoints.Pending() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Build checks out every tracker and returns the new States, one per
-// configured family in configuration order, and what became stale.
+// configured family in configuration order, and what became stale. All
+// States of one Build share one Generation, one more than the previous
+// Build's. Each State can tell which services changed since the previous
+// Build's State of its family (see State.ChangedSince), except the first
+// and those after a node change that affects every service (zone, IPs, and
+// pod CIDRs under LocalModeNodeCIDR).
 func (b *Builder) Build() Build {
-	panic("unimplemented")
+	b.mu.Lock()
+	zone, full := b.zone, b.nodeFull
+	nodes := make([]Node, len(b.families))
+	for i, fb := range b.families {
+		nodes[i] = Node{Name: b.nodeName, Zone: zone, IPs: fb.ips, PodCIDRs: fb.podCIDRs}
+	}
+	b.nodeDirty, b.nodeFull = false, false
+	b.mu.Unlock()
+
+	prev := b.gen
+	b.gen++
+	out := Build{
+		States:  make([]*State, len(b.families)),
+		Changes: make([]Changes, len(b.families)),
+	}
+	for i, fb := range b.families {
+		svcs, svcChanges := fb.services.Checkout()
+		eps, epChanges := fb.endpoints.Checkout()
+		changed := make(sets.Set[types.NamespacedName], svcChanges.Services.Len()+epChanges.Services.Len())
+		for nn := range svcChanges.Services {
+			changed.Insert(nn)
+		}
+		for nn := range epChanges.Services {
+			changed.Insert(nn)
+		}
+		out.States[i] = &State{
+			Family:       fb.family,
+			Node:         nodes[i],
+			Settings:     fb.settings,
+			Services:     svcs,
+			Endpoints:    eps,
+			Generation:   b.gen,
+			changed:      changed,
+			changedSince: prev,
+			hasChanges:   prev > 0 && !full,
+		}
+		out.Changes[i] = Changes{Services: svcChanges, Endpoints: epChanges}
+	}
+	return out
 }
 
 // Build is the result of one Builder.Build.

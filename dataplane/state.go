@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"net/netip"
+	"sync"
 
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/endpoints"
@@ -17,7 +18,8 @@ type Node struct {
 	// Zone is the node's topology.kubernetes.io/zone label.
 	Zone string
 	// IPs are the node's addresses of the state's family; NodePorts are
-	// served on those that NodePortAddresses selects.
+	// served on those that NodePortAddresses selects. Lookup takes them
+	// (and loopback) as the node's local addresses.
 	IPs []netip.Addr
 	// PodCIDRs is spec.podCIDRs of the state's family.
 	PodCIDRs []netip.Prefix
@@ -46,9 +48,12 @@ const (
 // LocalDetector configures local-traffic detection.
 type LocalDetector struct {
 	Mode LocalMode
-	// CIDRs is the cluster CIDR of the state's family (ClusterCIDR mode).
+	// CIDRs is the cluster CIDR of the state's family (ClusterCIDR mode);
+	// a source in any of them is local pod traffic. Without one the
+	// mode detects nothing, as kube-proxy's no-op detector.
 	CIDRs []netip.Prefix
-	// Interface is the bridge name or interface name prefix.
+	// Interface is the bridge name or interface name prefix; "" detects
+	// nothing.
 	Interface string
 }
 
@@ -58,12 +63,15 @@ type Settings struct {
 	// MasqueradeAll masquerades all traffic to cluster IPs.
 	MasqueradeAll bool
 	LocalDetector LocalDetector
-	// NodePortAddresses selects the node addresses that serve NodePorts;
-	// nil serves them on every node address.
+	// NodePortAddresses selects the node addresses that serve NodePorts.
+	// Empty, or holding a /0, serves them on every node address; only the
+	// CIDRs of the state's family count, and with none of them every
+	// address serves, as in kube-proxy.
 	NodePortAddresses []netip.Prefix
-	// LocalhostNodePorts serves IPv4 NodePorts on 127.0.0.0/8 too, when
-	// NodePortAddresses includes loopback (kube-proxy's
-	// --iptables-localhost-nodeports).
+	// LocalhostNodePorts serves IPv4 NodePorts on loopback too (kube-proxy's
+	// --iptables-localhost-nodeports): on all of 127.0.0.0/8 when every
+	// address serves, on 127.0.0.1 when NodePortAddresses selects it.
+	// IPv6 NodePorts are never served on ::1.
 	LocalhostNodePorts bool
 	// Topology tunes endpoint selection.
 	Topology affinity.Options
@@ -71,7 +79,9 @@ type Settings struct {
 
 // State is one consistent, immutable view of everything a dataplane
 // programs for one IP family. Never modify a State or anything reachable
-// from it; build a new one.
+// from it; build a new one. States are shared by pointer (a State must not
+// be copied once used, as it caches its Lookup index) and are safe for
+// concurrent use.
 type State struct {
 	Family    v1.IPFamily
 	Node      Node
@@ -79,19 +89,26 @@ type State struct {
 	Services  servicemodel.Map
 	Endpoints endpoints.Map
 
-	// Generation identifies this State among those of one Builder; it
-	// grows by one per State built.
+	// Generation identifies this State among those of one Builder: the
+	// States of one Build share it, and it grows by one per Build.
 	Generation uint64
 	// changed is the set of services that differ from the State with
 	// generation changedSince.
 	changed      sets.Set[types.NamespacedName]
 	changedSince uint64
 	hasChanges   bool
+
+	// index is what Lookup finds frontends with; it is built on first use
+	// because many States are never looked up.
+	indexOnce sync.Once
+	index     *lookupIndex
 }
 
 // ChangedSince returns the services whose ports or endpoints differ between
-// the State of generation gen and s. ok is false when s cannot tell (gen is
-// not its direct predecessor, or s was not built by a Builder): the caller
+// the State of generation gen and s; the set must not be modified. ok is
+// false when s cannot tell: gen is not the generation of its direct
+// predecessor, s is its Builder's first State or follows a node change
+// that affects every service, or s was not built by a Builder. The caller
 // must then compare everything.
 func (s *State) ChangedSince(gen uint64) (changed sets.Set[types.NamespacedName], ok bool) {
 	if !s.hasChanges || gen != s.changedSince {
@@ -100,7 +117,9 @@ func (s *State) ChangedSince(gen uint64) (changed sets.Set[types.NamespacedName]
 	return s.changed, true
 }
 
-// Select returns the endpoint selection for port p.
+// Select returns the endpoint selection for port p: which of its endpoints
+// serve Cluster- and Local-policy traffic on this node.
 func (s *State) Select(p *servicemodel.ServicePort) affinity.Selection[*endpoints.Endpoint] {
-	panic("unimplemented")
+	return affinity.Categorize(s.Endpoints.Get(p.Name), p.Policy(),
+		affinity.Node{Name: s.Node.Name, Zone: s.Node.Zone}, s.Settings.Topology)
 }

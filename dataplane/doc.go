@@ -1,0 +1,107 @@
+// Package dataplane holds what every dataplane programs and the rules it
+// must follow: State, one immutable view of the services of one IP family
+// as this node sees them; Builder, which makes States from Kubernetes
+// objects; State.Lookup, the executable specification of where a packet
+// goes; and Dataplane, the interface each implementation satisfies.
+//
+// # The flow
+//
+// Services, EndpointSlices and this node's Node object go into a Builder
+// (from informers, manifest files or the caller's own source). Build checks
+// out the Builder's per-family trackers and returns one State per family,
+// plus what changed, including the UDP and SCTP destinations that became
+// stale for conntrack cleanup. The caller Syncs each State into its
+// dataplanes. A Build costs O(changes since the previous one): States share
+// everything unchanged with their predecessors.
+//
+// # States are immutable
+//
+// A State and everything reachable from it (the maps, ports, endpoints,
+// node addresses) is never modified once built, so dataplanes can keep
+// the last State they programmed, compare, and look things up from any
+// goroutine without locks. Share States by pointer.
+//
+// # Lookup is the specification
+//
+// State.Lookup answers, for the first packet of a connection, what
+// kube-proxy's iptables mode (v1.37) does with it, as a Verdict: not a
+// service, accept, reject, drop, or DNAT to one of a set of endpoints,
+// with whether the connection is masqueraded and whether ClientIP affinity
+// pins it. Every dataplane's tests compare against it (package
+// dataplanetest), and the node agent's explain command prints it. The
+// rules, by destination:
+//
+//   - A cluster IP, port and protocol: rejected when the port has no usable
+//     endpoint anywhere; dropped under internalTrafficPolicy Local with no
+//     local endpoint; otherwise DNATed to the internal-policy endpoints,
+//     masqueraded when MasqueradeAll is set or when a local-traffic
+//     detector is configured and the packet is not local pod traffic
+//     (off-cluster clients routed to the service CIDR through this node).
+//   - An external IP, LoadBalancer VIP or node port (an external
+//     destination): rejected without endpoints. A VIP with
+//     loadBalancerSourceRanges drops sources outside every range, except
+//     that when a range holds one of the node's IPs the port's VIPs are
+//     allowed as sources too (a node reaching a VIP it owns sends from the
+//     VIP). Node ports ignore source ranges. Under externalTrafficPolicy
+//     Cluster the packet is masqueraded and DNATed to the cluster
+//     endpoints. Under Local, local pod traffic goes to the cluster
+//     endpoints unmasqueraded (as if it had gone out through the load
+//     balancer and back), traffic from the node itself (Packet.From is
+//     FromNode, or the source is a node IP or loopback) goes to the cluster
+//     endpoints masqueraded, and everything else goes to the local
+//     endpoints with its source kept, or is dropped when there are none.
+//   - Node ports are served on the node addresses NodePortAddresses
+//     selects, and on IPv4 loopback with LocalhostNodePorts (see Settings).
+//     Node ports without endpoints are rejected (or dropped) on every local
+//     address whatever NodePortAddresses says, as kube-proxy's filter rules
+//     match "--dst-type LOCAL".
+//   - A health-check node port (TCP, on a local address) is accepted
+//     through the local firewall, endpoints or not.
+//   - Anything else is not a service. That includes a cluster IP on a port
+//     it does not serve and an unallocated address in the service CIDR,
+//     which iptables mode lets through untouched; nftables mode rejects
+//     the first and drops the second.
+//
+// Local pod traffic is decided by Settings.LocalDetector: by source
+// address (ClusterCIDR: the configured CIDRs; NodeCIDR: the node's pod
+// CIDRs) or by input interface (BridgeInterface, InterfaceNamePrefix:
+// Packet.Interface; traffic from the node has none). With no detector,
+// nothing is local pod traffic and the rules that need one are left out.
+//
+// Verdict.Endpoints is the candidate set, sorted by address, one of which
+// a connection reaches. A connection DNATed back to its own source
+// (hairpin) is always masqueraded: Verdict.Hairpin lists the candidates
+// that would be, Verdict.Masquerade is set when every connection is, and
+// Verdict.Masqueraded answers for one chosen endpoint.
+//
+// # Where we differ from kube-proxy
+//
+//   - When several ports claim one destination (two services with one
+//     external IP and port), the winner is the first by namespace, name,
+//     port name and protocol, where kube-proxy's depends on map order.
+//   - Source ranges admit the VIPs as sources when a range holds any of
+//     the node's IPs, not only its primary one.
+//   - Several detector CIDRs per family are honoured (kube-proxy accepts
+//     one).
+//   - A change of the node's IPs or pod CIDRs triggers a rebuild, and a
+//     deleted Node keeps its last known information; kube-proxy exits.
+//   - The node's local addresses are Node.IPs (its InternalIPs, then
+//     ExternalIPs) and loopback, rather than whatever the interfaces hold.
+//
+// # Partial syncs
+//
+// A dataplane that remembers the Generation it last programmed asks the
+// next State ChangedSince(thatGeneration): when ok, only the services in
+// the set need reprogramming (the frontends of all others are unchanged);
+// otherwise, and always after a failed Sync, it programs everything.
+//
+// # Implementing a Dataplane
+//
+// Sync must make forwarding match the State, leaving everything it does
+// not own alone; after an error the previous programming stays and the
+// next Sync is a full one. Endpoint selection is State.Select, never a
+// re-implementation of traffic policy or topology. Cleanup removes what
+// the dataplane owns and succeeds when there is nothing to remove. Run
+// dataplanetest.Run against the implementation: it checks, packet by
+// packet, that what was programmed agrees with Lookup.
+package dataplane
