@@ -109,16 +109,27 @@ func (n *NS) MustRun(name string, args ...string) string {
 }
 
 // Do runs fn on an OS thread switched into the namespace, for code that
-// talks netlink or execs binaries itself. The thread is discarded afterwards
-// rather than switched back, so no other goroutine ever runs in it.
+// talks netlink or execs binaries itself (a child forked from that thread
+// starts in the namespace). The thread is switched back afterwards; only if
+// that fails is it left locked, so that it is discarded with the goroutine.
+// Relying on the discard alone is not enough: when the goroutine happens to
+// run on the process's main thread, the runtime parks that thread instead of
+// ending it, the whole process then counts as inside the namespace, and the
+// namespace's cleanup kills it.
 func (n *NS) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// Deliberately no UnlockOSThread: the thread exits with the
-		// goroutine and never returns to the pool in the wrong namespace.
+		orig, err := vnetns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer orig.Close()
 		h, err := vnetns.GetFromName(n.Name)
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("open netns %s: %w", n.Name, err)
 			return
 		}
@@ -127,6 +138,11 @@ func (n *NS) Do(fn func() error) error {
 			errc <- fmt.Errorf("enter netns %s: %w", n.Name, err)
 			return
 		}
+		defer func() {
+			if vnetns.Set(orig) == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
 		errc <- fn()
 	}()
 	return <-errc

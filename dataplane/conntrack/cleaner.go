@@ -1,0 +1,172 @@
+package conntrack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/servicemodel"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// MaxAttempts is how many times one Clean dumps the table when the kernel
+// keeps reporting the dump interrupted, matching kube-proxy's EINTR retry.
+const MaxAttempts = 5
+
+// Netlink is the part of the netlink API a Cleaner uses. *netlink.Handle
+// implements it (netlink.NewHandleAt gives one bound to another network
+// namespace), and so does *FakeTable.
+type Netlink interface {
+	// ConntrackDeleteFilters dumps the family's table and deletes every
+	// flow that a filter matches, returning how many it deleted. It
+	// returns netlink.ErrDumpInterrupted, with the count of what it did
+	// delete, when the table changed during the dump.
+	ConntrackDeleteFilters(table netlink.ConntrackTableType, family netlink.InetFamily, filters ...netlink.CustomConntrackFilter) (uint, error)
+}
+
+// Config configures a Cleaner. The zero value cleans the tables of the
+// network namespace of whichever thread calls CleanStale, logging through
+// klog.
+type Config struct {
+	// Netlink talks to the kernel; nil means a netlink handle that opens
+	// its socket in the calling thread's network namespace.
+	Netlink Netlink
+	// Logger receives skipped items and, at V(5), every deleted flow; the
+	// zero value is klog's default logger.
+	Logger logr.Logger
+	// OnSkip, if set, is called once per skipped stale item with a short,
+	// bounded reason (for a metric label).
+	OnSkip func(reason string)
+}
+
+// Cleaner deletes stale UDP and SCTP conntrack entries. Its methods may be
+// called from any goroutine.
+type Cleaner struct {
+	nl     Netlink
+	log    logr.Logger
+	onSkip func(string)
+}
+
+// New returns a Cleaner for cfg.
+func New(cfg Config) *Cleaner {
+	c := &Cleaner{nl: cfg.Netlink, log: cfg.Logger, onSkip: cfg.OnSkip}
+	if c.nl == nil {
+		c.nl = &netlink.Handle{}
+	}
+	if c.log.GetSink() == nil {
+		c.log = klog.Background()
+	}
+	return c
+}
+
+// Stale is what one CleanStale flushes in the table of one IP family. Its
+// fields are those of proxykit.StaleFlows, in the same order, so that one
+// converts to the other.
+type Stale struct {
+	// Family is the table to clean; "" means IPv4. Items of the other
+	// family are skipped.
+	Family v1.IPFamily
+	// Frontends are service addresses no flow may keep using: every flow
+	// sent to one goes, DNATed or not. A frontend with an invalid IP is a
+	// node port: every DNATed flow sent to that port goes.
+	Frontends []servicemodel.Frontend
+	// Endpoints are endpoints that stopped serving a port: DNATed flows
+	// whose replies come from one go. With State, only those sent to a
+	// frontend of that port in State (so that an endpoint still serving
+	// another service keeps that service's flows); an endpoint whose port
+	// is not in State is left to the port's frontends, which the trackers
+	// report stale with it.
+	Endpoints []endpoints.StaleEndpoint
+	// Ports are service ports whose endpoints changed; they need State.
+	// A flow sent to one of the port's frontends in State whose replies do
+	// not come from an endpoint serving the port in State goes: this is
+	// kube-proxy's reconciliation, and it also flushes the flows that were
+	// not DNATed because the port had no endpoints when they began. Node
+	// ports are reconciled only while the port has a serving endpoint, as
+	// kube-proxy does, and only DNATed flows.
+	Ports []servicemodel.PortName
+	// State is what the dataplanes of Family program now; nil leaves
+	// Endpoints un-narrowed and Ports skipped.
+	State *dataplane.State
+}
+
+// ErrInvalidFamily is wrapped by CleanStale's error for a Stale.Family other
+// than "", IPv4 and IPv6.
+var ErrInvalidFamily = errors.New("conntrack: invalid IP family")
+
+// Error is what CleanStale returns when the kernel refused a dump or a
+// delete. Unwrap gives the netlink error: errors.Is(err,
+// netlink.ErrDumpInterrupted) tells a table too busy to dump consistently
+// (worth retrying soon) from a failure.
+type Error struct {
+	Family v1.IPFamily
+	// Deleted is how many entries were deleted before the failure.
+	Deleted int
+	Err     error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("conntrack: cleaning %s table (%d entries deleted): %v", e.Family, e.Deleted, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// CleanStale deletes the flows that s makes stale and returns how many it
+// deleted. Items that cannot be matched (TCP, another family, invalid
+// addresses or ports) are skipped and reported through Config.OnSkip; with
+// nothing left to match, CleanStale does not touch the kernel.
+func (c *Cleaner) CleanStale(ctx context.Context, s Stale) (int, error) {
+	var inet netlink.InetFamily
+	switch s.Family {
+	case "":
+		s.Family = v1.IPv4Protocol
+		inet = unix.AF_INET
+	case v1.IPv4Protocol:
+		inet = unix.AF_INET
+	case v1.IPv6Protocol:
+		inet = unix.AF_INET6
+	default:
+		return 0, fmt.Errorf("%w %q", ErrInvalidFamily, s.Family)
+	}
+	log := c.log.WithValues("ipFamily", s.Family)
+	f := c.newFilter(log, s)
+	if f.empty() {
+		return 0, nil
+	}
+	deleted := 0
+	var err error
+	for attempt := 1; attempt <= MaxAttempts; attempt++ {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			if err == nil {
+				err = ctxErr
+			}
+			break
+		}
+		var n uint
+		n, err = c.nl.ConntrackDeleteFilters(netlink.ConntrackTable, inet, f)
+		deleted += int(n)
+		if err == nil || !errors.Is(err, unix.EINTR) {
+			break
+		}
+		log.V(4).Info("Conntrack dump interrupted, retrying", "attempt", attempt, "deleted", deleted)
+	}
+	if err != nil {
+		return deleted, &Error{Family: s.Family, Deleted: deleted, Err: err}
+	}
+	log.V(4).Info("Deleted stale conntrack entries", "deleted", deleted,
+		"frontends", len(s.Frontends), "endpoints", len(s.Endpoints), "ports", len(s.Ports))
+	return deleted, nil
+}
+
+func (c *Cleaner) skip(log logr.Logger, reason string, kv ...any) {
+	log.V(2).Info("Skipping stale item", append([]any{"reason", reason}, kv...)...)
+	if c.onSkip != nil {
+		c.onSkip(reason)
+	}
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
+	v1 "k8s.io/api/core/v1"
+)
+
+// explain answers, from the model the rules are built from, what happens
+// to one packet.
+func explain(ctx context.Context, o *options, log logr.Logger, src *source, stdout, stderr io.Writer) int {
+	family := v1.IPv4Protocol
+	if !o.explain.dst.Addr().Is4() {
+		family = v1.IPv6Protocol
+	}
+	states, err := builtStates(ctx, src, dataplane.BuilderConfig{
+		Families: []v1.IPFamily{family},
+		NodeName: src.nodeName,
+		Settings: o.settings(),
+		Logger:   log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "nodeagent: explain: %v\n", err)
+		return exitFailure
+	}
+	st := states[0]
+	origin, inferred := o.explain.origin(st)
+	p := dataplane.Packet{Src: o.explain.src, Dst: o.explain.dst, Protocol: o.explain.protocol, From: origin}
+	writeVerdict(stdout, p, inferred, st.Lookup(p))
+	return exitOK
+}
+
+// origin returns where the packet enters. Unless --from says, a source that
+// is one of the node's addresses is the node, one in the node's pod CIDRs
+// is a local pod, and anything else (pods of other nodes included) comes
+// from outside.
+func (e *explainArgs) origin(st *dataplane.State) (o dataplane.Origin, inferred bool) {
+	switch e.from {
+	case "pod":
+		return dataplane.FromLocalPod, false
+	case "node":
+		return dataplane.FromNode, false
+	case "outside":
+		return dataplane.FromOutside, false
+	}
+	for _, ip := range st.Node.IPs {
+		if ip == e.src {
+			return dataplane.FromNode, true
+		}
+	}
+	if e.src.IsLoopback() {
+		return dataplane.FromNode, true
+	}
+	for _, c := range st.Node.PodCIDRs {
+		if c.Contains(e.src) {
+			return dataplane.FromLocalPod, true
+		}
+	}
+	return dataplane.FromOutside, true
+}
+
+func originName(o dataplane.Origin) string {
+	switch o {
+	case dataplane.FromLocalPod:
+		return "pod"
+	case dataplane.FromNode:
+		return "node"
+	default:
+		return "outside"
+	}
+}
+
+func actionName(a dataplane.Action) string {
+	switch a {
+	case dataplane.Accept:
+		return "accept"
+	case dataplane.Reject:
+		return "reject"
+	case dataplane.Drop:
+		return "drop"
+	case dataplane.DNAT:
+		return "DNAT"
+	default:
+		return "not a service"
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func writeVerdict(w io.Writer, p dataplane.Packet, inferred bool, v dataplane.Verdict) {
+	from := originName(p.From)
+	if inferred {
+		from += " (inferred from the source; choose with --from)"
+	}
+	service := "-"
+	if v.Action != dataplane.NotAService {
+		service = v.Service.String() + "/" + string(v.Service.Protocol)
+	}
+	eps := "-"
+	if len(v.Endpoints) > 0 {
+		list := make([]string, len(v.Endpoints))
+		for i, e := range v.Endpoints {
+			list[i] = e.String()
+		}
+		eps = fmt.Sprintf("%s (one is picked per connection)", strings.Join(list, ", "))
+		if len(v.Endpoints) == 1 {
+			eps = list[0]
+		}
+	}
+	rows := [][2]string{
+		{"packet", fmt.Sprintf("%s -> %s/%s", p.Src, p.Dst, p.Protocol)},
+		{"from", from},
+		{"action", actionName(v.Action)},
+		{"service", service},
+		{"endpoints", eps},
+		{"masquerade", yesNo(v.Masquerade)},
+		{"affinity", yesNo(v.Affinity)},
+		{"reason", v.Reason},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-11s %s\n", r[0]+":", r[1])
+	}
+}

@@ -1,0 +1,27 @@
+// Command nodeagent is a kube-proxy replacement built only on proxykit's
+// public API: it watches a cluster (or manifest files, or its bundled demo
+// manifests), programs iptables, cleans conntrack, and serves kube-proxy's
+// health and metrics endpoints.
+//
+// With no flags it prints the rules it would program for the demo
+// manifests and exits:
+//
+//	go run ./examples/nodeagent
+//
+// `nodeagent explain SRC DST:PORT/PROTO` answers where a packet goes and
+// why, from the same model the rules are built from. See README.md.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

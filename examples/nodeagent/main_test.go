@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// agentArgsEnv makes the test binary act as the agent with these
+// (JSON-encoded) arguments, so that a test can start it inside a network
+// namespace as a whole process.
+const agentArgsEnv = "NODEAGENT_TEST_ARGS"
+
+func TestMain(m *testing.M) {
+	if enc, ok := os.LookupEnv(agentArgsEnv); ok {
+		var args []string
+		if err := json.Unmarshal([]byte(enc), &args); err != nil {
+			panic(err)
+		}
+		os.Exit(run(context.Background(), args, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// runAgent runs the agent in-process.
+func runAgent(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	// Outside a pod, so that no flags means the demo manifests.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestNoFlagsPrintsDemoRules(t *testing.T) {
+	code, out, errOut := runAgent(t)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if errOut != "" {
+		t.Errorf("stderr = %q, want nothing", errOut)
+	}
+	for _, want := range []string{
+		"# iptables-restore input (IPv4)\n*filter\n",
+		"# iptables-restore input (IPv6)\n*filter\n",
+		":PK-SERVICES - [0:0]",
+		":PK-NODEPORTS - [0:0]",
+		":PK-POSTROUTING - [0:0]",
+		":PK-MARK-MASQ - [0:0]",
+		`"default/web:http cluster IP" -m tcp -p tcp -d 10.96.10.10 --dport 80`,
+		`"default/web:http cluster IP" -m tcp -p tcp -d fd00:10:96::a --dport 80`,
+		`"kube-system/kube-dns:dns cluster IP" -m udp -p udp -d 10.96.0.10 --dport 53`,
+		`"default/shop:http" -m tcp -p tcp --dport 30080`,
+		`"ingress/ingress:https loadbalancer IP" -m tcp -p tcp -d 192.0.2.50 --dport 443`,
+		`"ingress/ingress:https health check node port" -m tcp -p tcp --dport 32000 -j ACCEPT`,
+		`"default/reports:http has no endpoints" -m tcp -p tcp -d 10.96.40.40 --dport 80 -j REJECT`,
+		"--rcheck --seconds 10800 --reap",
+		"COMMIT\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Count(out, "*nat\n") != 2 || strings.Count(out, "*filter\n") != 2 {
+		t.Errorf("want one filter and one nat table per family, got:\n%s", out)
+	}
+	// The rules are deterministic: a second run prints the same bytes.
+	if _, again, _ := runAgent(t); again != out {
+		t.Errorf("second run differs:\n%s", cmp.Diff(out, again))
+	}
+}
+
+func TestManifestsDryRun(t *testing.T) {
+	dir := t.TempDir()
+	data, err := demoFS.ReadFile("demo/dns.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dns.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runAgent(t, "--manifests", dir, "--dry-run", "--once")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(out, "kube-system/kube-dns:dns cluster IP") || strings.Contains(out, "default/web") {
+		t.Errorf("output should program kube-dns alone:\n%s", out)
+	}
+}
+
+// verdict parses explain's output into its fields, less the reason, which
+// is for people.
+func verdict(out string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k != "reason" {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+func TestExplain(t *testing.T) {
+	inferred := " (inferred from the source; choose with --from)"
+	tests := []struct {
+		name string
+		args []string
+		want map[string]string
+	}{
+		{
+			name: "pod to a cluster IP",
+			args: []string{"explain", "10.244.0.5", "10.96.10.10:80/TCP"},
+			want: map[string]string{
+				"packet": "10.244.0.5 -> 10.96.10.10:80/TCP", "from": "pod" + inferred, "action": "DNAT",
+				"service":    "default/web:http/TCP",
+				"endpoints":  "10.244.0.11:8080, 10.244.1.12:8080, 10.244.2.13:8080 (one is picked per connection)",
+				"masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "UDP, protocol in lower case",
+			args: []string{"explain", "10.244.0.5", "10.96.0.10:53/udp"},
+			want: map[string]string{
+				"packet": "10.244.0.5 -> 10.96.0.10:53/UDP", "from": "pod" + inferred, "action": "DNAT",
+				"service":    "kube-system/kube-dns:dns/UDP",
+				"endpoints":  "10.244.0.2:53, 10.244.1.3:53 (one is picked per connection)",
+				"masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "IPv6 cluster IP",
+			args: []string{"explain", "fd00:10:244::5", "[fd00:10:96::a]:80"},
+			want: map[string]string{
+				"packet": "fd00:10:244::5 -> [fd00:10:96::a]:80/TCP", "from": "pod" + inferred, "action": "DNAT",
+				"service":    "default/web:http/TCP",
+				"endpoints":  "[fd00:10:244::11]:8080, [fd00:10:244:1::12]:8080, [fd00:10:244:2::13]:8080 (one is picked per connection)",
+				"masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "allowed source to an externalTrafficPolicy Local load balancer",
+			args: []string{"explain", "203.0.113.9", "192.0.2.50:443/TCP"},
+			want: map[string]string{
+				"packet": "203.0.113.9 -> 192.0.2.50:443/TCP", "from": "outside" + inferred, "action": "DNAT",
+				"service": "ingress/ingress:https/TCP", "endpoints": "10.244.0.30:8443",
+				"masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "source outside loadBalancerSourceRanges",
+			args: []string{"explain", "8.8.8.8", "192.0.2.50:443/TCP"},
+			want: map[string]string{
+				"packet": "8.8.8.8 -> 192.0.2.50:443/TCP", "from": "outside" + inferred, "action": "drop",
+				"service": "ingress/ingress:https/TCP", "endpoints": "-", "masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "service without endpoints",
+			args: []string{"explain", "10.244.0.5", "10.96.40.40:80/TCP"},
+			want: map[string]string{
+				"packet": "10.244.0.5 -> 10.96.40.40:80/TCP", "from": "pod" + inferred, "action": "reject",
+				"service": "default/reports:http/TCP", "endpoints": "-", "masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "ClientIP affinity, origin given after the operands",
+			args: []string{"explain", "10.244.0.5", "10.96.50.50:80/TCP", "--from", "outside"},
+			want: map[string]string{
+				"packet": "10.244.0.5 -> 10.96.50.50:80/TCP", "from": "outside", "action": "DNAT",
+				"service":    "default/cart:http/TCP",
+				"endpoints":  "10.244.0.40:8080, 10.244.1.41:8080 (one is picked per connection)",
+				"masquerade": "no", "affinity": "yes",
+			},
+		},
+		{
+			name: "node port from the node itself is masqueraded",
+			args: []string{"explain", "192.168.49.2", "192.168.49.2:30080/TCP"},
+			want: map[string]string{
+				"packet": "192.168.49.2 -> 192.168.49.2:30080/TCP", "from": "node" + inferred, "action": "DNAT",
+				"service":    "default/shop:http/TCP",
+				"endpoints":  "10.244.1.20:8080, 10.244.2.21:8080 (one is picked per connection)",
+				"masquerade": "yes", "affinity": "no",
+			},
+		},
+		{
+			name: "off-cluster source with a cluster CIDR is masqueraded",
+			args: []string{"--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56", "explain", "198.51.100.1", "10.96.10.10:80/TCP"},
+			want: map[string]string{
+				"packet": "198.51.100.1 -> 10.96.10.10:80/TCP", "from": "outside" + inferred, "action": "DNAT",
+				"service":    "default/web:http/TCP",
+				"endpoints":  "10.244.0.11:8080, 10.244.1.12:8080, 10.244.2.13:8080 (one is picked per connection)",
+				"masquerade": "yes", "affinity": "no",
+			},
+		},
+		{
+			name: "a process on the node, said so",
+			args: []string{"explain", "--from", "node", "127.0.0.1", "10.96.0.10:53/UDP"},
+			want: map[string]string{
+				"packet": "127.0.0.1 -> 10.96.0.10:53/UDP", "from": "node", "action": "DNAT",
+				"service":    "kube-system/kube-dns:dns/UDP",
+				"endpoints":  "10.244.0.2:53, 10.244.1.3:53 (one is picked per connection)",
+				"masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "loopback is the node",
+			args: []string{"explain", "127.0.0.1", "10.96.0.10:53/UDP"},
+			want: map[string]string{
+				"packet": "127.0.0.1 -> 10.96.0.10:53/UDP", "from": "node" + inferred, "action": "DNAT",
+				"service":    "kube-system/kube-dns:dns/UDP",
+				"endpoints":  "10.244.0.2:53, 10.244.1.3:53 (one is picked per connection)",
+				"masquerade": "no", "affinity": "no",
+			},
+		},
+		{
+			name: "not a service; explain answers whatever the mode",
+			args: []string{"--proxy-mode", "userspace", "explain", "10.244.0.5", "10.1.1.1:80/TCP", "--from", "pod"},
+			want: map[string]string{
+				"packet": "10.244.0.5 -> 10.1.1.1:80/TCP", "from": "pod", "action": "not a service",
+				"service": "-", "endpoints": "-", "masquerade": "no", "affinity": "no",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := runAgent(t, tt.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+			}
+			if diff := cmp.Diff(tt.want, verdict(out)); diff != "" {
+				t.Errorf("(-want +got):\n%s\noutput:\n%s", diff, out)
+			}
+			if !strings.Contains(out, "\nreason:") {
+				t.Errorf("no reason in:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestExplainManifests(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"node.yaml", "empty.yaml"} {
+		data, err := demoFS.ReadFile("demo/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := runAgent(t, "--manifests", dir, "--hostname-override", "Demo-Node ",
+		"explain", "10.244.0.5", "10.96.40.40:80/TCP")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	want := map[string]string{
+		"packet": "10.244.0.5 -> 10.96.40.40:80/TCP", "from": "pod (inferred from the source; choose with --from)",
+		"action": "reject", "service": "default/reports:http/TCP", "endpoints": "-", "masquerade": "no", "affinity": "no",
+	}
+	if diff := cmp.Diff(want, verdict(out)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a test may read while the agent
+// writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestDryRunFollowsManifestsUntilStopped(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	dir := t.TempDir()
+	data, err := demoFS.ReadFile("demo/dns.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dns.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--manifests", dir, "--dry-run", "--nodeport-addresses", "localhost,all", "--min-sync-period", "0"}, &out, &errOut)
+	}()
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(out.String(), "kube-system/kube-dns:dns cluster IP") {
+		select {
+		case code := <-done:
+			t.Fatalf("agent exited (%d) before it synced; stderr:\n%s", code, errOut.String())
+		case <-deadline:
+			t.Fatalf("no sync printed; stderr:\n%s", errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit %d after stop, stderr:\n%s", code, errOut.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+}
+
+func TestBadCommandLines(t *testing.T) {
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
+		{[]string{"--proxy-mode", "kernelspace"}, exitUsage, `unknown --proxy-mode "kernelspace": use one of iptables, nftables, ipvs, userspace`},
+		{[]string{"--proxy-mode", "nftables", "--dry-run"}, exitFailure, "--proxy-mode nftables: not built yet (built: iptables)"},
+		{[]string{"--proxy-mode", "ipvs", "--once"}, exitFailure, "--proxy-mode ipvs: not built yet"},
+		{[]string{"--proxy-mode", "userspace", "--once"}, exitFailure, "--proxy-mode userspace: not built yet"},
+		{[]string{"--kubeconfig", "a", "--manifests", "b"}, exitUsage, "--kubeconfig and --manifests are exclusive"},
+		{[]string{"--once", "--cleanup"}, exitUsage, "--once and --cleanup are exclusive"},
+		{[]string{"--sync-period", "0s"}, exitUsage, "--sync-period must be positive"},
+		{[]string{"--min-sync-period", "2m"}, exitUsage, "--min-sync-period must be between 0 and --sync-period"},
+		{[]string{"--min-sync-period", "soon"}, exitUsage, `invalid value "soon" for flag -min-sync-period`},
+		{[]string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, exitUsage, "at most one CIDR per IP family"},
+		{[]string{"--cluster-cidr", "10.0.0.0"}, exitUsage, `"10.0.0.0" is not a CIDR`},
+		{[]string{"--nodeport-addresses", "primary"}, exitUsage, "the keyword primary is not supported"},
+		{[]string{"--from", "pod"}, exitUsage, "--from applies to explain only"},
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"explain", "10.0.0.1"}, exitUsage, "explain needs SRC and DST:PORT/PROTO"},
+		{[]string{"explain", "pod-a", "10.96.0.1:443"}, exitUsage, `source "pod-a" is not an IP address`},
+		{[]string{"explain", "10.0.0.1", "10.96.0.1"}, exitUsage, `destination "10.96.0.1" is not IP:PORT`},
+		{[]string{"explain", "10.0.0.1", "10.96.0.1:443/ICMP"}, exitUsage, `protocol "ICMP" is not TCP, UDP or SCTP`},
+		{[]string{"explain", "10.0.0.1", "[fd00::1]:443"}, exitUsage, "different IP families"},
+		{[]string{"explain", "10.0.0.1", "10.96.0.1:443", "--from", "space"}, exitUsage, `--from "space" is not pod, node or outside`},
+		{[]string{"--manifests", "/nonexistent/proxykit", "--dry-run", "--once"}, exitFailure, "/nonexistent/proxykit"},
+		{[]string{"--cleanup", "--dry-run"}, exitFailure, "a dry run programs nothing"},
+		{[]string{"--kubeconfig", "/nonexistent/kubeconfig", "--dry-run"}, exitFailure, "--kubeconfig:"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, out, errOut := runAgent(t, tt.args...)
+			if code != tt.code || !strings.Contains(errOut, tt.stderr) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errOut, tt.code, tt.stderr)
+			}
+			if out != "" {
+				t.Errorf("stdout = %q, want nothing", out)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, _, errOut := runAgent(t, "--help")
+	if code != exitOK || !strings.Contains(errOut, "nodeagent [flags] explain SRC DST:PORT/PROTO") || !strings.Contains(errOut, "-healthz-bind-address") {
+		t.Errorf("exit %d, usage:\n%s", code, errOut)
+	}
+}
