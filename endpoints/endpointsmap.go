@@ -28,11 +28,14 @@ type ServiceEndpoints struct {
 
 // NewMap builds a Map, for tests and for callers that drive a dataplane
 // without a Tracker. Each list is sorted by address; of several entries with
-// one address the first non-terminating one is kept. Empty lists are dropped.
+// one address one is kept by the rule a Tracker applies to duplicates across
+// slices (non-terminating first; see the package documentation). Empty lists
+// are dropped, and so are nil entries. The Endpoints are shared, not copied.
 func NewMap(eps map[servicemodel.PortName][]*Endpoint) Map {
 	byService := map[types.NamespacedName]map[servicemodel.PortName][]*Endpoint{}
 	for pn, list := range eps {
-		list = normalizeList(slices.Clone(list))
+		list = slices.DeleteFunc(slices.Clone(list), func(e *Endpoint) bool { return e == nil })
+		list = normalizeList(list)
 		if len(list) == 0 {
 			continue
 		}
@@ -50,22 +53,16 @@ func NewMap(eps map[servicemodel.PortName][]*Endpoint) Map {
 	return m
 }
 
-// normalizeList sorts list by address and removes duplicate addresses,
-// preferring a non-terminating entry, then the earliest.
+// normalizeList sorts list by address and keeps one entry per address, the
+// one comparePreference puts first. It reorders list in place.
 func normalizeList(list []*Endpoint) []*Endpoint {
-	slices.SortStableFunc(list, func(a, b *Endpoint) int { return compareAddrPorts(a.Addr, b.Addr) })
-	out := list[:0]
-	for _, e := range list {
-		if n := len(out); n > 0 && out[n-1].Addr == e.Addr {
-			if out[n-1].Terminating && !e.Terminating {
-				out[n-1] = e
-			}
-			continue
+	slices.SortFunc(list, func(a, b *Endpoint) int {
+		if c := compareAddrPorts(a.Addr, b.Addr); c != 0 {
+			return c
 		}
-		out = append(out, e)
-	}
-	clear(list[len(out):])
-	return out
+		return comparePreference(a, b)
+	})
+	return slices.CompactFunc(list, func(a, b *Endpoint) bool { return a.Addr == b.Addr })
 }
 
 // compareAddrPorts orders endpoints by address then port, numerically, so
@@ -75,15 +72,18 @@ func compareAddrPorts(a, b netip.AddrPort) int {
 }
 
 func newServiceEndpoints(ports map[servicemodel.PortName][]*Endpoint) *ServiceEndpoints {
-	local := map[netip.Addr]struct{}{}
+	// Local endpoints are few, so sorting their IPs beats building a set.
+	var buf [16]netip.Addr
+	local := buf[:0]
 	for _, list := range ports {
 		for _, e := range list {
 			if e.Local && e.Ready {
-				local[e.IP()] = struct{}{}
+				local = append(local, e.IP())
 			}
 		}
 	}
-	return &ServiceEndpoints{Ports: ports, LocalReady: len(local)}
+	slices.SortFunc(local, netip.Addr.Compare)
+	return &ServiceEndpoints{Ports: ports, LocalReady: len(slices.Compact(local))}
 }
 
 // withService returns m with service nn's endpoints replaced by se (removed

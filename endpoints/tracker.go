@@ -2,6 +2,8 @@ package endpoints
 
 import (
 	"net/netip"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -10,13 +12,16 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Config configures a Tracker. The zero value tracks IPv4 slices with no
 // endpoint counted as local, logging through klog.
 type Config struct {
-	// Family is the IP family to track; "" means IPv4. Slices of another
-	// address type (FQDN included) are ignored.
+	// Family is the IP family to track; "" means IPv4 (as does any value
+	// other than IPv6). Slices of another address type (FQDN included)
+	// are ignored.
 	Family v1.IPFamily
 	// NodeName is this node's name; endpoints whose nodeName equals it are
 	// local. "" makes no endpoint local.
@@ -25,18 +30,60 @@ type Config struct {
 	// skipped; the zero value is klog's default logger.
 	Logger logr.Logger
 	// OnSkip, if set, is called once per skipped object with a short,
-	// bounded reason (for a metric label).
+	// bounded reason (for a metric label): one of the Skip constants.
 	OnSkip func(reason string)
+	// Clock dates the tracker's creation, before which trigger times are
+	// not reported; nil means the real clock.
+	Clock clock.PassiveClock
 }
 
 // Tracker caches EndpointSlices, merges every slice of a service, and hands
 // out snapshots. Its methods may be called from any goroutine.
 type Tracker struct {
+	addressType discovery.AddressType
+	nodeName    string
+	logger      logr.Logger
+	onSkip      func(string)
+	start       time.Time
+
+	mu sync.Mutex
+	// services holds every service with a tracked slice or a change not
+	// yet checked out.
+	services map[types.NamespacedName]*serviceSlices
+	// owners maps each tracked slice (namespace/name) to its service, so
+	// that a slice is found again whatever a later object claims.
+	owners map[types.NamespacedName]types.NamespacedName
+	// pending is every service whose merged endpoints differ from
+	// snapshot (serviceSlices.changed).
+	pending  sets.Set[types.NamespacedName]
+	triggers map[types.NamespacedName][]time.Time
+	snapshot Map
 }
 
 // NewTracker returns an empty Tracker.
 func NewTracker(cfg Config) *Tracker {
-	panic("unimplemented")
+	t := &Tracker{
+		addressType: discovery.AddressTypeIPv4,
+		nodeName:    cfg.NodeName,
+		logger:      cfg.Logger,
+		onSkip:      cfg.OnSkip,
+		services:    map[types.NamespacedName]*serviceSlices{},
+		owners:      map[types.NamespacedName]types.NamespacedName{},
+		pending:     sets.New[types.NamespacedName](),
+		triggers:    map[types.NamespacedName][]time.Time{},
+	}
+	if cfg.Family == v1.IPv6Protocol {
+		t.addressType = discovery.AddressTypeIPv6
+	}
+	if t.logger.GetSink() == nil {
+		t.logger = klog.Background()
+	}
+	c := cfg.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	t.start = c.Now()
+	return t
 }
 
 // Update records an EndpointSlice update: old nil for an add, new nil for a
@@ -44,28 +91,154 @@ func NewTracker(cfg Config) *Tracker {
 // return. Only merged content counts: a metadata-only update or reordered
 // endpoints are no change.
 func (t *Tracker) Update(old, new *discovery.EndpointSlice) bool {
-	panic("unimplemented")
+	if new == nil {
+		if old == nil {
+			return false
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.removeLocked(sliceKey(old))
+	}
+	var skipped skipLog
+	ps := t.parse(new, &skipped)
+	t.report(new, skipped)
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := false
+	if old != nil && sliceKey(old) != sliceKey(new) {
+		changed = t.removeLocked(sliceKey(old))
+	}
+	if ps == nil {
+		// A slice that stopped being trackable (its service label was
+		// removed, say) must not linger as upstream lets it.
+		return t.removeLocked(sliceKey(new)) || changed
+	}
+	return t.setLocked(sliceKey(new), ps) || changed
 }
+
+func sliceKey(s *discovery.EndpointSlice) types.NamespacedName {
+	return types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+}
+
+// setLocked stores ps as slice key and reports whether merged content
+// changed.
+func (t *Tracker) setLocked(key types.NamespacedName, ps *parsedSlice) bool {
+	changed := false
+	if owner, ok := t.owners[key]; ok && owner != ps.service {
+		changed = t.removeLocked(key)
+	}
+	svc := t.services[ps.service]
+	if svc == nil {
+		svc = &serviceSlices{slices: map[string]*parsedSlice{}}
+		t.services[ps.service] = svc
+	}
+	prev := svc.slices[key.Name]
+	svc.slices[key.Name] = ps
+	t.owners[key] = ps.service
+	if !t.applyLocked(ps.service, svc, key.Name, prev, ps) {
+		return changed
+	}
+	if !ps.trigger.IsZero() && t.pending.Has(ps.service) {
+		t.triggers[ps.service] = append(t.triggers[ps.service], ps.trigger)
+	}
+	return true
+}
+
+// removeLocked forgets slice key and reports whether merged content
+// changed. Removing an unknown slice is no change.
+func (t *Tracker) removeLocked(key types.NamespacedName) bool {
+	owner, ok := t.owners[key]
+	if !ok {
+		return false
+	}
+	delete(t.owners, key)
+	svc := t.services[owner]
+	prev := svc.slices[key.Name]
+	delete(svc.slices, key.Name)
+	changed := t.applyLocked(owner, svc, key.Name, prev, nil)
+	if len(svc.slices) == 0 && !svc.changed() {
+		delete(t.services, owner)
+	}
+	if changed {
+		// The annotation of a deleted slice dates its last update, not
+		// the deletion, so as upstream no latency is reported for it.
+		delete(t.triggers, owner)
+	}
+	return changed
+}
+
+// smallMap is the size up to which clearing a map is cheaper than
+// replacing it.
+const smallMap = 8
 
 // Pending returns the number of services with changes not yet checked out.
 func (t *Tracker) Pending() int {
-	panic("unimplemented")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pending.Len()
 }
 
 // Checkout applies the pending changes and returns the new snapshot and what
-// changed since the previous Checkout. It costs O(changed services).
+// changed since the previous Checkout. It costs O(changed services): the
+// lists of the ports that changed are rebuilt, nothing else is visited.
 func (t *Tracker) Checkout() (Map, Changes) {
-	panic("unimplemented")
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := Changes{
+		Services:     sets.New[types.NamespacedName](),
+		Ports:        sets.New[servicemodel.PortName](),
+		LocalReady:   map[types.NamespacedName]int{},
+		TriggerTimes: map[types.NamespacedName][]time.Time{},
+	}
+	for nn := range t.pending {
+		svc := t.services[nn]
+		se := ch.apply(svc, t.snapshot.Service(nn))
+		ch.Services.Insert(nn)
+		ch.LocalReady[nn] = 0
+		if se != nil {
+			ch.LocalReady[nn] = se.LocalReady
+		}
+		if tt := t.triggers[nn]; len(tt) > 0 {
+			ch.TriggerTimes[nn] = tt
+		}
+		t.snapshot = t.snapshot.withService(nn, se)
+		svc.dirty, svc.fresh = nil, nil
+		if len(svc.slices) == 0 {
+			delete(t.services, nn)
+		}
+	}
+	// A cleared map keeps its buckets and ranging over it still costs its
+	// peak size, so after a big Checkout (the initial sync) the maps are
+	// replaced: otherwise every later Checkout would cost O(cluster).
+	if t.pending.Len() > smallMap {
+		t.pending = sets.New[types.NamespacedName]()
+	} else {
+		clear(t.pending)
+	}
+	if len(t.triggers) > smallMap {
+		t.triggers = map[types.NamespacedName][]time.Time{}
+	} else {
+		clear(t.triggers)
+	}
+	slices.SortFunc(ch.Stale, func(a, b StaleEndpoint) int {
+		if c := comparePortNames(a.Port, b.Port); c != 0 {
+			return c
+		}
+		return compareAddrPorts(a.Addr, b.Addr)
+	})
+	return t.snapshot, ch
 }
 
-// Changes is what one Checkout changed.
+// Changes is what one Checkout changed. Its sets and maps are never nil.
 type Changes struct {
 	// Services is every service whose merged endpoints changed.
 	Services sets.Set[types.NamespacedName]
 	// Ports is every port name whose endpoint list changed.
 	Ports sets.Set[servicemodel.PortName]
 	// Stale is the UDP and SCTP endpoints that were serving a port and no
-	// longer are, so that conntrack entries through them can be flushed.
+	// longer are, so that conntrack entries through them can be flushed;
+	// sorted by port name, then address. It is nil when there are none.
 	Stale []StaleEndpoint
 	// LocalReady is the current health-check count of every changed
 	// service (0 for one that lost all endpoints).
