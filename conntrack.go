@@ -1,0 +1,175 @@
+package proxykit
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+)
+
+// ConntrackCleaner deletes connection-tracking entries that the rules just
+// programmed no longer match, so that UDP and SCTP clients, which keep
+// using an entry for as long as they send, reach the new endpoints.
+// dataplane/conntrack implements it over netlink.
+//
+// The Proxy calls it from its sync loop, never concurrently, and only after
+// every dataplane of stale.Family has programmed stale.State: deleting an
+// entry earlier would let the next packet re-create it through the old
+// rules.
+type ConntrackCleaner interface {
+	// CleanStale deletes the entries stale describes and returns how many
+	// it deleted. On error the Proxy keeps the work and hands it over
+	// again (merged with newer work) after the next successful sync, so
+	// deleting is expected to be idempotent.
+	CleanStale(ctx context.Context, stale StaleFlows) (deleted int, err error)
+}
+
+// ConntrackCleanerFunc adapts a function to a ConntrackCleaner; with it a
+// dataplane/conntrack Cleaner plugs in as
+//
+//	proxykit.ConntrackCleanerFunc(func(ctx context.Context, s proxykit.StaleFlows) (int, error) {
+//		return cleaner.CleanStale(ctx, conntrack.Stale(s))
+//	})
+type ConntrackCleanerFunc func(ctx context.Context, stale StaleFlows) (int, error)
+
+// CleanStale calls f(ctx, stale).
+func (f ConntrackCleanerFunc) CleanStale(ctx context.Context, stale StaleFlows) (int, error) {
+	return f(ctx, stale)
+}
+
+// StaleFlows is the cleanup owed for one IP family. It accumulates every
+// change since the last successful cleanup (across failed syncs),
+// de-duplicated; upstream forgets what a failed sync owed.
+type StaleFlows struct {
+	Family v1.IPFamily
+	// Frontends are UDP and SCTP addresses that no service port serves any
+	// more (a deleted service, a removed port, a changed cluster IP,
+	// external IP or VIP): every entry whose original destination is one
+	// of them is stale. A Frontend whose IP is invalid is a node port:
+	// entries whose original destination port is Port on any local address
+	// are stale. Unlike upstream, frontends of deleted services are
+	// included.
+	Frontends []servicemodel.Frontend
+	// Endpoints are UDP and SCTP endpoints that stopped serving a port (a
+	// service scaled to zero included) and do not serve it again in State:
+	// every entry of that protocol whose reply source is Addr is stale.
+	Endpoints []endpoints.StaleEndpoint
+	// Ports are UDP and SCTP service ports whose endpoints changed. For
+	// each, entries to its frontends in State (cluster IP, external IPs,
+	// VIPs, node port) whose reply source is not one of its serving
+	// endpoints in State are stale: this catches flows that bypassed DNAT
+	// while the port had no endpoints, as upstream's reconciler does.
+	Ports []servicemodel.PortName
+	// State is what every dataplane of the family programs now.
+	State *dataplane.State
+}
+
+// Empty reports whether there is nothing to clean.
+func (s StaleFlows) Empty() bool {
+	return len(s.Frontends) == 0 && len(s.Endpoints) == 0 && len(s.Ports) == 0
+}
+
+// conntrackDebt accumulates the cleanup one family owes until a sync of that
+// family succeeds and the cleaner accepts it.
+type conntrackDebt struct {
+	frontends sets.Set[servicemodel.Frontend]
+	endpoints sets.Set[endpoints.StaleEndpoint]
+	ports     sets.Set[servicemodel.PortName]
+}
+
+func newConntrackDebt() *conntrackDebt {
+	return &conntrackDebt{
+		frontends: sets.New[servicemodel.Frontend](),
+		endpoints: sets.New[endpoints.StaleEndpoint](),
+		ports:     sets.New[servicemodel.PortName](),
+	}
+}
+
+// add records what one Build of this family reported.
+func (d *conntrackDebt) add(c dataplane.Changes) {
+	for _, f := range c.Services.Stale {
+		if conntrackProtocol(f.Protocol) {
+			d.frontends.Insert(f)
+		}
+	}
+	for _, e := range c.Endpoints.Stale {
+		if conntrackProtocol(e.Port.Protocol) {
+			d.endpoints.Insert(e)
+		}
+	}
+	for pn := range c.Endpoints.Ports {
+		if conntrackProtocol(pn.Protocol) {
+			d.ports.Insert(pn)
+		}
+	}
+}
+
+func (d *conntrackDebt) len() int {
+	return d.frontends.Len() + d.endpoints.Len() + d.ports.Len()
+}
+
+func (d *conntrackDebt) clear() {
+	d.frontends.Clear()
+	d.endpoints.Clear()
+	d.ports.Clear()
+}
+
+// flows renders the debt against the state now programmed, in a stable
+// order: endpoints serving their port again are left out, and so are ports
+// that are gone (their frontends are in Frontends).
+func (d *conntrackDebt) flows(f v1.IPFamily, s *dataplane.State) StaleFlows {
+	out := StaleFlows{Family: f, State: s}
+	out.Frontends = d.frontends.UnsortedList()
+	slices.SortFunc(out.Frontends, compareFrontends)
+	for e := range d.endpoints {
+		if !servingIn(s, e) {
+			out.Endpoints = append(out.Endpoints, e)
+		}
+	}
+	slices.SortFunc(out.Endpoints, compareStaleEndpoints)
+	for pn := range d.ports {
+		if _, ok := s.Services.Get(pn); ok {
+			out.Ports = append(out.Ports, pn)
+		}
+	}
+	slices.SortFunc(out.Ports, comparePortNames)
+	return out
+}
+
+func servingIn(s *dataplane.State, e endpoints.StaleEndpoint) bool {
+	for _, ep := range s.Endpoints.Get(e.Port) {
+		if ep.Addr == e.Addr && ep.Serving {
+			return true
+		}
+	}
+	return false
+}
+
+// conntrackProtocol reports whether entries of protocol p outlive a rule
+// change. TCP entries are left alone: a TCP connection to a removed endpoint
+// fails and the client reconnects through the new rules.
+func conntrackProtocol(p v1.Protocol) bool {
+	return p == v1.ProtocolUDP || p == v1.ProtocolSCTP
+}
+
+func compareFrontends(a, b servicemodel.Frontend) int {
+	return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+}
+
+func compareStaleEndpoints(a, b endpoints.StaleEndpoint) int {
+	return cmp.Or(comparePortNames(a.Port, b.Port), a.Addr.Compare(b.Addr))
+}
+
+func comparePortNames(a, b servicemodel.PortName) int {
+	return cmp.Or(
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Name, b.Name),
+		cmp.Compare(a.Port, b.Port),
+		cmp.Compare(a.Protocol, b.Protocol),
+	)
+}

@@ -1,0 +1,233 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/internal/netns"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// benchCluster is a Builder and the slices it was given, to change them.
+type benchCluster struct {
+	b      *dataplane.Builder
+	slices []*discovery.EndpointSlice
+}
+
+// benchBuilder returns a Builder holding n ClusterIP services of eps
+// endpoints each (a quarter of them NodePort), and its State.
+func benchBuilder(n, eps int) (*benchCluster, *dataplane.State) {
+	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dataplanetest.NodeName})
+	b.UpdateNode(dataplanetest.TestNode(nil))
+	c := &benchCluster{b: b}
+	for i := range n {
+		ns, name := fmt.Sprintf("ns%d", i%10), fmt.Sprintf("svc%d", i)
+		b.UpdateService(nil, dataplanetest.MakeService(ns, name, func(s *v1.Service) {
+			s.Spec.ClusterIP = fmt.Sprintf("172.30.%d.%d", i/250, i%250+1)
+			s.Spec.Type = v1.ServiceTypeClusterIP
+			var np int32
+			if i%4 == 1 {
+				s.Spec.Type = v1.ServiceTypeNodePort
+				np = int32(30000 + i/4)
+			}
+			s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("p80", v1.ProtocolTCP, 80, np, 8080)}
+		}))
+		sl := dataplanetest.MakeSlice(ns, name, 0, func(sl *discovery.EndpointSlice) {
+			sl.Ports = []discovery.EndpointPort{dataplanetest.SlicePort("p80", v1.ProtocolTCP, 8080)}
+			for k := range eps {
+				sl.Endpoints = append(sl.Endpoints, dataplanetest.ReadyEndpoint(fmt.Sprintf("10.%d.%d.%d", 1+k, i/250, i%250+1), ""))
+			}
+		})
+		c.slices = append(c.slices, sl)
+		b.UpdateEndpointSlice(nil, sl)
+	}
+	return c, b.Build().States[0]
+}
+
+// changeOneEndpoint replaces endpoint k of service i with a new address
+// and returns the next State.
+func changeOneEndpoint(c *benchCluster, i, k int) *dataplane.State {
+	old := c.slices[i]
+	upd := old.DeepCopy()
+	a := upd.Endpoints[k].Addresses[0]
+	if a[len(a)-1] == '0' {
+		a = a[:len(a)-1] + "1"
+	} else {
+		a = a[:len(a)-1] + "0"
+	}
+	upd.Endpoints[k].Addresses = []string{a}
+	upd.ResourceVersion = fmt.Sprint(len(a))
+	c.slices[i] = upd
+	c.b.UpdateEndpointSlice(old, upd)
+	return c.b.Build().States[0]
+}
+
+var benchSizes = []struct {
+	name     string
+	services int
+}{{"1k", 1000}, {"10k", 10000}}
+
+const benchEndpoints = 10
+
+// BenchmarkRender is the CPU cost of rendering a full ruleset, no kernel.
+func BenchmarkRender(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			_, st := benchBuilder(size.services, benchEndpoints)
+			d, err := New(Config{DryRun: io.Discard, Logger: logr.Discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			var n int
+			for b.Loop() {
+				out, err := d.Render(st)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(out)
+			}
+			b.ReportMetric(float64(n), "bytes/op")
+		})
+	}
+}
+
+// BenchmarkPartialSyncModel is the CPU cost of a one-endpoint-change sync
+// against the dry-run runner, no kernel.
+func BenchmarkPartialSyncModel(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			c, st := benchBuilder(size.services, benchEndpoints)
+			d, err := New(Config{DryRun: io.Discard, Logger: logr.Discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := d.Sync(ctx, st); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			bytes, i := 0, 0
+			for b.Loop() {
+				i++
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+					b.Fatal(err)
+				}
+				bytes += d.LastSync().Bytes
+			}
+			b.ReportMetric(float64(bytes)/float64(i), "bytes/op")
+		})
+	}
+}
+
+// benchVariant is the iptables backend of the kernel benchmarks:
+// PROXYKIT_IPTABLES_VARIANT=legacy or nft, default the binaries on PATH.
+func benchVariant() string { return os.Getenv("PROXYKIT_IPTABLES_VARIANT") }
+
+// kernelBench returns a Dataplane inside a fresh namespace.
+func kernelBench(b *testing.B) *nsDataplane {
+	netns.Require(b, "iptables-restore", "iptables-save", "iptables")
+	node := netns.New(b, "bench")
+	var d *Dataplane
+	if err := node.Do(func() error {
+		r, err := NewExecRunner(ExecConfig{Variant: benchVariant()})
+		if err != nil {
+			return err
+		}
+		d, err = New(Config{Logger: logr.Discard(), Runner: r})
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return &nsDataplane{Dataplane: d, ns: node}
+}
+
+// BenchmarkFullSync renders and restores the whole ruleset into a
+// namespace, stale-chain listing and jump checks included.
+func BenchmarkFullSync(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			_, st := benchBuilder(size.services, benchEndpoints)
+			d := kernelBench(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			bytes, n := 0, 0
+			for b.Loop() {
+				d.Invalidate()
+				if err := d.Sync(ctx, st); err != nil {
+					b.Fatal(err)
+				}
+				bytes += d.LastSync().Bytes
+				n++
+			}
+			b.ReportMetric(float64(bytes)/float64(n), "bytes/op")
+		})
+	}
+}
+
+// BenchmarkPartialSync changes one endpoint of one service per iteration
+// and syncs it into the kernel.
+func BenchmarkPartialSync(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			c, st := benchBuilder(size.services, benchEndpoints)
+			d := kernelBench(b)
+			ctx := context.Background()
+			if err := d.Sync(ctx, st); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			bytes, i := 0, 0
+			for b.Loop() {
+				i++
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+					b.Fatal(err)
+				}
+				if d.LastSync().Full {
+					b.Fatal("sync was full")
+				}
+				bytes += d.LastSync().Bytes
+			}
+			b.ReportMetric(float64(bytes)/float64(i), "bytes/op")
+		})
+	}
+}
+
+// BenchmarkRestoreFloor is a bare iptables-restore of the same full
+// ruleset: the kernel's floor under BenchmarkFullSync.
+func BenchmarkRestoreFloor(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			_, st := benchBuilder(size.services, benchEndpoints)
+			d := kernelBench(b)
+			data, err := d.Render(st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				bin := "iptables-restore"
+				if v := benchVariant(); v != "" {
+					bin = "iptables-" + v + "-restore"
+				}
+				cmd := d.ns.Command(bin, "-w", "5", "--noflush")
+				cmd.Stdin = bytesReader(data)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v: %s", err, out)
+				}
+			}
+			b.ReportMetric(float64(len(data)), "bytes/op")
+		})
+	}
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

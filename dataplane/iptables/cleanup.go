@@ -1,0 +1,64 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ownedChains returns the chains of table that belong to the prefix,
+// static or per-service, as save lists them.
+func (d *Dataplane) ownedChains(table string, save []byte) []string {
+	n := d.names
+	static := []string{n.services, n.nodePorts}
+	if table == "nat" {
+		static = append(static, n.postrouting, n.markMasq)
+	} else {
+		static = append(static, n.externalServices, n.forward, n.proxyFirewall, n.firewall)
+	}
+	var out []string
+	for _, c := range chainsInSave(save) {
+		if slices.Contains(static, c) || table == "nat" && n.isServiceChain(c) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// cleanup unhooks the chains and deletes every chain of the prefix, in one
+// restore per table. It goes on after errors so that as much as possible is
+// removed, and returns them all.
+func (d *Dataplane) cleanup(ctx context.Context) error {
+	var errs []error
+	for _, j := range d.jumps() {
+		if err := d.runner.DeleteJump(ctx, j); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, table := range []string{"nat", "filter"} {
+		save, err := d.runner.Save(ctx, table)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		chains := d.ownedChains(table, save)
+		if len(chains) == 0 {
+			continue
+		}
+		var b writer
+		b.line("*", table)
+		for _, c := range chains {
+			b.line(":", c, " - [0:0]")
+		}
+		for _, c := range chains {
+			b.line("-X ", c)
+		}
+		b.line("COMMIT")
+		if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup %s: %w", table, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,77 @@
+// Package iptables is the iptables dataplane: it turns a dataplane.State
+// into netfilter rules with one atomic iptables-restore --noflush per sync
+// (ip6tables-restore for IPv6), following kube-proxy's iptables mode rule
+// for rule: ClusterIPs, NodePorts (node-port addresses, localhost node ports
+// with route_localnet and the martian-blocking rule), external IPs,
+// LoadBalancer VIPs with source ranges, internal and external traffic
+// policy Local with the external chain's short-circuits, health-check node
+// port ACCEPT rules, ClientIP affinity ("recent"), random balancing
+// ("statistic"), hairpin and off-cluster masquerade through a configurable
+// mark, the four local-traffic detectors, REJECT without endpoints, DROP
+// without local endpoints and the conntrack INVALID drop. Which endpoints
+// serve which traffic is asked of State.Select; nothing here re-decides it.
+//
+// # Namespace
+//
+// Every chain carries Config.ChainPrefix ("PK-" by default, never kube-
+// proxy's "KUBE-", so both can run on one node): PK-SERVICES,
+// PK-NODEPORTS, PK-EXTERNAL-SERVICES, PK-POSTROUTING, PK-MARK-MASQ,
+// PK-FORWARD, PK-PROXY-FIREWALL, PK-FIREWALL, and per service port the
+// hashed PK-SVC-, PK-SVL-, PK-EXT-, PK-FW- and PK-SEP- chains (upstream's
+// hash, at most 28 characters). Built-in chains only get jump rules, added
+// with github.com/coreos/go-iptables; no chain without the prefix is ever
+// flushed, reordered or deleted.
+//
+// # Syncs that cost what changed
+//
+// Upstream rewrites its dispatch chains (KUBE-SERVICES, KUBE-NODEPORTS and
+// every filter chain) on every sync, so even a one-endpoint change costs
+// O(services). Here the dispatch chains are kept in a fixed order (by
+// namespace, name, port name and protocol, the order State.Lookup breaks
+// ties in) that the dataplane models in memory. A partial sync therefore
+// writes only the changed services' own chains plus single-rule edits of
+// the shared chains: a delete of the exact old rule (-D, so a kernel that
+// drifted from the model fails the restore instead of being silently
+// corrupted) and an insert at the computed position (-I CHAIN N). The
+// kernel then holds exactly what a full render would write. Services to
+// look at come from State.ChangedSince; when it cannot tell, every service
+// is rendered and compared, and still only differences are written.
+//
+// The first Sync, the first after any failure, one every FullSyncPeriod and
+// one after a change of node addresses or settings are full: every owned
+// chain is rewritten, the jumps re-ensured, and per-service chains of the
+// prefix that nothing uses any more (left by a failed sync or an earlier
+// run of the program) are deleted, found with iptables-save. A restart thus
+// reconciles whatever it finds. A rejected restore changes nothing in the
+// kernel and is returned as a *RestoreError naming the failing line with
+// its context.
+//
+// # Dry run, fake, tracer
+//
+// Render returns the exact restore input of a full sync, sorted and
+// deterministic, without privileges; Config.DryRun makes Sync write its
+// inputs to a writer instead of running them. FakeRunner keeps a simulated
+// kernel (a Ruleset that applies restore input with iptables' checks) and
+// records every input; Ruleset.Trace follows a dataplane.Packet through
+// such tables and answers in State.Lookup's Verdict shape, which is how the
+// tests prove the rules equal the specification.
+//
+// # Differences from upstream
+//
+//   - The node's own connections to an external IP or LoadBalancer VIP of
+//     a port with no endpoints are rejected locally (PK-EXTERNAL-SERVICES is
+//     also hooked from filter OUTPUT), as State.Lookup specifies; upstream
+//     lets them leave the node.
+//   - Crossing the large-cluster threshold (more than 1000 endpoints, which
+//     drops per-endpoint comments) forces a full sync, so the kernel always
+//     equals a fresh render; upstream leaves old chains commented. The
+//     hourly full sync is kept in large clusters too.
+//   - The nfacct counters (and the counting-only localhost node-port rule
+//     they need) are not written.
+//   - Invalid ports, addresses and endpoints (wrong family, unparsable,
+//     port 0, names unsafe in a comment, out-of-range affinity timeouts)
+//     are skipped and reported through Config.OnSkip instead of reaching
+//     iptables-restore and failing the whole sync.
+//   - The health-check rule of a non-TCP port says its protocol in the
+//     comment, so that each rule identifies its service port.
+package iptables

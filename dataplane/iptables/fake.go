@@ -1,0 +1,126 @@
+package iptables
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/proxykit/proxykit/dataplane"
+)
+
+// FakeRunner is a Runner that keeps a simulated kernel: restores apply to a
+// Ruleset with iptables-restore's checks and atomicity, and every input is
+// recorded. It is the recording mode the conformance suite traces through.
+type FakeRunner struct {
+	mu      sync.Mutex
+	rs      *Ruleset
+	sysctls map[string]string
+	// restores is every restore input, successful or not.
+	restores [][]byte
+	// Fail, if set, is consulted before each restore; an error it returns
+	// is returned as if iptables-restore had rejected the input, and
+	// nothing is applied.
+	Fail func(data []byte) error
+}
+
+// NewFakeRunner returns a FakeRunner with empty tables.
+func NewFakeRunner() *FakeRunner {
+	return &FakeRunner{rs: NewRuleset(), sysctls: map[string]string{}}
+}
+
+// Restore implements Runner.
+func (f *FakeRunner) Restore(_ context.Context, data []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restores = append(f.restores, slices.Clone(data))
+	if f.Fail != nil {
+		if err := f.Fail(data); err != nil {
+			return err
+		}
+	}
+	next := f.rs.Clone()
+	if err := next.Apply(data); err != nil {
+		line := 0
+		if pe, ok := err.(*ParseError); ok {
+			line = pe.Line
+		}
+		return &RestoreError{Line: line, Context: extractLines(data, line, contextLines), Output: err.Error(), Err: err}
+	}
+	f.rs = next
+	return nil
+}
+
+// Save implements Runner.
+func (f *FakeRunner) Save(_ context.Context, table string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rs.Save(table), nil
+}
+
+// EnsureJump implements Runner.
+func (f *FakeRunner) EnsureJump(_ context.Context, j Jump) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, err := parseRule(j.Rule)
+	if err != nil {
+		return err
+	}
+	next := f.rs.Clone()
+	if err := next.Apply([]byte("*" + j.Table + "\n" + "-I " + j.Chain + " 1 " + r.Text + "\nCOMMIT\n")); err != nil {
+		return err
+	}
+	if slices.Contains(f.rs.Rules(j.Table, j.Chain), r.Text) {
+		return nil
+	}
+	f.rs = next
+	return nil
+}
+
+// DeleteJump implements Runner.
+func (f *FakeRunner) DeleteJump(_ context.Context, j Jump) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, err := parseRule(j.Rule)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(f.rs.Rules(j.Table, j.Chain), r.Text) {
+		return nil
+	}
+	return f.rs.Apply([]byte("*" + j.Table + "\n" + "-D " + j.Chain + " " + r.Text + "\nCOMMIT\n"))
+}
+
+// Sysctl implements Runner; unknown sysctls read as "0".
+func (f *FakeRunner) Sysctl(_ context.Context, name, value string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if value != "" {
+		f.sysctls[name] = value
+	}
+	if v, ok := f.sysctls[name]; ok {
+		return v, nil
+	}
+	return "0", nil
+}
+
+// Restores returns every restore input so far.
+func (f *FakeRunner) Restores() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.restores)
+}
+
+// Ruleset returns a copy of the simulated tables.
+func (f *FakeRunner) Ruleset() *Ruleset {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rs.Clone()
+}
+
+// Trace follows p through the simulated tables; see Ruleset.Trace.
+func (f *FakeRunner) Trace(p dataplane.Packet, nodeIPs []netip.Addr) dataplane.Verdict {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rs.Trace(p, nodeIPs)
+}

@@ -1,0 +1,118 @@
+package iptables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"strings"
+)
+
+// maxChainName is the longest chain name the kernel accepts
+// (XT_EXTENSION_MAXNAMELEN less the terminating NUL).
+const maxChainName = 28
+
+// DefaultChainPrefix is the prefix of every chain the dataplane owns when
+// Config.ChainPrefix is empty. It differs from kube-proxy's "KUBE-" so that
+// proxykit and kube-proxy can run side by side without clobbering each other.
+const DefaultChainPrefix = "PK-"
+
+// The kinds of per-service chain, each a fixed infix after the prefix.
+const (
+	kindSVC = "SVC-"
+	kindSVL = "SVL-"
+	kindEXT = "EXT-"
+	kindFW  = "FW-"
+	kindSEP = "SEP-"
+)
+
+var serviceChainKinds = []string{kindSVC, kindSVL, kindEXT, kindFW, kindSEP}
+
+// chainNames holds the names of the fixed chains for one prefix.
+type chainNames struct {
+	prefix string
+	// hashLen is how many hash characters fit after prefix and kind.
+	hashLen int
+
+	services, externalServices, nodePorts, postrouting, markMasq string
+	forward, proxyFirewall, firewall                             string
+}
+
+// longestStatic is the longest fixed-chain suffix; it bounds the prefix.
+const longestStatic = "EXTERNAL-SERVICES"
+
+// minHashLen keeps per-service chain names collision-resistant enough:
+// 10 base32 characters are 50 bits.
+const minHashLen = 10
+
+func newChainNames(prefix string) (chainNames, error) {
+	if prefix == "" {
+		prefix = DefaultChainPrefix
+	}
+	if err := validPrefix(prefix); err != nil {
+		return chainNames{}, err
+	}
+	hashLen := min(16, maxChainName-len(prefix)-len(kindSVC))
+	return chainNames{
+		prefix:           prefix,
+		hashLen:          hashLen,
+		services:         prefix + "SERVICES",
+		externalServices: prefix + "EXTERNAL-SERVICES",
+		nodePorts:        prefix + "NODEPORTS",
+		postrouting:      prefix + "POSTROUTING",
+		markMasq:         prefix + "MARK-MASQ",
+		forward:          prefix + "FORWARD",
+		proxyFirewall:    prefix + "PROXY-FIREWALL",
+		firewall:         prefix + "FIREWALL",
+	}, nil
+}
+
+func validPrefix(p string) error {
+	if len(p)+len(longestStatic) > maxChainName || maxChainName-len(p)-len(kindSVC) < minHashLen {
+		return fmt.Errorf("chain prefix %q is too long: at most %d characters", p, maxChainName-len(longestStatic))
+	}
+	for _, c := range p {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("chain prefix %q: only A-Z, 0-9, '-' and '_' are allowed", p)
+		}
+	}
+	if p == "KUBE-" {
+		return fmt.Errorf("chain prefix %q would share chains with kube-proxy", p)
+	}
+	return nil
+}
+
+// hash returns the base32 SHA-256 of the parts, as upstream names its
+// chains, cut to n characters.
+func hash(n int, parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+	}
+	return base32.StdEncoding.EncodeToString(h.Sum(nil))[:n]
+}
+
+// serviceChain names a per-service-port chain of kind; portID is
+// "ns/name:port" + lowercase protocol, upstream's hash input.
+func (c chainNames) serviceChain(kind, portID string) string {
+	return c.prefix + kind + hash(c.hashLen, portID)
+}
+
+// endpointChain names the chain of one endpoint of one service port.
+func (c chainNames) endpointChain(portID, endpoint string) string {
+	return c.prefix + kindSEP + hash(c.hashLen, portID, endpoint)
+}
+
+// isServiceChain reports whether name is a per-service chain of this
+// prefix: the only chains garbage-collected when nothing refers to them.
+func (c chainNames) isServiceChain(name string) bool {
+	rest, ok := strings.CutPrefix(name, c.prefix)
+	if !ok {
+		return false
+	}
+	for _, k := range serviceChainKinds {
+		if h, ok := strings.CutPrefix(rest, k); ok && len(h) == c.hashLen {
+			return true
+		}
+	}
+	return false
+}

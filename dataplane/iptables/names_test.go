@@ -1,0 +1,164 @@
+package iptables
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/affinity"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestChainNames(t *testing.T) {
+	// Upstream's hashes, recomputed in the reference notes.
+	n, err := newChainNames("KUBEX-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.serviceChain(kindSVC, "ns1/svc1:p80tcp"); got != "KUBEX-SVC-XPGD46QRK7WJZT7O" {
+		t.Errorf("service chain = %s", got)
+	}
+	if got := n.endpointChain("ns1/svc1:p80tcp", "10.180.0.1:80"); got != "KUBEX-SEP-SXIVWICOYRO3J4NJ" {
+		t.Errorf("endpoint chain = %s", got)
+	}
+	for _, tc := range []struct {
+		prefix string
+		ok     bool
+	}{
+		{"", true}, {"PK-", true}, {"ABCDEFGHIJK", true}, {"ABCDEFGHIJKL", false},
+		{"KUBE-", false}, {"pk-", false}, {"P K", false},
+	} {
+		n, err := newChainNames(tc.prefix)
+		if (err == nil) != tc.ok {
+			t.Errorf("prefix %q: err = %v, want ok %v", tc.prefix, err, tc.ok)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		for _, c := range []string{n.externalServices, n.proxyFirewall, n.serviceChain(kindSVC, "x"), n.endpointChain("x", "y")} {
+			if len(c) > maxChainName {
+				t.Errorf("prefix %q: chain %s is longer than %d", tc.prefix, c, maxChainName)
+			}
+		}
+		if !n.isServiceChain(n.serviceChain(kindFW, "x")) || n.isServiceChain(n.services) || n.isServiceChain("KUBE-SVC-XPGD46QRK7WJZT7O") {
+			t.Errorf("prefix %q: isServiceChain is wrong", tc.prefix)
+		}
+	}
+}
+
+func TestParseRestoreError(t *testing.T) {
+	data := []byte("*nat\n:A - [0:0]\n-A A -j B\n-A A -j C\nCOMMIT\n")
+	exitErr := exec.Command("false").Run()
+	for _, tc := range []struct {
+		name, output string
+		line         int
+	}{
+		{"legacy", "iptables-restore: line 3 failed\n", 3},
+		{"nft", "iptables-nft-restore: line 4 failed: Bad rule (does a matching rule exist in that chain?).\n", 4},
+		{"parser", "iptables-restore v1.8.9 (nf_tables): Chain 'B' does not exist\nError occurred at line: 3\nTry `iptables-restore -h' for more information.\n", 3},
+		{"unknown", "Another app is currently holding the xtables lock.\n", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := parseRestoreError(data, []byte(tc.output), exitErr)
+			if e.Line != tc.line {
+				t.Errorf("line = %d, want %d", e.Line, tc.line)
+			}
+			if tc.line == 3 {
+				want := []string{"  1: *nat", "  2: :A - [0:0]", "> 3: -A A -j B", "  4: -A A -j C", "  5: COMMIT", "  6: "}
+				if d := cmp.Diff(want, e.Context); d != "" {
+					t.Errorf("context (-want +got):\n%s", d)
+				}
+			}
+			if !errors.Is(e, exitErr) || !strings.Contains(e.Error(), "iptables-restore failed") {
+				t.Errorf("error %q does not wrap the exec error", e)
+			}
+		})
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, cfg := range []Config{
+		{Family: "IPv5", DryRun: &strings.Builder{}},
+		{MasqueradeBit: 32, DryRun: &strings.Builder{}},
+		{ChainPrefix: "KUBE-", DryRun: &strings.Builder{}},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+	d, err := New(Config{MasqueradeBit: 3, DryRun: &strings.Builder{}})
+	if err != nil || d.mark != "0x00000008" {
+		t.Errorf("mark = %q, %v", d.mark, err)
+	}
+	if err := d.Sync(t.Context(), &dataplane.State{Family: v1.IPv6Protocol}); err == nil {
+		t.Errorf("an IPv4 dataplane accepted an IPv6 State")
+	}
+}
+
+// TestRuleCounts checks the per-service rule counts of upstream's
+// TestNumberIptablesRules (less the nfacct-only localhost rule, which is
+// not written here).
+func TestRuleCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		lb             bool
+		eps            int
+		nat, filterExt int
+	}{
+		{"ClusterIP, 1 endpoint", false, 1, 2 + 3, 0},
+		{"ClusterIP, 10 endpoints", false, 10, 2 + 30, 0},
+		{"ClusterIP, no endpoints", false, 0, 0, 1},
+		{"LoadBalancer, 1 endpoint", true, 1, 9 + 3, 1},
+		{"LoadBalancer, 10 endpoints", true, 10, 9 + 30, 1},
+		{"LoadBalancer, no endpoints", true, 0, 0, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "svc"}, Port: "p80", Protocol: v1.ProtocolTCP}
+			sp := &servicemodel.ServicePort{Name: name, ClusterIP: netip.MustParseAddr("172.30.0.41"), Port: 80, Protocol: v1.ProtocolTCP}
+			if tc.lb {
+				sp.NodePort = 3001
+				sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.168.99.11")}
+				sp.LoadBalancerVIPs = []netip.Addr{netip.MustParseAddr("1.2.3.4")}
+				sp.LoadBalancerSourceRanges = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/25")}
+			}
+			var eps []*endpoints.Endpoint
+			for i := range tc.eps {
+				eps = append(eps, &endpoints.Endpoint{Addr: netip.MustParseAddrPort(fmt.Sprintf("10.180.0.%d:80", i+1)),
+					EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}})
+			}
+			s := &dataplane.State{
+				Node:      dataplane.Node{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")}},
+				Settings:  dataplane.Settings{LocalDetector: dataplane.LocalDetector{Mode: dataplane.LocalModeClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}},
+				Services:  servicemodel.NewMap(sp),
+				Endpoints: endpoints.NewMap(map[servicemodel.PortName][]*endpoints.Endpoint{name: eps}),
+			}
+			d, fake := newFake(t, Config{})
+			if err := d.Sync(t.Context(), s); err != nil {
+				t.Fatal(err)
+			}
+			rs := fake.Ruleset()
+			nat, filter := 0, 0
+			for _, c := range rs.Chains("nat") {
+				if c == d.names.services || c == d.names.nodePorts || d.names.isServiceChain(c) {
+					nat += len(rs.Rules("nat", c))
+				}
+			}
+			nat -= len(d.nodePortJumps(d.prog.view))
+			for _, c := range []string{d.names.services, d.names.externalServices, d.names.nodePorts, d.names.proxyFirewall} {
+				filter += len(rs.Rules("filter", c))
+			}
+			if nat != tc.nat || filter != tc.filterExt {
+				t.Errorf("nat %d, filter %d rules; want %d, %d\n%s", nat, filter, tc.nat, tc.filterExt, dump(fake))
+			}
+		})
+	}
+}

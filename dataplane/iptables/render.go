@@ -1,0 +1,430 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/endpoints"
+	v1 "k8s.io/api/core/v1"
+)
+
+// shared names a chain that every service port writes rules into. The
+// dataplane edits these rule by rule, never rewriting them on a partial
+// sync.
+type shared int
+
+const (
+	natServices shared = iota
+	natNodePorts
+	filterServices
+	filterExternal
+	filterNodePorts
+	filterProxyFirewall
+	numShared
+)
+
+func (s shared) isNAT() bool { return s == natServices || s == natNodePorts }
+
+func (c chainNames) sharedName(s shared) string {
+	switch s {
+	case natServices, filterServices:
+		return c.services
+	case natNodePorts, filterNodePorts:
+		return c.nodePorts
+	case filterExternal:
+		return c.externalServices
+	default:
+		return c.proxyFirewall
+	}
+}
+
+// largeClusterEndpoints is upstream's threshold above which the per-endpoint
+// comments are left out, to keep the ruleset small.
+const largeClusterEndpoints = 1000
+
+// view is everything about the State other than its services that the
+// rules depend on. Two syncs with equal views may reuse each other's
+// per-service rules; any difference forces a full sync.
+type view struct {
+	ipv6 bool
+	// ifLocal and ifNotLocal are the local-traffic matches; both empty
+	// when there is no usable detector.
+	ifLocal, ifNotLocal string
+	masqueradeAll       bool
+	// nodeIPs are the node's usable addresses; they decide whether a
+	// source range lets the node itself reach a LoadBalancer IP.
+	nodeIPs []netip.Addr
+	// nodePortDsts are the destination matches of the jumps to the
+	// node-port chain, in order.
+	nodePortDsts []string
+	// localhostNodePorts is whether 127.0.0.0/8 serves node ports, which
+	// needs route_localnet and the martian-blocking rule.
+	localhostNodePorts bool
+	// noComments is large-cluster mode.
+	noComments bool
+}
+
+func (v *view) equal(o *view) bool {
+	return v.ipv6 == o.ipv6 && v.ifLocal == o.ifLocal && v.ifNotLocal == o.ifNotLocal &&
+		v.masqueradeAll == o.masqueradeAll && slices.Equal(v.nodeIPs, o.nodeIPs) &&
+		slices.Equal(v.nodePortDsts, o.nodePortDsts) && v.localhostNodePorts == o.localhostNodePorts &&
+		v.noComments == o.noComments
+}
+
+// newView derives the view of s. skip is told why a setting was ignored.
+func newView(s *dataplane.State, ipv6 bool, skip func(string)) *view {
+	v := &view{ipv6: ipv6, masqueradeAll: s.Settings.MasqueradeAll}
+	for _, a := range s.Node.IPs {
+		if ofFamily(a, ipv6) {
+			v.nodeIPs = append(v.nodeIPs, a)
+		}
+	}
+	slices.SortFunc(v.nodeIPs, netip.Addr.Compare)
+	v.nodeIPs = slices.Compact(v.nodeIPs)
+
+	ld := s.Settings.LocalDetector
+	cidrMatch := func(list []netip.Prefix) {
+		for _, p := range list {
+			if p.IsValid() && p.Addr().Is6() == ipv6 && !p.Addr().Is4In6() && p.Addr().Zone() == "" {
+				c := p.Masked().String()
+				v.ifLocal, v.ifNotLocal = "-s "+c, "! -s "+c
+				return
+			}
+		}
+		skip("local traffic detector has no CIDR of this family")
+	}
+	switch ld.Mode {
+	case dataplane.LocalModeNone:
+	case dataplane.LocalModeClusterCIDR:
+		cidrMatch(ld.CIDRs)
+	case dataplane.LocalModeNodeCIDR:
+		cidrMatch(s.Node.PodCIDRs)
+	case dataplane.LocalModeBridgeInterface, dataplane.LocalModeInterfaceNamePrefix:
+		ifc := ld.Interface
+		if ld.Mode == dataplane.LocalModeInterfaceNamePrefix {
+			ifc += "+"
+		}
+		if validInterface(ld.Interface) {
+			v.ifLocal, v.ifNotLocal = "-i "+ifc, "! -i "+ifc
+		} else {
+			skip("local traffic detector interface name invalid")
+		}
+	default:
+		skip("unknown local traffic detector mode")
+	}
+
+	matchAll, loopback := true, false
+	var npa []netip.Prefix
+	for _, p := range s.Settings.NodePortAddresses {
+		if !p.IsValid() || p.Addr().Is6() != ipv6 || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+			continue
+		}
+		npa = append(npa, p.Masked())
+	}
+	if len(npa) > 0 {
+		matchAll = slices.ContainsFunc(npa, func(p netip.Prefix) bool { return p.Bits() == 0 })
+	}
+	if !ipv6 {
+		loopback = matchAll || slices.ContainsFunc(npa, func(p netip.Prefix) bool {
+			return p.Contains(netip.AddrFrom4([4]byte{127, 0, 0, 0})) || p.Addr().IsLoopback()
+		})
+	}
+	v.localhostNodePorts = !ipv6 && s.Settings.LocalhostNodePorts && loopback
+	if matchAll {
+		d := "-m addrtype --dst-type LOCAL"
+		if ipv6 {
+			d += " ! -d ::1/128"
+		} else if !v.localhostNodePorts {
+			d += " ! -d 127.0.0.0/8"
+		}
+		v.nodePortDsts = []string{d}
+	} else {
+		var ips []netip.Addr
+		for _, a := range v.nodeIPs {
+			if slices.ContainsFunc(npa, func(p netip.Prefix) bool { return p.Contains(a) }) {
+				ips = append(ips, a)
+			}
+		}
+		// The node's loopback address lives on lo, which State.Node does
+		// not list; upstream finds it among the interface addresses.
+		lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		if v.localhostNodePorts && !slices.Contains(ips, lo) && slices.ContainsFunc(npa, func(p netip.Prefix) bool { return p.Contains(lo) }) {
+			ips = append(ips, lo)
+		}
+		slices.SortFunc(ips, netip.Addr.Compare)
+		for _, a := range ips {
+			if a.IsLoopback() && !v.localhostNodePorts {
+				skip("node port address on loopback without localhost node ports")
+				continue
+			}
+			v.nodePortDsts = append(v.nodePortDsts, "-d "+a.String())
+		}
+	}
+	return v
+}
+
+func validInterface(s string) bool {
+	if s == "" || len(s) > 15 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c > '~' || c == '/' || c == '"' || c == '\'' || c == '\\' || c == '!' || c == '+' {
+			return false
+		}
+	}
+	return true
+}
+
+// rendered is the rules of one service port: its lines in the shared chains
+// and its own nat chains.
+type rendered struct {
+	dispatch [numShared][]string
+	chains   []ownChain
+}
+
+type ownChain struct {
+	name  string
+	rules []string
+}
+
+// renderer writes rules for one view.
+type renderer struct {
+	names chainNames
+	v     *view
+	b     strings.Builder
+}
+
+// rule builds one rule from its space-separated parts.
+func (r *renderer) rule(parts ...string) string {
+	r.b.Reset()
+	for _, p := range parts {
+		if p == "" {
+			continue
+		}
+		if r.b.Len() > 0 {
+			r.b.WriteByte(' ')
+		}
+		r.b.WriteString(p)
+	}
+	return r.b.String()
+}
+
+func comment(text string) string { return `-m comment --comment "` + text + `"` }
+
+// epComment is a comment that large-cluster mode leaves out.
+func (r *renderer) epComment(text string) string {
+	if r.v.noComments {
+		return ""
+	}
+	return comment(text)
+}
+
+func dstMatch(a netip.Addr) string { return "-d " + a.String() }
+
+// selection is the endpoints of one port after removing unusable ones.
+type selection struct {
+	cluster, local, all []*endpoints.Endpoint
+	hasAny              bool
+}
+
+// renderPort writes the rules of p given its endpoint selection.
+func (r *renderer) renderPort(p *port, sel selection) *rendered {
+	out := &rendered{}
+	sp := p.sp
+	proto := "-m " + p.proto + " -p " + p.proto
+	dport := "--dport " + strconv.Itoa(int(sp.Port))
+
+	svc := r.names.serviceChain(kindSVC, p.id)
+	svl := r.names.serviceChain(kindSVL, p.id)
+	ext := r.names.serviceChain(kindEXT, p.id)
+	fw := r.names.serviceChain(kindFW, p.id)
+
+	usesCluster := len(sel.cluster) > 0
+	usesLocal := len(sel.local) > 0
+	internalChain, hasInternal := svc, sel.hasAny
+	if sp.InternalPolicyLocal {
+		internalChain = svl
+		hasInternal = hasInternal && len(sel.local) > 0
+	}
+	externalPolicy, hasExternal := svc, sel.hasAny
+	if sp.ExternalPolicyLocal {
+		externalPolicy = svl
+		hasExternal = hasExternal && len(sel.local) > 0
+	}
+	// A jump may only target a chain this port writes; the affinity
+	// package never selects so that one is missing, but a bad State must
+	// still not produce a ruleset the kernel rejects.
+	if internalChain == svc && !usesCluster || internalChain == svl && !usesLocal {
+		hasInternal = false
+	}
+	if externalPolicy == svc && !usesCluster || externalPolicy == svl && !usesLocal {
+		hasExternal = false
+	}
+	accessible := sp.NodePort != 0 || len(p.externalIPs) > 0 || len(p.lbVIPs) > 0
+	usesExt := sel.hasAny && accessible
+	lbChain := ext
+	usesFW := sel.hasAny && len(p.lbVIPs) > 0 && len(p.sourceRanges) > 0
+	if usesFW {
+		lbChain = fw
+	}
+
+	var intTarget, intComment, extTarget, extComment string
+	if !sel.hasAny {
+		intTarget, extTarget = "REJECT", "REJECT"
+		intComment = comment(p.name + " has no endpoints")
+		extComment = intComment
+	} else {
+		if !hasInternal {
+			intTarget, intComment = "DROP", comment(p.name+" has no local endpoints")
+		}
+		if !hasExternal {
+			extTarget, extComment = "DROP", comment(p.name+" has no local endpoints")
+		}
+	}
+	add := func(s shared, rule string) { out.dispatch[s] = append(out.dispatch[s], rule) }
+
+	cip := dstMatch(sp.ClusterIP)
+	if hasInternal {
+		add(natServices, r.rule(comment(p.name+" cluster IP"), proto, cip, dport, "-j", internalChain))
+	} else {
+		add(filterServices, r.rule(intComment, proto, cip, dport, "-j", intTarget))
+	}
+	for _, a := range p.externalIPs {
+		if sel.hasAny {
+			add(natServices, r.rule(comment(p.name+" external IP"), proto, dstMatch(a), dport, "-j", ext))
+		}
+		if !hasExternal {
+			add(filterExternal, r.rule(extComment, proto, dstMatch(a), dport, "-j", extTarget))
+		}
+	}
+	for _, a := range p.lbVIPs {
+		if sel.hasAny {
+			add(natServices, r.rule(comment(p.name+" loadbalancer IP"), proto, dstMatch(a), dport, "-j", lbChain))
+		}
+		if usesFW {
+			add(filterProxyFirewall, r.rule(comment(p.name+" traffic not accepted by "+fw), proto, dstMatch(a), dport, "-j DROP"))
+		}
+	}
+	if !hasExternal {
+		for _, a := range p.lbVIPs {
+			add(filterExternal, r.rule(extComment, proto, dstMatch(a), dport, "-j", extTarget))
+		}
+	}
+	if np := sp.NodePort; np != 0 {
+		npPort := "--dport " + strconv.Itoa(int(np))
+		if sel.hasAny {
+			add(natNodePorts, r.rule(comment(p.name), proto, npPort, "-j", ext))
+		}
+		if !hasExternal {
+			add(filterExternal, r.rule(extComment, "-m addrtype --dst-type LOCAL", proto, npPort, "-j", extTarget))
+		}
+	}
+	if hc := sp.HealthCheckNodePort; hc != 0 {
+		// The rule is TCP whatever the port's protocol; the comment names
+		// another protocol so that the rule still identifies its port.
+		c := p.name + " health check node port"
+		if sp.Protocol != v1.ProtocolTCP {
+			c += " for " + string(sp.Protocol)
+		}
+		add(filterNodePorts, r.rule(comment(c), "-m tcp -p tcp --dport", strconv.Itoa(int(hc)), "-j ACCEPT"))
+	}
+
+	var internalMasq string
+	if hasInternal {
+		if r.v.masqueradeAll {
+			internalMasq = r.rule(comment(p.name+" cluster IP"), proto, cip, dport, "-j", r.names.markMasq)
+		} else if r.v.ifNotLocal != "" {
+			internalMasq = r.rule(comment(p.name+" cluster IP"), proto, cip, dport, r.v.ifNotLocal, "-j", r.names.markMasq)
+		}
+	}
+
+	if usesExt {
+		var rules []string
+		if !sp.ExternalPolicyLocal {
+			rules = append(rules, r.rule(comment("masquerade traffic for "+p.name+" external destinations"), "-j", r.names.markMasq))
+		} else {
+			if r.v.ifLocal != "" && usesCluster {
+				rules = append(rules, r.rule(comment("pod traffic for "+p.name+" external destinations"), r.v.ifLocal, "-j", svc))
+			}
+			rules = append(rules, r.rule(comment("masquerade LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", r.names.markMasq))
+			if usesCluster {
+				rules = append(rules, r.rule(comment("route LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", svc))
+			}
+		}
+		if hasExternal {
+			rules = append(rules, "-j "+externalPolicy)
+		}
+		out.chains = append(out.chains, ownChain{ext, rules})
+	}
+
+	if usesFW {
+		var rules []string
+		c := comment(p.name + " loadbalancer IP")
+		fromNode := false
+		for _, cidr := range p.sourceRanges {
+			rules = append(rules, r.rule(c, "-s", cidr.String(), "-j", ext))
+			fromNode = fromNode || slices.ContainsFunc(r.v.nodeIPs, cidr.Contains)
+		}
+		if fromNode {
+			for _, a := range p.lbVIPs {
+				rules = append(rules, r.rule(c, "-s", a.String(), "-j", ext))
+			}
+		}
+		rules = append(rules, comment("other traffic to "+p.name+" will be dropped by "+r.names.proxyFirewall))
+		out.chains = append(out.chains, ownChain{fw, rules})
+	}
+
+	if usesCluster {
+		out.chains = append(out.chains, r.policyChain(p, svc, sel.cluster, internalChain == svc, internalMasq))
+	}
+	if usesLocal {
+		out.chains = append(out.chains, r.policyChain(p, svl, sel.local, internalChain == svl, internalMasq))
+	}
+	for _, e := range sel.all {
+		epc := r.names.endpointChain(p.id, e.Addr.String())
+		c := r.epComment(p.name)
+		rules := []string{r.rule(c, "-s", e.Addr.Addr().String(), "-j", r.names.markMasq)}
+		var aff string
+		if p.affinitySeconds > 0 {
+			aff = "-m recent --name " + epc + " --set"
+		}
+		rules = append(rules, r.rule(c, aff, proto, "-j DNAT --to-destination", e.Addr.String()))
+		out.chains = append(out.chains, ownChain{epc, rules})
+	}
+	return out
+}
+
+// policyChain writes a SVC or SVL chain balancing over eps; masq, when the
+// chain is the internal one, is its leading masquerade rule.
+func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, internal bool, masq string) ownChain {
+	var rules []string
+	if internal && masq != "" {
+		rules = append(rules, masq)
+	}
+	if p.affinitySeconds > 0 {
+		secs := strconv.FormatInt(p.affinitySeconds, 10)
+		for _, e := range eps {
+			epc := r.names.endpointChain(p.id, e.Addr.String())
+			rules = append(rules, r.rule(r.epComment(p.name+" -> "+e.Addr.String()), "-m recent --name", epc, "--rcheck --seconds", secs, "--reap -j", epc))
+		}
+	}
+	n := len(eps)
+	for i, e := range eps {
+		epc := r.names.endpointChain(p.id, e.Addr.String())
+		var stat string
+		if i < n-1 {
+			stat = "-m statistic --mode random --probability " + probability(n-i)
+		}
+		rules = append(rules, r.rule(r.epComment(p.name+" -> "+e.Addr.String()), stat, "-j", epc))
+	}
+	return ownChain{name, rules}
+}
+
+// probability is upstream's 1/n, to ten decimals.
+func probability(n int) string {
+	return strconv.FormatFloat(1/float64(n), 'f', 10, 64)
+}

@@ -1,0 +1,240 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Rule is one parsed rule: the matches and the target the tracer
+// understands.
+type Rule struct {
+	// Text is the rule as written, words joined by single spaces (quoted
+	// words requoted), which is what -D compares.
+	Text    string
+	Comment string
+
+	proto                string
+	src, dst             *addrMatch
+	inIface              string
+	inNeg                bool
+	dport                int
+	srcLocal, dstLocal   bool
+	ctstates             []string
+	ctNeg                bool
+	markVal, markMask    uint32
+	hasMark, markNeg     bool
+	recentCheck          bool
+	recentSet            bool
+	probabilistic        bool
+	Target               string
+	toDestination        string
+	orMark, xorMark      uint32
+	setsMark, clearsMark bool
+}
+
+func parseAddr(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, err
+		}
+		if p != p.Masked() {
+			return p, fmt.Errorf("prefix %s has host bits", s)
+		}
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func parseMark(s string) (val, mask uint32, err error) {
+	v, m, hasMask := strings.Cut(s, "/")
+	vv, err := strconv.ParseUint(v, 0, 32)
+	if err != nil {
+		return 0, 0, err
+	}
+	mm := uint64(0xffffffff)
+	if hasMask {
+		if mm, err = strconv.ParseUint(m, 0, 32); err != nil {
+			return 0, 0, err
+		}
+	}
+	return uint32(vv), uint32(mm), nil
+}
+
+var knownModules = map[string]bool{
+	"comment": true, "tcp": true, "udp": true, "sctp": true, "conntrack": true,
+	"mark": true, "addrtype": true, "recent": true, "statistic": true,
+}
+
+// parseRule parses the words of a rule after "-A CHAIN".
+func parseRule(words []string) (*Rule, error) {
+	r := &Rule{}
+	var text []string
+	neg := false
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if strings.ContainsAny(w, " \t") || w == "" {
+			text = append(text, `"`+w+`"`)
+		} else {
+			text = append(text, w)
+		}
+		if w == "!" {
+			neg = true
+			continue
+		}
+		arg := func() (string, error) {
+			if i+1 >= len(words) {
+				return "", fmt.Errorf("option %s needs a value", w)
+			}
+			i++
+			v := words[i]
+			if strings.ContainsAny(v, " \t") || v == "" {
+				text = append(text, `"`+v+`"`)
+			} else {
+				text = append(text, v)
+			}
+			return v, nil
+		}
+		var err error
+		var v string
+		switch w {
+		case "-m":
+			if v, err = arg(); err == nil && !knownModules[v] {
+				err = fmt.Errorf("unknown match module %q", v)
+			}
+		case "-p":
+			if v, err = arg(); err == nil {
+				if protoString(protoFromString(v)) == "" {
+					err = fmt.Errorf("unknown protocol %q", v)
+				}
+				r.proto = v
+			}
+		case "-s", "-d":
+			if v, err = arg(); err == nil {
+				var p netip.Prefix
+				if p, err = parseAddr(v); err == nil {
+					m := &addrMatch{neg: neg, prefix: p}
+					if w == "-s" {
+						r.src = m
+					} else {
+						r.dst = m
+					}
+				}
+			}
+		case "-i":
+			if v, err = arg(); err == nil {
+				r.inIface, r.inNeg = v, neg
+			}
+		case "--dport":
+			if v, err = arg(); err == nil {
+				r.dport, err = strconv.Atoi(v)
+				if err == nil && (r.dport < 1 || r.dport > 65535) {
+					err = fmt.Errorf("port %d out of range", r.dport)
+				}
+			}
+		case "--comment":
+			if v, err = arg(); err == nil {
+				if len(v) > 255 {
+					err = fmt.Errorf("comment too long")
+				}
+				r.Comment = v
+			}
+		case "--src-type", "--dst-type":
+			if v, err = arg(); err == nil {
+				if v != "LOCAL" || neg {
+					err = fmt.Errorf("unsupported %s %s", w, v)
+				} else if w == "--src-type" {
+					r.srcLocal = true
+				} else {
+					r.dstLocal = true
+				}
+			}
+		case "--ctstate":
+			if v, err = arg(); err == nil {
+				r.ctstates, r.ctNeg = strings.Split(v, ","), neg
+			}
+		case "--mark":
+			if v, err = arg(); err == nil {
+				r.markVal, r.markMask, err = parseMark(v)
+				r.hasMark, r.markNeg = true, neg
+			}
+		case "--name":
+			if v, err = arg(); err == nil && !validChainName(v) {
+				err = fmt.Errorf("bad recent name %q", v)
+			}
+		case "--rcheck":
+			r.recentCheck = true
+		case "--set":
+			r.recentSet = true
+		case "--reap", "--random-fully":
+		case "--seconds":
+			if v, err = arg(); err == nil {
+				_, err = strconv.ParseUint(v, 10, 32)
+			}
+		case "--mode":
+			if v, err = arg(); err == nil && v != "random" {
+				err = fmt.Errorf("unsupported statistic mode %q", v)
+			}
+		case "--probability":
+			if v, err = arg(); err == nil {
+				var f float64
+				if f, err = strconv.ParseFloat(v, 64); err == nil && (f <= 0 || f > 1) {
+					err = fmt.Errorf("probability %s out of range", v)
+				}
+				r.probabilistic = true
+			}
+		case "-j":
+			if v, err = arg(); err == nil {
+				r.Target = v
+			}
+		case "--to-destination":
+			if v, err = arg(); err == nil {
+				_, err = netip.ParseAddrPort(v)
+				r.toDestination = v
+			}
+		case "--or-mark", "--xor-mark":
+			if v, err = arg(); err == nil {
+				var m uint64
+				if m, err = strconv.ParseUint(v, 0, 32); err == nil {
+					if w == "--or-mark" {
+						r.orMark, r.setsMark = uint32(m), true
+					} else {
+						r.xorMark, r.clearsMark = uint32(m), true
+					}
+				}
+			}
+		default:
+			err = fmt.Errorf("unknown option %q", w)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if neg && w != "-s" && w != "-d" && w != "-i" && w != "--ctstate" && w != "--mark" {
+			return nil, fmt.Errorf("%s cannot be negated", w)
+		}
+		neg = false
+	}
+	if neg {
+		return nil, fmt.Errorf("dangling !")
+	}
+	if (r.Target == "DNAT") != (r.toDestination != "") {
+		return nil, fmt.Errorf("DNAT needs --to-destination and only DNAT takes it")
+	}
+	if r.dport != 0 && r.proto == "" {
+		return nil, fmt.Errorf("--dport needs -p")
+	}
+	r.Text = strings.Join(text, " ")
+	return r, nil
+}
+
+func protoFromString(s string) v1.Protocol {
+	return v1.Protocol(strings.ToUpper(s))
+}

@@ -1,0 +1,192 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	goipt "github.com/coreos/go-iptables/iptables"
+	v1 "k8s.io/api/core/v1"
+)
+
+// Runner is the dataplane's only door to the kernel: every change goes
+// through it, which is what lets tests swap in a FakeRunner or run the real
+// one inside a network namespace.
+type Runner interface {
+	// Restore feeds data to iptables-restore --noflush: only the chains
+	// data names are touched, each table is committed atomically. A
+	// rejected input returns a *RestoreError.
+	Restore(ctx context.Context, data []byte) error
+	// Save returns the iptables-save text of table.
+	Save(ctx context.Context, table string) ([]byte, error)
+	// EnsureJump puts j first in its built-in chain unless it is there.
+	EnsureJump(ctx context.Context, j Jump) error
+	// DeleteJump removes j; a missing rule or chain is not an error.
+	DeleteJump(ctx context.Context, j Jump) error
+	// Sysctl reads a sysctl (name as under /proc/sys, e.g.
+	// "net/ipv4/conf/all/route_localnet") and, when value is not "",
+	// writes value first. It returns the value read.
+	Sysctl(ctx context.Context, name, value string) (string, error)
+}
+
+// Jump is a rule in a built-in chain that hooks one of the dataplane's
+// chains in.
+type Jump struct {
+	Table, Chain string
+	// Rule is the rule's arguments, e.g. {"-m", "comment", ..., "-j", "PK-SERVICES"}.
+	Rule []string
+}
+
+// ExecConfig configures an ExecRunner. The zero value runs the IPv4 tools
+// found on PATH.
+type ExecConfig struct {
+	// Family selects iptables-restore or ip6tables-restore; "" is IPv4.
+	Family v1.IPFamily
+	// WaitSeconds is passed as -w to every command; 0 means 5, as
+	// kube-proxy waits for the xtables lock.
+	WaitSeconds int
+	// Variant picks the iptables backend binaries: "" runs iptables,
+	// iptables-restore and iptables-save as found on PATH; "legacy" and
+	// "nft" run iptables-legacy-restore and so on, or iptables-nft-restore.
+	Variant string
+	// ProcSys is the root of the sysctl tree; "" means /proc/sys. It is
+	// read and written by the calling thread, so a runner used inside a
+	// network namespace changes only that namespace's settings.
+	ProcSys string
+}
+
+// ExecRunner runs the iptables binaries. Commands inherit the network
+// namespace of the calling OS thread.
+type ExecRunner struct {
+	cfg     ExecConfig
+	restore string
+	save    string
+	ipt     *goipt.IPTables
+}
+
+// NewExecRunner finds the binaries and probes the iptables version.
+func NewExecRunner(cfg ExecConfig) (*ExecRunner, error) {
+	if cfg.WaitSeconds == 0 {
+		cfg.WaitSeconds = 5
+	}
+	if cfg.ProcSys == "" {
+		cfg.ProcSys = "/proc/sys"
+	}
+	proto, base := goipt.ProtocolIPv4, "iptables"
+	if cfg.Family == v1.IPv6Protocol {
+		proto, base = goipt.ProtocolIPv6, "ip6tables"
+	}
+	switch cfg.Variant {
+	case "":
+	case "legacy", "nft":
+		base += "-" + cfg.Variant
+	default:
+		return nil, fmt.Errorf("iptables: unknown variant %q", cfg.Variant)
+	}
+	restore, save := base+"-restore", base+"-save"
+	bin, err := exec.LookPath(base)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	ipt, err := goipt.New(goipt.IPFamily(proto), goipt.Timeout(cfg.WaitSeconds), goipt.Path(bin))
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	r := &ExecRunner{cfg: cfg, ipt: ipt}
+	if r.restore, err = exec.LookPath(restore); err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	if r.save, err = exec.LookPath(save); err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	return r, nil
+}
+
+// Version returns the iptables version go-iptables probed.
+func (r *ExecRunner) Version() string {
+	a, b, c := r.ipt.GetIptablesVersion()
+	return fmt.Sprintf("%d.%d.%d", a, b, c)
+}
+
+// Restore implements Runner.
+func (r *ExecRunner) Restore(ctx context.Context, data []byte) error {
+	cmd := exec.CommandContext(ctx, r.restore, "-w", fmt.Sprint(r.cfg.WaitSeconds), "--noflush")
+	cmd.Stdin = bytes.NewReader(data)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return parseRestoreError(data, out, err)
+	}
+	return nil
+}
+
+// Save implements Runner.
+func (r *ExecRunner) Save(ctx context.Context, table string) ([]byte, error) {
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, r.save, "-t", table)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s -t %s: %w: %s", filepath.Base(r.save), table, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// EnsureJump implements Runner.
+func (r *ExecRunner) EnsureJump(ctx context.Context, j Jump) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ok, err := r.ipt.Exists(j.Table, j.Chain, j.Rule...)
+	if err != nil {
+		return fmt.Errorf("check jump in %s %s: %w", j.Table, j.Chain, err)
+	}
+	if ok {
+		return nil
+	}
+	if err := r.ipt.Insert(j.Table, j.Chain, 1, j.Rule...); err != nil {
+		return fmt.Errorf("insert jump in %s %s: %w", j.Table, j.Chain, err)
+	}
+	return nil
+}
+
+// DeleteJump implements Runner.
+func (r *ExecRunner) DeleteJump(ctx context.Context, j Jump) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := r.ipt.DeleteIfExists(j.Table, j.Chain, j.Rule...)
+	var ie *goipt.Error
+	if errors.As(err, &ie) && ie.IsNotExist() {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete jump in %s %s: %w", j.Table, j.Chain, err)
+	}
+	return nil
+}
+
+// Sysctl implements Runner.
+func (r *ExecRunner) Sysctl(ctx context.Context, name, value string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if strings.Contains(name, "..") {
+		return "", fmt.Errorf("sysctl %q: invalid name", name)
+	}
+	path := filepath.Join(r.cfg.ProcSys, name)
+	if value != "" {
+		if err := os.WriteFile(path, []byte(value+"\n"), 0o644); err != nil {
+			return "", fmt.Errorf("sysctl %s: %w", name, err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("sysctl %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

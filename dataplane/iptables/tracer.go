@@ -1,0 +1,298 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/servicemodel"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// maxTraceDepth bounds chain recursion, so that a looping ruleset cannot
+// hang a trace.
+const maxTraceDepth = 32
+
+// Trace follows the first packet of a connection through rs and returns
+// the verdict in the shape State.Lookup gives: nat PREROUTING (or OUTPUT for
+// packets from the node), then the filter hooks the packet crosses, then
+// nat POSTROUTING for the masquerade. nodeIPs are the addresses that count
+// as the node's own, with loopback, for "--src-type/--dst-type LOCAL".
+//
+// A statistic match is taken both ways, so every endpoint the packet may
+// reach is reported; "recent --rcheck" never matches (there is no history)
+// but marks the verdict as pinned by affinity. Conntrack state is NEW, plus
+// DNAT once the packet was rewritten.
+func (rs *Ruleset) Trace(p dataplane.Packet, nodeIPs []netip.Addr) dataplane.Verdict {
+	t := &tracer{rs: rs, p: p, nodeIPs: nodeIPs, src: p.Src, dst: p.Dst.Addr(), dport: int(p.Dst.Port()),
+		proto: strings.ToLower(string(p.Protocol))}
+
+	natHook := "PREROUTING"
+	if p.From == dataplane.FromNode {
+		natHook = "OUTPUT"
+	}
+	t.run("nat", natHook, 0)
+
+	var v dataplane.Verdict
+	if len(t.outcomes) > 0 {
+		// The filter table sees the rewritten packet; any candidate will
+		// do, as the filter rules never match endpoint addresses.
+		t.dst, t.dport = t.outcomes[0].ep.Addr(), int(t.outcomes[0].ep.Port())
+		t.dnat = true
+	}
+	hooks := []string{"FORWARD"}
+	if t.isLocal(t.dst) {
+		hooks = []string{"INPUT"}
+	}
+	if p.From == dataplane.FromNode {
+		hooks = []string{"OUTPUT"}
+		if t.isLocal(t.dst) {
+			hooks = append(hooks, "INPUT")
+		}
+	}
+	for _, h := range hooks {
+		t.filterVerdict, t.filterRule = "", nil
+		t.run("filter", h, 0)
+		switch t.filterVerdict {
+		case "DROP", "REJECT":
+			v.Action = dataplane.Drop
+			if t.filterVerdict == "REJECT" {
+				v.Action = dataplane.Reject
+			}
+			v.Service = t.filterRule.service()
+			return v
+		case "ACCEPT":
+			if t.filterRule.hcAccept() && len(t.outcomes) == 0 {
+				return dataplane.Verdict{Action: dataplane.Accept, Service: t.filterRule.service()}
+			}
+		}
+	}
+	if len(t.outcomes) == 0 {
+		return dataplane.Verdict{Action: dataplane.NotAService}
+	}
+	v = dataplane.Verdict{Action: dataplane.DNAT, Service: t.service, Affinity: t.affinity, Masquerade: true}
+	for _, o := range t.outcomes {
+		if slices.Contains(v.Endpoints, o.ep) {
+			continue
+		}
+		v.Endpoints = append(v.Endpoints, o.ep)
+		t.mark = o.mark
+		t.masq = false
+		t.run("nat", "POSTROUTING", 0)
+		if !t.masq {
+			v.Masquerade = false
+		}
+		if o.hairpin {
+			v.Hairpin = append(v.Hairpin, o.ep)
+		}
+	}
+	slices.SortFunc(v.Endpoints, netip.AddrPort.Compare)
+	slices.SortFunc(v.Hairpin, netip.AddrPort.Compare)
+	return v
+}
+
+type outcome struct {
+	ep      netip.AddrPort
+	mark    uint32
+	hairpin bool
+}
+
+type tracer struct {
+	rs      *Ruleset
+	p       dataplane.Packet
+	nodeIPs []netip.Addr
+
+	src, dst netip.Addr
+	dport    int
+	proto    string
+	mark     uint32
+	dnat     bool
+
+	outcomes []outcome
+	service  servicemodel.PortName
+	affinity bool
+
+	filterVerdict string
+	filterRule    *Rule
+	masq          bool
+}
+
+func (t *tracer) isLocal(a netip.Addr) bool {
+	return a.IsLoopback() || slices.Contains(t.nodeIPs, a)
+}
+
+// chainResult is how a chain invocation ended.
+type chainResult int
+
+const (
+	fellThrough chainResult = iota
+	returned
+	terminated
+)
+
+// run executes chain. A DNAT in an invocation that also sent the packet to
+// the mark-for-masquerade chain is a hairpin: in an endpoint chain only the
+// "-s <endpoint IP>" rule does that.
+func (t *tracer) run(table, chain string, depth int) chainResult {
+	if depth > maxTraceDepth {
+		return terminated
+	}
+	tb := t.rs.tables[table]
+	ch, ok := tb.chains[chain]
+	if !ok {
+		return fellThrough
+	}
+	localMark := false
+	for _, r := range ch.rules {
+		if !t.matches(r) {
+			continue
+		}
+		if r.recentCheck {
+			continue
+		}
+		switch r.Target {
+		case "":
+			continue
+		case "ACCEPT", "DROP", "REJECT":
+			if table == "filter" {
+				t.filterVerdict, t.filterRule = r.Target, r
+			}
+			return terminated
+		case "RETURN":
+			return returned
+		case "MARK":
+			if r.setsMark {
+				t.mark |= r.orMark
+				localMark = true
+			}
+			if r.clearsMark {
+				t.mark ^= r.xorMark
+			}
+			continue
+		case "MASQUERADE":
+			t.masq = true
+			return terminated
+		case "DNAT":
+			ep, _ := netip.ParseAddrPort(r.toDestination)
+			t.outcomes = append(t.outcomes, outcome{ep: ep, mark: t.mark, hairpin: localMark})
+			return terminated
+		}
+		// A jump to a user chain: remember which service the packet is
+		// for from the first rule that names one, and explore it.
+		before, saveMark := len(t.outcomes), t.mark
+		setService := table == "nat" && t.service == (servicemodel.PortName{}) && len(t.outcomes) == 0
+		if setService {
+			t.service = r.service()
+		}
+		if t.rs.hasAffinityCheck(table, r.Target) {
+			t.affinity = true
+		}
+		res := t.run(table, r.Target, depth+1)
+		if t.markMasqChain(table, r.Target) {
+			localMark = true
+		}
+		if setService && len(t.outcomes) == before {
+			t.service = servicemodel.PortName{}
+		}
+		if res == terminated {
+			if r.probabilistic {
+				// The other branch of the coin flip goes on in this chain,
+				// with the mark as it was before the jump.
+				t.mark = saveMark
+				continue
+			}
+			return terminated
+		}
+	}
+	return fellThrough
+}
+
+// markMasqChain reports whether chain is a one-rule chain that only sets a
+// mark (the mark-for-masquerade chain).
+func (t *tracer) markMasqChain(table, chain string) bool {
+	ch, ok := t.rs.tables[table].chains[chain]
+	return ok && len(ch.rules) == 1 && ch.rules[0].Target == "MARK" && ch.rules[0].setsMark
+}
+
+// hasAffinityCheck reports whether chain starts with recent --rcheck rules.
+func (rs *Ruleset) hasAffinityCheck(table, chain string) bool {
+	ch, ok := rs.tables[table].chains[chain]
+	return ok && slices.ContainsFunc(ch.rules, func(r *Rule) bool { return r.recentCheck })
+}
+
+func (t *tracer) matches(r *Rule) bool {
+	switch {
+	case r.proto != "" && r.proto != t.proto:
+		return false
+	case r.dport != 0 && r.dport != t.dport:
+		return false
+	case r.src != nil && !r.src.matches(t.src):
+		return false
+	case r.dst != nil && !r.dst.matches(t.dst):
+		return false
+	case r.srcLocal && !(t.p.From == dataplane.FromNode || t.isLocal(t.src)):
+		return false
+	case r.dstLocal && !t.isLocal(t.dst):
+		return false
+	case r.hasMark && (t.mark&r.markMask == r.markVal) == r.markNeg:
+		return false
+	}
+	if r.inIface != "" && t.inIface(r.inIface) == r.inNeg {
+		return false
+	}
+	if r.ctstates != nil {
+		states := []string{"NEW"}
+		if t.dnat {
+			states = append(states, "DNAT")
+		}
+		any := slices.ContainsFunc(r.ctstates, func(s string) bool { return slices.Contains(states, s) })
+		if any == r.ctNeg {
+			return false
+		}
+	}
+	return true
+}
+
+// inIface is "-i name" (a trailing + is a prefix). Packets from the node
+// have no input interface; a pod packet with no interface given counts as
+// entering through the pods' interface, as State.Lookup assumes.
+func (t *tracer) inIface(name string) bool {
+	switch {
+	case t.p.From == dataplane.FromNode:
+		return false
+	case t.p.Interface == "":
+		return t.p.From == dataplane.FromLocalPod
+	}
+	if pre, ok := strings.CutSuffix(name, "+"); ok {
+		return strings.HasPrefix(t.p.Interface, pre)
+	}
+	return t.p.Interface == name
+}
+
+// service reads the service port a rule belongs to from its comment
+// ("ns/name:port ...") and protocol.
+func (r *Rule) service() servicemodel.PortName {
+	if r == nil {
+		return servicemodel.PortName{}
+	}
+	word, _, _ := strings.Cut(r.Comment, " ")
+	nsName, portName, _ := strings.Cut(word, ":")
+	ns, name, ok := strings.Cut(nsName, "/")
+	if !ok {
+		return servicemodel.PortName{}
+	}
+	proto := protoFromString(r.proto)
+	if r.hcAccept() {
+		proto = "TCP"
+		if _, p, ok := strings.Cut(r.Comment, " health check node port for "); ok {
+			proto = protoFromString(p)
+		}
+	}
+	return servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Port: portName, Protocol: proto}
+}
+
+// hcAccept reports whether r is a health-check node port rule.
+func (r *Rule) hcAccept() bool {
+	return r != nil && r.Target == "ACCEPT" && strings.Contains(r.Comment, " health check node port")
+}

@@ -1,0 +1,70 @@
+// Package proxykit assembles a Kubernetes service proxy from the library's
+// parts: what kube-proxy would be if it were built to be imported.
+//
+//	source ──► dataplane.Builder ──► bounded-frequency loop ──► dataplane(s) ──► conntrack cleanup
+//	(informers,  (servicemodel and     (min period, periodic     (dual-stack, or
+//	 manifests,   endpoints trackers)   full resync, retry        two side by side)
+//	 your own)                          with backoff)
+//
+// New(Config) builds a Proxy and Run(ctx) runs it until ctx ends: every
+// Source is started, the first sync waits until all have synced (as
+// kube-proxy waits for its Service and EndpointSlice informers), and from
+// then on each change asks for a sync. RunOnce syncs once and returns, for a
+// node agent's --once. Alongside, the Proxy serves kube-proxy's /healthz and
+// /livez (or hands out their http.Handlers), one health-check node port per
+// externalTrafficPolicy: Local LoadBalancer service, and Prometheus metrics
+// on the caller's Registerer.
+//
+// # Sources
+//
+// A Source delivers Services, EndpointSlices and Nodes to a Handler. Built
+// in are InformerSource (client-go informers with kube-proxy's server-side
+// filters), ManifestSource (YAML or JSON files, re-read when they change,
+// so that everything runs without a cluster) and StaticSource. They all
+// live in this package: a source is a few dozen lines of plumbing, and a
+// user who writes their own implements one small interface.
+//
+// # The sync loop
+//
+// Requests coalesce: a burst of changes is one sync. A sync starts no
+// earlier than MinSyncPeriod after the previous one ended, one runs at
+// least every SyncPeriod, and syncs never overlap. Every sync builds one
+// State per family and hands it to each dataplane of that family in
+// Config order. A dataplane whose Sync fails keeps its previous rules and
+// is not told it programmed anything: the next State's ChangedSince then
+// reports it cannot tell what changed since that dataplane's last
+// programmed State, and the dataplane programs everything. The failed sync
+// is retried after RetryPeriod, doubling per failure up to MaxRetryPeriod.
+// Every SyncPeriod the loop makes every dataplane program in full (the
+// Builder is asked for one extra State so that the chain of changes
+// breaks), which repairs rules someone else removed.
+//
+// After a family's dataplanes all succeed, the proxy records the family as
+// healthy, feeds the health-check node ports, observes network programming
+// latency and hands the ConntrackCleaner what became stale.
+//
+// # Differences from kube-proxy
+//
+//   - Conntrack cleanup owed by a failed sync is kept (de-duplicated) until
+//     a sync and the cleanup succeed; kube-proxy forgets it, which left UDP
+//     clients pinned to deleted endpoints. Frontends of deleted services
+//     and removed ports, node ports and SCTP are cleaned too (StaleFlows).
+//   - A failed sync is retried with exponential backoff from RetryPeriod
+//     (1s) instead of after a fixed syncPeriod (30s), and SyncPeriod is a
+//     full resync rather than kube-proxy's hourly FullSyncPeriod.
+//   - The initial sync counts as a queued change from Run's start, so a
+//     proxy whose sources never sync turns unhealthy after HealthTimeout;
+//     kube-proxy's /healthz answers 200 forever in that case.
+//   - Nothing panics or exits the process: a deleted Node or changed node
+//     IPs update the State (kube-proxy exits), a bind failure of the
+//     healthz or metrics address is returned by Run (kube-proxy retries
+//     every 5s), and the loop has a context.
+//   - Health-check node port listen addresses are re-read whenever a port
+//     is opened, not once at startup.
+//   - Metrics are registered on the caller's Registerer under a
+//     configurable namespace, with per-family, per-dataplane labels where
+//     kube-proxy shares one unlabelled series between families.
+//   - With ProxyName set, the informer source watches services labelled
+//     with that name as well as unlabelled ones (two label selectors,
+//     merged), so that a second proxy can claim services by label.
+package proxykit

@@ -1,0 +1,305 @@
+package proxykit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// DefaultManifestDebounce is how long a ManifestSource waits after the last
+// file event before re-reading.
+const DefaultManifestDebounce = 200 * time.Millisecond
+
+// ManifestConfig configures a ManifestSource. The zero value is usable.
+type ManifestConfig struct {
+	// Debounce is how long to wait after the last file change before
+	// re-reading, so that an editor's burst of writes is read once. Zero
+	// means DefaultManifestDebounce.
+	Debounce time.Duration
+	// OnError, if set, is called with the error (a *ManifestError, or
+	// several joined) each time a re-read fails. The failing files keep
+	// their last good content meanwhile.
+	OnError func(error)
+	// Logger is where the source logs; the zero value is klog.Background().
+	Logger logr.Logger
+	// Clock times the debounce; nil means the real clock.
+	Clock clock.Clock
+}
+
+// ManifestSource serves the Services, EndpointSlices and Nodes of a YAML or
+// JSON file, or of every *.yaml, *.yml and *.json file directly in a folder
+// (see DecodeManifests for the format), so that a proxy runs without a
+// cluster. It re-reads them when they change and hands the difference to
+// the handler as adds, updates and deletes. A file that fails to decode is
+// reported with its path and line and keeps its last good content, so what
+// is programmed stays as it was.
+type ManifestSource struct {
+	path    string
+	cfg     ManifestConfig
+	decoder *manifestDecoder
+}
+
+// NewManifestSource returns a source of the manifests at path, a file or a
+// folder.
+func NewManifestSource(path string, cfg ManifestConfig) *ManifestSource {
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = DefaultManifestDebounce
+	}
+	if cfg.Logger.GetSink() == nil {
+		cfg.Logger = klog.Background()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &ManifestSource{path: filepath.Clean(path), cfg: cfg, decoder: newManifestDecoder()}
+}
+
+// Run reads the manifests, delivers them, calls h.Synced and then follows
+// changes until ctx is done. It fails if the first read fails (a missing
+// path or a broken file): there is no last good state to keep yet.
+func (s *ManifestSource) Run(ctx context.Context, h Handler) error {
+	info, err := os.Stat(s.path)
+	if err != nil {
+		return &ManifestError{Path: s.path, Err: err}
+	}
+	dir := s.path
+	if !info.IsDir() {
+		dir = filepath.Dir(s.path)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching manifests: %w", err)
+	}
+	defer w.Close()
+	// Watch before the first read so that no change slips between them.
+	// The folder is watched even for a single file, because editors and
+	// ConfigMap mounts replace files by renaming.
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+
+	st := manifestState{files: map[string][]runtime.Object{}, isDir: info.IsDir()}
+	if err := st.reload(s); err != nil {
+		return err
+	}
+	current := st.merged(s.cfg.Logger)
+	diffObjects(h, nil, current)
+	h.Synced()
+
+	var debounce clock.Timer
+	var fire <-chan time.Time
+	defer func() {
+		if debounce != nil {
+			debounce.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if !st.isDir && filepath.Clean(ev.Name) != s.path {
+				continue
+			}
+			if debounce != nil {
+				debounce.Stop()
+			}
+			debounce = s.cfg.Clock.NewTimer(s.cfg.Debounce)
+			fire = debounce.C()
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			s.cfg.Logger.Error(err, "Manifest watch error", "path", s.path)
+		case <-fire:
+			fire = nil
+			if err := st.reload(s); err != nil {
+				s.cfg.Logger.Error(err, "Failed to re-read manifests; keeping their last good content", "path", s.path)
+				if s.cfg.OnError != nil {
+					s.cfg.OnError(err)
+				}
+			}
+			next := st.merged(s.cfg.Logger)
+			diffObjects(h, current, next)
+			current = next
+		}
+	}
+}
+
+// manifestState is the last good content of every manifest file.
+type manifestState struct {
+	isDir bool
+	files map[string][]runtime.Object
+}
+
+// reload re-reads every file. A file that fails keeps its previous content
+// (none if it never decoded); a file that is gone is dropped. The errors of
+// all failing files are returned joined.
+func (st *manifestState) reload(s *ManifestSource) error {
+	paths, err := s.files(st.isDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, p := range paths {
+		seen[p] = true
+		data, err := os.ReadFile(p)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, &ManifestError{Path: p, Err: err})
+			} else {
+				delete(st.files, p)
+			}
+			continue
+		}
+		objs, err := s.decoder.decode(p, data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st.files[p] = objs
+	}
+	for p := range st.files {
+		if !seen[p] {
+			delete(st.files, p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// files lists the manifest files: the path itself, or the regular files
+// (symlinks followed) with a manifest extension directly in the folder,
+// sorted; hidden files are ignored.
+func (s *ManifestSource) files(isDir bool) ([]string, error) {
+	if !isDir {
+		return []string{s.path}, nil
+	}
+	entries, err := os.ReadDir(s.path)
+	if err != nil {
+		return nil, &ManifestError{Path: s.path, Err: err}
+	}
+	var out []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		switch strings.ToLower(filepath.Ext(name)) {
+		case ".yaml", ".yml", ".json":
+		default:
+			continue
+		}
+		p := filepath.Join(s.path, name)
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// objectKey identifies a manifest object.
+type objectKey struct {
+	kind            int
+	namespace, name string
+}
+
+// Kind ranks: on add, Nodes and Services reach the handler before the
+// EndpointSlices that refer to them.
+const (
+	kindNode = iota
+	kindService
+	kindEndpointSlice
+)
+
+func keyOf(o runtime.Object) objectKey {
+	k := objectKey{}
+	switch o.(type) {
+	case *v1.Node:
+		k.kind = kindNode
+	case *v1.Service:
+		k.kind = kindService
+	case *discovery.EndpointSlice:
+		k.kind = kindEndpointSlice
+	}
+	if a, err := meta.Accessor(o); err == nil {
+		k.namespace, k.name = a.GetNamespace(), a.GetName()
+	}
+	return k
+}
+
+func (k objectKey) String() string {
+	kinds := [...]string{"Node", "Service", "EndpointSlice"}
+	if k.namespace == "" {
+		return kinds[k.kind] + " " + k.name
+	}
+	return kinds[k.kind] + " " + k.namespace + "/" + k.name
+}
+
+// merged returns every object by key. When several files (or documents)
+// define one object, the first in path and document order wins, so the
+// outcome never depends on read order.
+func (st *manifestState) merged(log logr.Logger) map[objectKey]runtime.Object {
+	paths := make([]string, 0, len(st.files))
+	for p := range st.files {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	out := map[objectKey]runtime.Object{}
+	from := map[objectKey]string{}
+	for _, p := range paths {
+		for _, o := range st.files[p] {
+			k := keyOf(o)
+			if first, dup := from[k]; dup {
+				log.Info("Duplicate manifest object ignored", "object", k.String(), "path", p, "keptFrom", first)
+				continue
+			}
+			out[k], from[k] = o, p
+		}
+	}
+	return out
+}
+
+// diffObjects hands h what changed from old to new, in a stable order.
+func diffObjects(h Handler, old, new map[objectKey]runtime.Object) {
+	keys := make([]objectKey, 0, len(old)+len(new))
+	for k := range old {
+		keys = append(keys, k)
+	}
+	for k := range new {
+		if _, ok := old[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b objectKey) int {
+		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+	})
+	for _, k := range keys {
+		o, n := old[k], new[k]
+		if o != nil && n != nil && equality.Semantic.DeepEqual(o, n) {
+			continue
+		}
+		deliver(h, o, n)
+	}
+}

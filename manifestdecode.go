@@ -1,0 +1,237 @@
+package proxykit
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	sigyaml "sigs.k8s.io/yaml"
+)
+
+// ManifestError is a manifest file that cannot be read or decoded.
+type ManifestError struct {
+	Path string
+	// Line is the 1-based line of the problem: where the YAML or JSON
+	// parser failed, else the first line of the offending document. 0 when
+	// the file could not be read at all.
+	Line int
+	Err  error
+}
+
+func (e *ManifestError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Path, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *ManifestError) Unwrap() error { return e.Err }
+
+// DecodeManifests decodes data, the content of the manifest file path (used
+// in errors only), into the Services, EndpointSlices (discovery.k8s.io/v1)
+// and Nodes it holds, in file order. data is YAML, possibly several
+// documents separated by "---", or a stream of JSON objects; a "kind: List"
+// contributes its items. Decoding is strict (an unknown field is an error,
+// catching typos) and uses client-go's scheme. Objects of other kinds that
+// scheme knows (a Deployment beside its Service, say) are left out; an
+// unknown kind is an error. Namespaced objects without a namespace get
+// "default", as kubectl would give them. The error, if any, is a
+// *ManifestError.
+func DecodeManifests(path string, data []byte) ([]runtime.Object, error) {
+	return newManifestDecoder().decode(path, data)
+}
+
+type manifestDecoder struct {
+	decoder runtime.Decoder
+}
+
+func newManifestDecoder() *manifestDecoder {
+	return &manifestDecoder{decoder: serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()}
+}
+
+// document is one YAML or JSON document of a file, as JSON.
+type document struct {
+	line int
+	json []byte
+}
+
+func (d *manifestDecoder) decode(path string, data []byte) ([]runtime.Object, error) {
+	docs, err := splitDocuments(data)
+	if err != nil {
+		err.Path = path
+		return nil, err
+	}
+	var out []runtime.Object
+	for _, doc := range docs {
+		objs, err := d.decodeDocument(doc.json)
+		if err != nil {
+			return nil, &ManifestError{Path: path, Line: doc.line, Err: err}
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
+}
+
+// decodeDocument decodes one document, expanding a List.
+func (d *manifestDecoder) decodeDocument(data []byte) ([]runtime.Object, error) {
+	obj, gvk, err := d.decoder.Decode(data, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if list, ok := obj.(*v1.List); ok {
+		var out []runtime.Object
+		for i, item := range list.Items {
+			objs, err := d.decodeDocument(item.Raw)
+			if err != nil {
+				return nil, fmt.Errorf("item %d: %w", i, err)
+			}
+			out = append(out, objs...)
+		}
+		return out, nil
+	}
+	switch o := obj.(type) {
+	case *v1.Service:
+		defaultNamespace(&o.Namespace)
+		return []runtime.Object{o}, nil
+	case *discovery.EndpointSlice:
+		defaultNamespace(&o.Namespace)
+		return []runtime.Object{o}, nil
+	case *v1.Node:
+		return []runtime.Object{o}, nil
+	}
+	switch gvk.Kind {
+	case "Service", "EndpointSlice", "Node":
+		return nil, fmt.Errorf("%s %s is not supported; use %s", gvk.Kind, gvk.GroupVersion(), supportedVersion(gvk.Kind))
+	}
+	return nil, nil
+}
+
+func supportedVersion(kind string) string {
+	if kind == "EndpointSlice" {
+		return "discovery.k8s.io/v1"
+	}
+	return "v1"
+}
+
+func defaultNamespace(ns *string) {
+	if *ns == "" {
+		*ns = v1.NamespaceDefault
+	}
+}
+
+// splitDocuments cuts data into documents with their first line. JSON is
+// recognised by its leading brace (as apimachinery's YAMLOrJSONDecoder
+// does); everything else goes through apimachinery's YAML document reader.
+func splitDocuments(data []byte) ([]document, *ManifestError) {
+	if utilyaml.IsJSONBuffer(data) {
+		return splitJSON(data)
+	}
+	return splitYAML(data)
+}
+
+func splitJSON(data []byte) ([]document, *ManifestError) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var docs []document
+	for {
+		start := int(dec.InputOffset())
+		start += len(data[start:]) - len(bytes.TrimLeft(data[start:], " \t\r\n"))
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			off := start
+			var syn *json.SyntaxError
+			if errors.As(err, &syn) {
+				off = int(syn.Offset)
+			}
+			return nil, &ManifestError{Line: lineAt(data, off), Err: err}
+		}
+		docs = append(docs, document{line: lineAt(data, start), json: raw})
+	}
+}
+
+// yamlLine finds the position go-yaml puts in its messages ("yaml: line 3:
+// ..." or "line 3: cannot unmarshal ..."), relative to the document.
+var yamlLine = regexp.MustCompile(`line (\d+): `)
+
+func splitYAML(data []byte) ([]document, *ManifestError) {
+	// The reader returns whole lines of each document without the
+	// separators, so each document is found again by its first line to
+	// learn where it starts.
+	lines := strings.Split(string(data), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimSuffix(l, "\r")
+	}
+	cursor := 0
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs []document
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, &ManifestError{Line: min(cursor+1, len(lines)), Err: err}
+		}
+		first, _, _ := strings.Cut(string(doc), "\n")
+		for cursor < len(lines) && lines[cursor] != first {
+			cursor++
+		}
+		line := cursor + 1
+		cursor += bytes.Count(doc, []byte("\n"))
+		js, err := sigyaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, yamlError(line, err)
+		}
+		if t := bytes.TrimSpace(js); bytes.Equal(t, []byte("null")) || len(t) == 0 {
+			continue // only comments or blank lines
+		}
+		docs = append(docs, document{line: line, json: js})
+	}
+}
+
+// yamlError places a go-yaml error, whose line is relative to the document
+// starting at docLine, in the file.
+func yamlError(docLine int, err error) *ManifestError {
+	msg := err.Error()
+	m := yamlLine.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return &ManifestError{Line: docLine, Err: err}
+	}
+	rel, _ := strconv.Atoi(msg[m[2]:m[3]])
+	return &ManifestError{
+		Line: docLine + rel - 1,
+		Err:  &positionedError{msg: msg[:m[0]] + msg[m[1]:], err: err},
+	}
+}
+
+// positionedError is an error whose message had its position moved into
+// ManifestError.Line.
+type positionedError struct {
+	msg string
+	err error
+}
+
+func (e *positionedError) Error() string { return e.msg }
+func (e *positionedError) Unwrap() error { return e.err }
+
+// lineAt returns the 1-based line of byte offset off in data.
+func lineAt(data []byte, off int) int {
+	off = min(max(off, 0), len(data))
+	return bytes.Count(data[:off], []byte("\n")) + 1
+}

@@ -1,0 +1,151 @@
+package proxykit
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are kube-proxy's core metrics (subsystem kubeproxy there) under
+// the configured namespace, plus what proxykit does that kube-proxy does
+// not. They are created even without a Registerer, so that recording never
+// needs a nil check; they are then simply never collected.
+type metrics struct {
+	syncDuration       *prometheus.HistogramVec
+	syncFailures       *prometheus.CounterVec
+	lastSync           *prometheus.GaugeVec
+	lastQueued         prometheus.Gauge
+	changesTotal       *prometheus.CounterVec
+	changesPending     prometheus.Gauge
+	servicePorts       *prometheus.GaugeVec
+	serviceEndpoints   *prometheus.GaugeVec
+	skippedTotal       *prometheus.CounterVec
+	networkProgramming *prometheus.HistogramVec
+	conntrackDeleted   *prometheus.CounterVec
+	conntrackFailures  *prometheus.CounterVec
+	conntrackPending   *prometheus.GaugeVec
+	healthz            *prometheus.CounterVec
+	livez              *prometheus.CounterVec
+	healthCheckPorts   *prometheus.GaugeVec
+	healthCheckErrors  *prometheus.CounterVec
+}
+
+// networkProgrammingBuckets are kube-proxy's: 0.25s steps to 1s, 1s steps to
+// a minute, then coarser up to 5 minutes.
+func networkProgrammingBuckets() []float64 {
+	b := []float64{0.25, 0.5}
+	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
+	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
+	b = append(b, prometheus.LinearBuckets(120, 30, 7)...)
+	slices.Sort(b)
+	return slices.Compact(b)
+}
+
+func newMetrics(ns string, reg prometheus.Registerer) (*metrics, error) {
+	family := []string{"ip_family"}
+	m := &metrics{
+		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "sync_proxy_rules_duration_seconds",
+			Help:    "Time one dataplane took to program a State, by full or partial sync.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"ip_family", "dataplane", "sync"}),
+		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "sync_proxy_rules_failures_total",
+			Help: "Dataplane syncs that failed.",
+		}, []string{"ip_family", "dataplane"}),
+		lastSync: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "sync_proxy_rules_last_timestamp_seconds",
+			Help: "Time of the last successful sync of a dataplane, in Unix seconds.",
+		}, []string{"ip_family", "dataplane"}),
+		lastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
+			Help: "Time a change last asked for a sync, in Unix seconds.",
+		}),
+		changesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "sync_proxy_rules_changes_total",
+			Help: "Object updates received from the sources, by kind.",
+		}, []string{"kind"}),
+		changesPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "sync_proxy_rules_changes_pending",
+			Help: "Object updates received since the last sync that change what is programmed.",
+		}),
+		servicePorts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "programmed_service_ports",
+			Help: "Service ports in the State last programmed by every dataplane of a family.",
+		}, family),
+		serviceEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "programmed_services_with_endpoints",
+			Help: "Services with endpoints in the State last programmed by every dataplane of a family.",
+		}, family),
+		skippedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "objects_skipped_total",
+			Help: "Objects or parts of objects skipped as invalid, by kind and reason.",
+		}, []string{"kind", "reason"}),
+		networkProgramming: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "network_programming_duration_seconds",
+			Help:    "Time from an endpoints change (its last-change-trigger-time) to its programming.",
+			Buckets: networkProgrammingBuckets(),
+		}, family),
+		conntrackDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "conntrack_deleted_entries_total",
+			Help: "Stale conntrack entries deleted.",
+		}, family),
+		conntrackFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "conntrack_cleanup_failures_total",
+			Help: "Conntrack cleanups that failed (and are retried).",
+		}, family),
+		conntrackPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "conntrack_cleanup_pending",
+			Help: "Stale frontends, endpoints and ports whose conntrack cleanup is owed.",
+		}, family),
+		healthz: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "proxy_healthz_total",
+			Help: "/healthz answers, by HTTP code.",
+		}, []string{"code"}),
+		livez: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "proxy_livez_total",
+			Help: "/livez answers, by HTTP code.",
+		}, []string{"code"}),
+		healthCheckPorts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "health_check_node_ports",
+			Help: "Health-check node ports being served.",
+		}, family),
+		healthCheckErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "health_check_node_port_listen_failures_total",
+			Help: "Health-check node ports that could not be opened (retried next sync).",
+		}, family),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	all := []prometheus.Collector{
+		m.syncDuration, m.syncFailures, m.lastSync, m.lastQueued, m.changesTotal,
+		m.changesPending, m.servicePorts, m.serviceEndpoints, m.skippedTotal,
+		m.networkProgramming, m.conntrackDeleted, m.conntrackFailures,
+		m.conntrackPending, m.healthz, m.livez, m.healthCheckPorts, m.healthCheckErrors,
+	}
+	for i, c := range all {
+		if err := reg.Register(c); err != nil {
+			// Leave the registerer as it was, so that the caller can
+			// retry with another namespace.
+			for _, done := range all[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// skipped is the Builder's OnSkip hook.
+func (m *metrics) skipped(kind, reason string) {
+	m.skippedTotal.WithLabelValues(kind, reason).Inc()
+}
+
+func (m *metrics) change(kind string, due bool) {
+	m.changesTotal.WithLabelValues(kind).Inc()
+	if due {
+		m.changesPending.Inc()
+	}
+}

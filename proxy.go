@@ -1,0 +1,367 @@
+package proxykit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/proxykit/proxykit/dataplane"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ErrStarted is returned by Run and RunOnce when the Proxy has already been
+// started: a Proxy runs once.
+var ErrStarted = errors.New("proxykit: proxy already started")
+
+// Proxy is an assembled service proxy: sources feed a dataplane.Builder,
+// a bounded-frequency loop programs the Builder's States into the
+// dataplanes, then conntrack is cleaned and health is reported.
+type Proxy struct {
+	cfg      Config
+	log      logr.Logger
+	builder  *dataplane.Builder
+	families []v1.IPFamily
+	planes   []*plane
+	health   *proxyHealth
+	metrics  *metrics
+	runner   *runner
+	handler  *proxyHandler
+
+	// servicesHealth has one server per family, nil when disabled.
+	servicesHealth map[v1.IPFamily]*serviceHealthServer
+
+	started     atomic.Bool
+	initialized atomic.Bool
+
+	// Everything below is owned by the sync loop (one sync at a time).
+	once         bool
+	lastFull     time.Time
+	debt         map[v1.IPFamily]*conntrackDebt
+	triggerTimes map[v1.IPFamily][]time.Time
+	hcPorts      map[v1.IPFamily]map[types.NamespacedName]uint16
+}
+
+// plane is one configured dataplane and what it last programmed.
+type plane struct {
+	DataplaneConfig
+	// programmed is true once a Sync succeeded; lastGen is the Generation
+	// of the State it programmed then. A dataplane that failed is not
+	// advanced, so the next State's ChangedSince(lastGen) is not ok and it
+	// programs that State in full.
+	programmed bool
+	lastGen    uint64
+}
+
+// New validates cfg, applies its defaults and returns a Proxy that is not
+// yet running. It registers the metrics on cfg.Registerer.
+func New(cfg Config) (*Proxy, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		cfg:          cfg,
+		log:          cfg.Logger,
+		families:     cfg.families(),
+		debt:         map[v1.IPFamily]*conntrackDebt{},
+		triggerTimes: map[v1.IPFamily][]time.Time{},
+		hcPorts:      map[v1.IPFamily]map[types.NamespacedName]uint16{},
+	}
+	p.metrics, err = newMetrics(cfg.MetricsNamespace, cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	p.builder = dataplane.NewBuilder(dataplane.BuilderConfig{
+		Families:  p.families,
+		NodeName:  cfg.NodeName,
+		ProxyName: cfg.ProxyName,
+		Settings:  cfg.Settings,
+		Logger:    cfg.Logger,
+		OnSkip:    p.metrics.skipped,
+	})
+	for _, d := range cfg.Dataplanes {
+		p.planes = append(p.planes, &plane{DataplaneConfig: d})
+	}
+	for _, f := range p.families {
+		p.debt[f] = newConntrackDebt()
+	}
+	p.handler = &proxyHandler{p: p}
+	p.health = newProxyHealth(cfg.Clock, cfg.HealthTimeout, cfg.NodeName, p.metrics)
+	if !cfg.DisableHealthCheckNodePorts {
+		p.servicesHealth = map[v1.IPFamily]*serviceHealthServer{}
+		for _, f := range p.families {
+			p.servicesHealth[f] = newServiceHealthServer(serviceHealthConfig{
+				family:    f,
+				nodeName:  cfg.NodeName,
+				addresses: cfg.HealthCheckAddresses,
+				nodePorts: cfg.Settings.NodePortAddresses,
+				healthy:   func() bool { return p.health.Health().Healthy },
+				recorder:  cfg.Recorder,
+				logger:    cfg.Logger,
+				metrics:   p.metrics,
+			})
+		}
+	}
+	p.runner = newRunner(runnerConfig{
+		clock:    cfg.Clock,
+		min:      cfg.MinSyncPeriod,
+		period:   cfg.SyncPeriod,
+		retry:    cfg.RetryPeriod,
+		maxRetry: cfg.MaxRetryPeriod,
+		sync:     p.sync,
+		logger:   cfg.Logger,
+	})
+	return p, nil
+}
+
+// Run starts the sources, waits until every one has synced, then keeps the
+// dataplanes programmed until ctx is done; it serves /healthz, /livez and
+// /metrics when their bind addresses are set and the health-check node
+// ports unless disabled. It returns nil when ctx ends, or the error that
+// stopped it: a bind address that cannot be listened on (checked before
+// anything starts) or a failed source. A failed sync does not stop Run: it
+// is retried with backoff, and the previous rules stay in force.
+func (p *Proxy) Run(ctx context.Context) error {
+	if p.started.Swap(true) {
+		return ErrStarted
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	servers, err := p.listen()
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(servers)+len(p.cfg.Sources))
+	defer func() {
+		cancel()
+		for _, s := range servers {
+			_ = s.srv.Close()
+		}
+		for _, hs := range p.servicesHealth {
+			hs.close()
+		}
+		wg.Wait()
+	}()
+	for _, s := range servers {
+		wg.Go(func() {
+			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("serving %s: %w", s.name, err)
+			}
+		})
+	}
+
+	p.health.start(p.families)
+	synced := p.startSources(ctx, &wg, errs)
+
+	select {
+	case <-synced:
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+	p.initialized.Store(true)
+	p.log.V(2).Info("Sources synced, starting sync loop")
+	p.runner.request()
+
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		p.runner.loop(ctx)
+	}()
+	select {
+	case err = <-errs:
+	case <-ctx.Done():
+	}
+	cancel()
+	<-loopDone
+	return err
+}
+
+// RunOnce starts the sources, waits until every one has synced, programs
+// every dataplane once (in full) and cleans conntrack, then stops the
+// sources and returns. It serves nothing and opens no health-check node
+// port. The error is the first failure: a source, or every dataplane or
+// cleanup that failed (errors.Join). It suits a node agent's --once.
+func (p *Proxy) RunOnce(ctx context.Context) error {
+	if p.started.Swap(true) {
+		return ErrStarted
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(p.cfg.Sources))
+	synced := p.startSources(ctx, &wg, errs)
+	defer wg.Wait()
+	defer cancel()
+	select {
+	case <-synced:
+	case err := <-errs:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.initialized.Store(true)
+	p.once = true
+	return p.sync(ctx)
+}
+
+// Handler returns a Handler that feeds the proxy directly, for callers that
+// drive it without (or besides) Sources. Its Synced is a no-op.
+func (p *Proxy) Handler() Handler { return p.handler }
+
+// HealthzHandler serves kube-proxy's /healthz: 200 while no queued change
+// has waited more than HealthTimeout for a successful sync and the node is
+// eligible (it exists, is not being deleted and is not tainted
+// ToBeDeletedByClusterAutoscaler), else 503; the JSON body is kube-proxy's.
+func (p *Proxy) HealthzHandler() http.Handler { return healthzHandler{p.health} }
+
+// LivezHandler serves kube-proxy's /livez: /healthz without the node
+// eligibility check.
+func (p *Proxy) LivezHandler() http.Handler { return livezHandler{p.health} }
+
+// Health returns the proxy's health as /livez reports it.
+func (p *Proxy) Health() Health { return p.health.Health() }
+
+// Cleanup calls Cleanup on every dataplane, in order, and returns their
+// errors joined. It does not need Run and must not run concurrently with
+// it.
+func (p *Proxy) Cleanup(ctx context.Context) error {
+	var errs []error
+	for _, pl := range p.planes {
+		if err := pl.Dataplane.Cleanup(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w", pl.Dataplane.Name(), pl.Family, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type namedServer struct {
+	name string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// listen binds the configured HTTP endpoints. Unlike kube-proxy, which
+// retries every 5s unless --bind-address-hard-fail, a bind failure is an
+// error: an embedder decides whether to retry.
+func (p *Proxy) listen() ([]namedServer, error) {
+	var out []namedServer
+	add := func(name, addr string, h http.Handler) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listening for %s on %s: %w", name, addr, err)
+		}
+		out = append(out, namedServer{name: name, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}})
+		return nil
+	}
+	closeAll := func() {
+		for _, s := range out {
+			_ = s.ln.Close()
+		}
+	}
+	if a := p.cfg.HealthzBindAddress; a != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", p.HealthzHandler())
+		mux.Handle("/livez", p.LivezHandler())
+		if err := add("healthz", a, mux); err != nil {
+			return nil, err
+		}
+	}
+	if a := p.cfg.MetricsBindAddress; a != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(p.cfg.Registerer.(prometheus.Gatherer), promhttp.HandlerOpts{}))
+		if err := add("metrics", a, mux); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// startSources runs every source in its own goroutine (tracked by wg); the
+// returned channel closes once all have synced. A source that returns
+// early without error counts as synced: it delivered all it will.
+func (p *Proxy) startSources(ctx context.Context, wg *sync.WaitGroup, errs chan<- error) <-chan struct{} {
+	all := make(chan struct{})
+	var pending sync.WaitGroup
+	for i, src := range p.cfg.Sources {
+		h := &sourceHandler{proxyHandler: p.handler, done: pending.Done}
+		pending.Add(1)
+		wg.Go(func() {
+			err := src.Run(ctx, h)
+			h.Synced()
+			if err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("source %d: %w", i, err)
+			}
+		})
+	}
+	go func() {
+		pending.Wait()
+		close(all)
+	}()
+	return all
+}
+
+// proxyHandler feeds the Builder and asks for a sync when a change is due.
+type proxyHandler struct {
+	p *Proxy
+}
+
+func (h *proxyHandler) OnService(old, new *v1.Service) {
+	h.p.changed("Service", h.p.builder.UpdateService(old, new))
+}
+
+func (h *proxyHandler) OnEndpointSlice(old, new *discovery.EndpointSlice) {
+	h.p.changed("EndpointSlice", h.p.builder.UpdateEndpointSlice(old, new))
+}
+
+func (h *proxyHandler) OnNode(old, new *v1.Node) {
+	p := h.p
+	n := new
+	if n == nil {
+		n = old
+	}
+	if n == nil || n.Name != p.cfg.NodeName {
+		return
+	}
+	p.health.setNode(new)
+	p.changed("Node", p.builder.UpdateNode(new))
+}
+
+func (h *proxyHandler) Synced() {}
+
+// sourceHandler is the Handler one source gets: it reports that source's
+// Synced once.
+type sourceHandler struct {
+	*proxyHandler
+	once sync.Once
+	done func()
+}
+
+func (h *sourceHandler) Synced() { h.once.Do(h.done) }
+
+// changed counts an object update and, once the sources have synced,
+// requests a sync if the Builder said one is due (kube-proxy gates the
+// same way: the initial sync is requested when the last source syncs).
+func (p *Proxy) changed(kind string, due bool) {
+	p.metrics.change(kind, due)
+	if !due || !p.initialized.Load() {
+		return
+	}
+	p.health.queued(p.families)
+	p.metrics.lastQueued.Set(float64(p.cfg.Clock.Now().UnixNano()) / 1e9)
+	p.runner.request()
+}

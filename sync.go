@@ -1,0 +1,164 @@
+package proxykit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/proxykit/proxykit/dataplane"
+	v1 "k8s.io/api/core/v1"
+)
+
+// sync is one pass of the loop: build the States, program every dataplane,
+// then, for each family whose dataplanes all succeeded, report health,
+// feed the health-check node ports and clean conntrack. Anything that
+// failed is returned (joined) so that the loop retries with backoff.
+func (p *Proxy) sync(ctx context.Context) error {
+	start := p.cfg.Clock.Now()
+	full := p.lastFull.IsZero() || start.Sub(p.lastFull) >= p.cfg.SyncPeriod
+	b := p.builder.Build()
+	if err := p.absorb(b); err != nil {
+		return err
+	}
+	if full && p.anyProgrammed() {
+		// A State whose predecessor a dataplane never saw makes
+		// ChangedSince report !ok, which is how a dataplane is told to
+		// program everything: skip one generation.
+		b = p.builder.Build()
+		if err := p.absorb(b); err != nil {
+			return err
+		}
+	}
+	p.metrics.changesPending.Set(0)
+
+	states := make(map[v1.IPFamily]*dataplane.State, len(p.families))
+	for i, f := range p.families {
+		states[f] = b.States[i]
+	}
+	failed := map[v1.IPFamily]bool{}
+	var errs []error
+	for _, pl := range p.planes {
+		if err := p.syncPlane(ctx, pl, states[pl.Family]); err != nil {
+			failed[pl.Family] = true
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range p.families {
+		if failed[f] {
+			continue
+		}
+		st := states[f]
+		p.health.updated(f)
+		p.metrics.servicePorts.WithLabelValues(string(f)).Set(float64(st.Services.Len()))
+		p.metrics.serviceEndpoints.WithLabelValues(string(f)).Set(float64(st.Endpoints.Len()))
+		p.observeProgramming(f)
+		if hs := p.servicesHealth[f]; hs != nil && !p.once {
+			hs.sync(p.hcPorts[f], st)
+		}
+		if err := p.cleanConntrack(ctx, f, st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if full && len(failed) == 0 {
+		p.lastFull = start
+	}
+	return errors.Join(errs...)
+}
+
+// absorb records what one Build reported until it is acted upon: conntrack
+// debt and trigger times until the family syncs, health-check node ports as
+// the latest known.
+func (p *Proxy) absorb(b dataplane.Build) error {
+	if len(b.States) != len(p.families) || len(b.Changes) != len(p.families) {
+		return fmt.Errorf("builder returned %d states and %d changes for %d families", len(b.States), len(b.Changes), len(p.families))
+	}
+	for i, f := range p.families {
+		c := b.Changes[i]
+		if p.cfg.Conntrack != nil {
+			p.debt[f].add(c)
+			p.metrics.conntrackPending.WithLabelValues(string(f)).Set(float64(p.debt[f].len()))
+		}
+		for _, times := range c.Endpoints.TriggerTimes {
+			for _, t := range times {
+				if !t.IsZero() {
+					p.triggerTimes[f] = append(p.triggerTimes[f], t)
+				}
+			}
+		}
+		p.hcPorts[f] = c.Services.HealthCheckNodePorts
+	}
+	return nil
+}
+
+func (p *Proxy) anyProgrammed() bool {
+	for _, pl := range p.planes {
+		if pl.programmed {
+			return true
+		}
+	}
+	return false
+}
+
+// syncPlane programs st into one dataplane and records the outcome.
+func (p *Proxy) syncPlane(ctx context.Context, pl *plane, st *dataplane.State) error {
+	kind := "full"
+	if pl.programmed {
+		if _, ok := st.ChangedSince(pl.lastGen); ok {
+			kind = "partial"
+		}
+	}
+	name, fam := pl.Dataplane.Name(), string(pl.Family)
+	t0 := p.cfg.Clock.Now()
+	err := pl.Dataplane.Sync(ctx, st)
+	elapsed := p.cfg.Clock.Since(t0)
+	p.metrics.syncDuration.WithLabelValues(fam, name, kind).Observe(elapsed.Seconds())
+	if err != nil {
+		p.metrics.syncFailures.WithLabelValues(fam, name).Inc()
+		return fmt.Errorf("dataplane %s (%s): %w", name, fam, err)
+	}
+	pl.programmed, pl.lastGen = true, st.Generation
+	p.metrics.lastSync.WithLabelValues(fam, name).Set(float64(p.cfg.Clock.Now().UnixNano()) / 1e9)
+	p.log.V(2).Info("Synced dataplane", "dataplane", name, "ipFamily", fam, "sync", kind,
+		"generation", st.Generation, "servicePorts", st.Services.Len(), "elapsed", elapsed)
+	return nil
+}
+
+// observeProgramming reports network programming latency for the trigger
+// times family f has collected since it last synced.
+func (p *Proxy) observeProgramming(f v1.IPFamily) {
+	now := p.cfg.Clock.Now()
+	h := p.metrics.networkProgramming.WithLabelValues(string(f))
+	for _, t := range p.triggerTimes[f] {
+		h.Observe(max(now.Sub(t), time.Duration(0)).Seconds())
+	}
+	p.triggerTimes[f] = p.triggerTimes[f][:0]
+}
+
+// cleanConntrack hands the cleanup family f owes to the cleaner, now that
+// every dataplane of the family programs st. What a failed cleanup owed
+// stays owed.
+func (p *Proxy) cleanConntrack(ctx context.Context, f v1.IPFamily, st *dataplane.State) error {
+	d := p.debt[f]
+	if p.cfg.Conntrack == nil || d.len() == 0 {
+		return nil
+	}
+	fam := string(f)
+	flows := d.flows(f, st)
+	if flows.Empty() {
+		d.clear()
+		p.metrics.conntrackPending.WithLabelValues(fam).Set(0)
+		return nil
+	}
+	n, err := p.cfg.Conntrack.CleanStale(ctx, flows)
+	p.metrics.conntrackDeleted.WithLabelValues(fam).Add(float64(max(n, 0)))
+	if err != nil {
+		p.metrics.conntrackFailures.WithLabelValues(fam).Inc()
+		return fmt.Errorf("conntrack cleanup (%s): %w", fam, err)
+	}
+	p.log.V(2).Info("Cleaned conntrack", "ipFamily", fam, "frontends", len(flows.Frontends),
+		"endpoints", len(flows.Endpoints), "ports", len(flows.Ports), "deleted", n)
+	d.clear()
+	p.metrics.conntrackPending.WithLabelValues(fam).Set(0)
+	return nil
+}
