@@ -79,8 +79,8 @@ func TestDecodeManifests(t *testing.T) {
 			[]string{"Service demo/web"}},
 		{"default namespace", "apiVersion: v1\nkind: Service\nmetadata:\n  name: bare\n",
 			[]string{"Service default/bare"}},
-		{"list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n- apiVersion: v1\n  kind: Node\n  metadata:\n    name: n\n",
-			[]string{"Service default/a", "Node n"}},
+		{"list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n- apiVersion: v1\n  kind: Node\n  metadata:\n    name: nd\n",
+			[]string{"Service default/a", "Node nd"}},
 		{"json stream", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"x"}}
 {"apiVersion":"v1","kind":"Node","metadata":{"name":"n"}}`,
 			[]string{"Service x/a", "Node n"}},
@@ -106,13 +106,13 @@ func TestDecodeManifestsErrors(t *testing.T) {
 		wantLine int
 		wantMsg  string
 	}{
-		{"yaml syntax in second document", svcYAML + "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: [oops\n", 18, "did not find expected"},
+		{"yaml syntax in second document", svcYAML + "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: [oops\n", 17, "did not find expected"},
 		{"unknown field", svcYAML + "---\n" + "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\nspec:\n  clusterIp: 1.2.3.4\n", 14, `unknown field "spec.clusterIp"`},
 		{"unknown kind", "apiVersion: v1\nkind: Servic\nmetadata:\n  name: x\n", 1, "Servic"},
 		{"unsupported version", "apiVersion: discovery.k8s.io/v1beta1\nkind: EndpointSlice\nmetadata:\n  name: x\naddressType: IPv4\nendpoints: []\n", 1, "use discovery.k8s.io/v1"},
 		{"list item", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n  bogus: 1\n", 1, "item 0"},
 		{"json syntax", "{\"apiVersion\":\"v1\",\n\"kind\":\"Service\",,\n}", 2, "invalid character"},
-		{"no kind", "metadata:\n  name: x\n", 1, "kind"},
+		{"no kind", "metadata:\n  name: x\n", 1, "Kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeManifests("dir/f.yaml", []byte(tc.data))
@@ -318,8 +318,8 @@ func TestManifestSourceInitialErrors(t *testing.T) {
 		wantLine             int
 	}{
 		{"missing", filepath.Join(dir, "nope"), filepath.Join(dir, "nope"), 0},
-		{"broken file", broken, broken, 15},
-		{"broken file in folder", dir, broken, 15},
+		{"broken file", broken, broken, 14},
+		{"broken file in folder", dir, broken, 14},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRecordingHandler()
