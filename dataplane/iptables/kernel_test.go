@@ -24,7 +24,7 @@ type lab struct {
 }
 
 func newLab(t *testing.T, v6 bool) *lab {
-	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save", "iptables", "sh")
+	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save", "iptables", "sh", "conntrack")
 	l := &lab{v6: v6, node: netns.New(t, "node"), client: netns.New(t, "client"), pod1: netns.New(t, "pod1"), pod2: netns.New(t, "pod2")}
 	if v6 {
 		l.nodeIP, l.clientIP, l.blockedIP = "fd00:192::2", "fd00:192::10", "fd00:192::200"
