@@ -302,10 +302,14 @@ func (p *Proxy) startSources(ctx context.Context, wg *sync.WaitGroup, errs chan<
 		pending.Add(1)
 		wg.Go(func() {
 			err := src.Run(ctx, h)
-			h.Synced()
 			if err != nil && ctx.Err() == nil {
+				// Reported before (and instead of) counting as synced,
+				// so that a waiter never mistakes a failed source for
+				// one that delivered everything.
 				errs <- fmt.Errorf("source %d: %w", i, err)
+				return
 			}
+			h.Synced()
 		})
 	}
 	go func() {

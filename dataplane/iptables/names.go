@@ -84,11 +84,12 @@ func validPrefix(p string) error {
 // hash returns the base32 SHA-256 of the parts, as upstream names its
 // chains, cut to n characters.
 func hash(n int, parts ...string) string {
-	h := sha256.New()
-	for _, p := range parts {
-		h.Write([]byte(p))
-	}
-	return base32.StdEncoding.EncodeToString(h.Sum(nil))[:n]
+	sum := sha256.Sum256([]byte(strings.Join(parts, "")))
+	// Ten bytes are exactly sixteen base32 characters, the most a name
+	// uses, and encode like the start of the whole digest.
+	var buf [16]byte
+	base32.StdEncoding.Encode(buf[:], sum[:10])
+	return string(buf[:n])
 }
 
 // serviceChain names a per-service-port chain of kind; portID is

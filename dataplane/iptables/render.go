@@ -196,6 +196,8 @@ type renderer struct {
 	names chainNames
 	v     *view
 	b     strings.Builder
+	// epChains caches endpoint chain names within one renderPort.
+	epChains map[*endpoints.Endpoint]string
 }
 
 // rule builds one rule from its space-separated parts.
@@ -234,6 +236,7 @@ type selection struct {
 // renderPort writes the rules of p given its endpoint selection.
 func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	out := &rendered{}
+	clear(r.epChains)
 	sp := p.sp
 	proto := "-m " + p.proto + " -p " + p.proto
 	dport := "--dport " + strconv.Itoa(int(sp.Port))
@@ -385,7 +388,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		out.chains = append(out.chains, r.policyChain(p, svl, sel.local, internalChain == svl, internalMasq))
 	}
 	for _, e := range sel.all {
-		epc := r.names.endpointChain(p.id, e.Addr.String())
+		epc := r.epChain(p, e)
 		c := r.epComment(p.name)
 		rules := []string{r.rule(c, "-s", e.Addr.Addr().String(), "-j", r.names.markMasq)}
 		var aff string
@@ -408,13 +411,13 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 	if p.affinitySeconds > 0 {
 		secs := strconv.FormatInt(p.affinitySeconds, 10)
 		for _, e := range eps {
-			epc := r.names.endpointChain(p.id, e.Addr.String())
+			epc := r.epChain(p, e)
 			rules = append(rules, r.rule(r.epComment(p.name+" -> "+e.Addr.String()), "-m recent --name", epc, "--rcheck --seconds", secs, "--reap -j", epc))
 		}
 	}
 	n := len(eps)
 	for i, e := range eps {
-		epc := r.names.endpointChain(p.id, e.Addr.String())
+		epc := r.epChain(p, e)
 		var stat string
 		if i < n-1 {
 			stat = "-m statistic --mode random --probability " + probability(n-i)
@@ -422,6 +425,20 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 		rules = append(rules, r.rule(r.epComment(p.name+" -> "+e.Addr.String()), stat, "-j", epc))
 	}
 	return ownChain{name, rules}
+}
+
+// epChain names the chain of endpoint e of p, hashing each endpoint once
+// per port although the SVC, SVL and SEP rules all name it.
+func (r *renderer) epChain(p *port, e *endpoints.Endpoint) string {
+	if c, ok := r.epChains[e]; ok {
+		return c
+	}
+	if r.epChains == nil {
+		r.epChains = map[*endpoints.Endpoint]string{}
+	}
+	c := r.names.endpointChain(p.id, e.Addr.String())
+	r.epChains[e] = c
+	return c
 }
 
 // probability is upstream's 1/n, to ten decimals.
