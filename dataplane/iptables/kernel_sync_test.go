@@ -3,15 +3,20 @@ package iptables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/internal/netns"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestKernelIPv6ClusterIP(t *testing.T) {
@@ -181,3 +186,102 @@ func cmpDiff(a, b map[string][]string) string {
 }
 
 var _ dataplane.Dataplane = (*nsDataplane)(nil)
+
+// TestKernelHostileObjectsAccepted feeds the kinds of objects the model's
+// fuzz corpora hold (unparsable and wrong-family addresses, leading zeros,
+// out-of-range ports, unknown protocols, duplicates, names unsafe in a
+// comment, a huge service) through the Builder, beside a valid service, and
+// checks that the real iptables-restore accepts the result: the model must
+// have skipped everything bad before it could reach the kernel.
+func TestKernelHostileObjectsAccepted(t *testing.T) {
+	netns.Require(t, "iptables-restore", "ip6tables-restore", "iptables")
+	var objs []any
+	svc := func(name, ip string, mutate func(*v1.Service)) {
+		objs = append(objs, dataplanetest.MakeService("ns", name, func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIP = ip
+			s.Spec.ClusterIPs = []string{ip}
+			s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("p", v1.ProtocolUDP, 53, 30053, 0)}
+			mutate(s)
+		}))
+	}
+	svc("good", "172.30.0.10", func(*v1.Service) {})
+	svc("zeros", "172.30.000.011", func(s *v1.Service) { s.Spec.ExternalIPs = []string{"192.168.099.011", "", "1.2.3.4/8"} })
+	svc("badip", "10.0.0.256", func(*v1.Service) {})
+	svc("ports", "172.30.0.12", func(s *v1.Service) {
+		s.Spec.Ports = append(s.Spec.Ports,
+			dataplanetest.ServicePort("zero", v1.ProtocolTCP, 0, 0, 0),
+			dataplanetest.ServicePort("big", v1.ProtocolTCP, 70000, 99999, 0),
+			dataplanetest.ServicePort("icmp", "ICMP", 80, 0, 0),
+			dataplanetest.ServicePort("p", v1.ProtocolUDP, 54, 0, 0), // duplicate name
+			dataplanetest.ServicePort(`q"uote`, v1.ProtocolTCP, 81, 0, 0))
+	})
+	svc("ranges", "172.30.0.13", func(s *v1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/33", " 203.0.113.000/025", "bogus", "::/0x"}
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "1.2.3.4"}, {IP: "fd00::1"}, {IP: "x"}, {Hostname: "lb.example"}}
+	})
+	svc("affinity", "172.30.0.14", func(s *v1.Service) {
+		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](-7)}}
+	})
+	svc("huge", "172.30.0.15", func(s *v1.Service) {
+		for i := range 2000 {
+			s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, fmt.Sprintf("198.51.%d.%d", i/250, i%250+1), "not-an-ip")
+		}
+	})
+	for _, name := range []string{"good", "zeros", "ports", "ranges", "huge"} {
+		objs = append(objs, dataplanetest.MakeSlice("ns", name, 1, func(es *discovery.EndpointSlice) {
+			es.Ports = []discovery.EndpointPort{
+				dataplanetest.SlicePort("p", v1.ProtocolUDP, 5353),
+				{Name: ptr.To("nilport")},
+				dataplanetest.SlicePort("p", "ICMP", 7),
+			}
+			es.Endpoints = []discovery.Endpoint{
+				dataplanetest.ReadyEndpoint("10.180.0.1", dataplanetest.NodeName),
+				dataplanetest.ReadyEndpoint("010.180.000.002", ""),
+				dataplanetest.ReadyEndpoint("10.180.0.1", ""), // duplicate address
+				dataplanetest.ReadyEndpoint("fd00::5", ""),
+				dataplanetest.ReadyEndpoint("999.1.1.1", ""),
+				{Addresses: nil},
+			}
+		}))
+	}
+
+	skipped := 0
+	b := dataplane.NewBuilder(dataplane.BuilderConfig{
+		Families: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol},
+		NodeName: dataplanetest.NodeName,
+		Settings: dataplanetest.DefaultSettings(),
+		Logger:   funcr.New(func(string, string) {}, funcr.Options{}),
+		OnSkip:   func(string, string) { skipped++ },
+	})
+	b.UpdateNode(dataplanetest.TestNode(nil))
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			b.UpdateService(nil, o)
+		case *discovery.EndpointSlice:
+			b.UpdateEndpointSlice(nil, o)
+		}
+	}
+	build := b.Build()
+	if skipped == 0 {
+		t.Fatal("the Builder skipped nothing: the hostile objects did not reach the model")
+	}
+	node := netns.New(t, "hostile")
+	for _, s := range build.States {
+		dp := newNSDataplane(t, node, Config{Family: s.Family})
+		if err := dp.Sync(t.Context(), s); err != nil {
+			t.Fatalf("%s: the kernel rejected what the model built from hostile objects: %v", s.Family, err)
+		}
+		if s.Family == v1.IPv4Protocol {
+			out := node.MustRun("iptables-save", "-t", "nat")
+			if !strings.Contains(out, `"ns/good:p cluster IP"`) || !strings.Contains(out, "172.30.0.11/32") {
+				t.Errorf("valid services missing from the programmed rules:\n%s", out)
+			}
+		}
+		if err := dp.Cleanup(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
