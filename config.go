@@ -96,6 +96,8 @@ type Config struct {
 	// DefaultMetricsNamespace ("proxykit").
 	MetricsNamespace string
 	// Logger is where the proxy logs; the zero value is klog.Background().
+	// logr.Discard() is indistinguishable from the zero value: to silence
+	// the proxy, pass a logger whose sink drops everything instead.
 	Logger logr.Logger
 	// Clock drives every timer; nil means the real clock. Tests pass a
 	// k8s.io/utils/clock/testing.FakeClock.

@@ -196,7 +196,10 @@ func splitYAML(data []byte) ([]document, *ManifestError) {
 		cursor += bytes.Count(doc, []byte("\n"))
 		js, err := sigyaml.YAMLToJSON(doc)
 		if err != nil {
-			return nil, yamlError(line, err)
+			me := yamlError(line, err)
+			// go-yaml may point past a last line the reader ended for it.
+			me.Line = min(me.Line, len(lines))
+			return nil, me
 		}
 		if t := bytes.TrimSpace(js); bytes.Equal(t, []byte("null")) || len(t) == 0 {
 			continue // only comments or blank lines

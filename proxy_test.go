@@ -17,6 +17,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -519,4 +520,20 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+func TestTypedHandlerTombstones(t *testing.T) {
+	var got []string
+	h := typedHandler(testLogger(t), func(old, new *v1.Service) {
+		got = append(got, describe(old)+" -> "+describe(new))
+	})
+	svc := udpService("ns", "s", "172.30.0.1", 53)
+	h.OnAdd(svc, false)
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/s", Obj: svc})
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/x", Obj: "not a service"})
+	h.OnAdd(&v1.Node{}, false)
+	want := []string{"nil -> ns/s@", "ns/s@ -> nil"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
 }
