@@ -125,7 +125,7 @@ func (d *conntrackDebt) clear() {
 func (d *conntrackDebt) flows(f v1.IPFamily, s *dataplane.State) StaleFlows {
 	out := StaleFlows{Family: f, State: s}
 	out.Frontends = d.frontends.UnsortedList()
-	slices.SortFunc(out.Frontends, compareFrontends)
+	slices.SortFunc(out.Frontends, servicemodel.Frontend.Compare)
 	for e := range d.endpoints {
 		if !servingIn(s, e) {
 			out.Endpoints = append(out.Endpoints, e)
@@ -137,7 +137,7 @@ func (d *conntrackDebt) flows(f v1.IPFamily, s *dataplane.State) StaleFlows {
 			out.Ports = append(out.Ports, pn)
 		}
 	}
-	slices.SortFunc(out.Ports, comparePortNames)
+	slices.SortFunc(out.Ports, servicemodel.PortName.Compare)
 	return out
 }
 
@@ -157,19 +157,6 @@ func conntrackProtocol(p v1.Protocol) bool {
 	return p == v1.ProtocolUDP || p == v1.ProtocolSCTP
 }
 
-func compareFrontends(a, b servicemodel.Frontend) int {
-	return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
-}
-
 func compareStaleEndpoints(a, b endpoints.StaleEndpoint) int {
-	return cmp.Or(comparePortNames(a.Port, b.Port), a.Addr.Compare(b.Addr))
-}
-
-func comparePortNames(a, b servicemodel.PortName) int {
-	return cmp.Or(
-		cmp.Compare(a.Namespace, b.Namespace),
-		cmp.Compare(a.Name, b.Name),
-		cmp.Compare(a.Port, b.Port),
-		cmp.Compare(a.Protocol, b.Protocol),
-	)
+	return cmp.Or(a.Port.Compare(b.Port), a.Addr.Compare(b.Addr))
 }

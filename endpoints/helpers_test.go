@@ -166,7 +166,7 @@ func expectedChanges(prev, cur Map) Changes {
 
 func sortStale(s []StaleEndpoint) {
 	slices.SortFunc(s, func(a, b StaleEndpoint) int {
-		if c := comparePortNames(a.Port, b.Port); c != 0 {
+		if c := a.Port.Compare(b.Port); c != 0 {
 			return c
 		}
 		return a.Addr.Compare(b.Addr)

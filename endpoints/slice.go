@@ -1,7 +1,6 @@
 package endpoints
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -156,17 +155,8 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 	for i := range ps.ports {
 		ps.ports[i].eps = normalizeList(ps.ports[i].eps)
 	}
-	slices.SortFunc(ps.ports, func(a, b portList) int { return comparePortNames(a.name, b.name) })
+	slices.SortFunc(ps.ports, func(a, b portList) int { return a.name.Compare(b.name) })
 	return ps
-}
-
-func comparePortNames(a, b servicemodel.PortName) int {
-	return cmp.Or(
-		cmp.Compare(a.Namespace, b.Namespace),
-		cmp.Compare(a.Name, b.Name),
-		cmp.Compare(a.Port, b.Port),
-		cmp.Compare(a.Protocol, b.Protocol),
-	)
 }
 
 func parsePort(svc types.NamespacedName, p *discovery.EndpointPort, j int, skipped *skipLog) (servicemodel.PortName, uint16, bool) {

@@ -222,7 +222,7 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		clear(t.triggers)
 	}
 	slices.SortFunc(ch.Stale, func(a, b StaleEndpoint) int {
-		if c := comparePortNames(a.Port, b.Port); c != 0 {
+		if c := a.Port.Compare(b.Port); c != 0 {
 			return c
 		}
 		return compareAddrPorts(a.Addr, b.Addr)

@@ -156,7 +156,7 @@ func checkNormalized(t *testing.T, svc *v1.Service, family v1.IPFamily, got []*S
 	validProto := sets.New(v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP)
 	inFamily := func(ip netip.Addr) bool { return ip.IsValid() && familyOf(ip) == family }
 	for i, p := range got {
-		if i > 0 && comparePortNames(got[i-1].Name, p.Name) >= 0 {
+		if i > 0 && got[i-1].Name.Compare(p.Name) >= 0 {
 			t.Errorf("ports not sorted and unique at %s", p.Name)
 		}
 		if p.Name.NamespacedName != (types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}) {
@@ -343,7 +343,7 @@ func checkCheckout(t *testing.T, m Map, ch Changes, applied [][]*ServicePort, wa
 		}
 		wantStale = append(wantStale, gone.Difference(kept).UnsortedList()...)
 	}
-	slices.SortFunc(wantStale, compareFrontends)
+	slices.SortFunc(wantStale, Frontend.Compare)
 	wantStale = slices.Compact(wantStale) // services may share a frontend
 	if m.Len() != total {
 		t.Fatalf("Map.Len = %d, want %d", m.Len(), total)

@@ -390,7 +390,7 @@ func (n *normalizer) ports(svc *v1.Service, base ServicePort) []*ServicePort {
 	if len(out) == 0 {
 		return nil
 	}
-	slices.SortFunc(out, func(a, b *ServicePort) int { return comparePortNames(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
 	return out
 }
 

@@ -1,7 +1,6 @@
 package servicemodel
 
 import (
-	"cmp"
 	"iter"
 	"slices"
 
@@ -46,19 +45,10 @@ func (m Map) withService(nn types.NamespacedName, ports []*ServicePort) Map {
 		m.services = m.services.Delete(nn)
 		return m
 	}
-	slices.SortFunc(ports, func(a, b *ServicePort) int { return comparePortNames(a.Name, b.Name) })
+	slices.SortFunc(ports, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
 	m.services = m.services.Set(nn, ports)
 	m.ports += len(ports)
 	return m
-}
-
-func comparePortNames(a, b PortName) int {
-	return cmp.Or(
-		cmp.Compare(a.Namespace, b.Namespace),
-		cmp.Compare(a.Name, b.Name),
-		cmp.Compare(a.Port, b.Port),
-		cmp.Compare(a.Protocol, b.Protocol),
-	)
 }
 
 // Len returns the number of service ports.

@@ -1,6 +1,7 @@
 package servicemodel
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 
@@ -25,6 +26,17 @@ func (n PortName) String() string {
 		return n.NamespacedName.String()
 	}
 	return n.NamespacedName.String() + ":" + n.Port
+}
+
+// Compare orders port names by namespace, name, port name and protocol,
+// the order Map.Service returns ports in; it returns -1, 0 or +1.
+func (n PortName) Compare(o PortName) int {
+	return cmp.Or(
+		cmp.Compare(n.Namespace, o.Namespace),
+		cmp.Compare(n.Name, o.Name),
+		cmp.Compare(n.Port, o.Port),
+		cmp.Compare(n.Protocol, o.Protocol),
+	)
 }
 
 // ServicePort is one normalized port of a Service in one IP family. It is

@@ -167,7 +167,7 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		}
 	}
 	clear(t.pending)
-	slices.SortFunc(ch.Stale, compareFrontends)
+	slices.SortFunc(ch.Stale, Frontend.Compare)
 	ch.Stale = slices.Compact(ch.Stale)
 	ch.HealthCheckNodePorts = maps.Clone(t.healthCheckNodePorts)
 	return t.applied, ch
@@ -185,7 +185,7 @@ func diffPortNames(prev, cur []*ServicePort, names sets.Set[PortName]) {
 		case j == len(cur):
 			c = -1
 		default:
-			c = comparePortNames(prev[i].Name, cur[j].Name)
+			c = prev[i].Name.Compare(cur[j].Name)
 		}
 		switch {
 		case c < 0:
@@ -231,8 +231,10 @@ func appendStale(dst []Frontend, prev, cur []*ServicePort) []Frontend {
 	return dst
 }
 
-func compareFrontends(a, b Frontend) int {
-	return cmp.Or(a.IP.Compare(b.IP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Protocol, b.Protocol))
+// Compare orders frontends by IP, port and protocol (node ports, with no
+// IP, first); it returns -1, 0 or +1.
+func (f Frontend) Compare(o Frontend) int {
+	return cmp.Or(f.IP.Compare(o.IP), cmp.Compare(f.Port, o.Port), cmp.Compare(f.Protocol, o.Protocol))
 }
 
 // Changes is what one Checkout changed.

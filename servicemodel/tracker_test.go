@@ -38,7 +38,7 @@ func sortedNames(s sets.Set[types.NamespacedName]) []types.NamespacedName {
 
 func mapPorts(m Map) []*ServicePort {
 	out := slices.Collect(m.All())
-	slices.SortFunc(out, func(a, b *ServicePort) int { return comparePortNames(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
 	return out
 }
 
@@ -430,8 +430,8 @@ func TestCheckoutChanges(t *testing.T) {
 			tr.Update(tt.old, tt.new)
 			_, ch := tr.Checkout()
 			gotPorts := ch.Ports.UnsortedList()
-			slices.SortFunc(gotPorts, comparePortNames)
-			slices.SortFunc(tt.wantPorts, comparePortNames)
+			slices.SortFunc(gotPorts, PortName.Compare)
+			slices.SortFunc(tt.wantPorts, PortName.Compare)
 			if diff := cmp.Diff(tt.wantPorts, gotPorts, cmpOpts...); diff != "" {
 				t.Errorf("Ports (-want +got):\n%s", diff)
 			}
@@ -634,7 +634,7 @@ func TestTrackerConcurrent(t *testing.T) {
 		ports, _ := Normalize(svc(i, rounds-1), v1.IPv4Protocol, "")
 		want = append(want, ports...)
 	}
-	slices.SortFunc(want, func(a, b *ServicePort) int { return comparePortNames(a.Name, b.Name) })
+	slices.SortFunc(want, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
 	if diff := cmp.Diff(want, mapPorts(m), cmpOpts...); diff != "" {
 		t.Errorf("final map (-want +got):\n%s", diff)
 	}
