@@ -37,6 +37,10 @@
 //	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), dataplanetest.HasTag(dataplanetest.TagKernelSafe))
 //	dataplanetest.RunScenarios(t, scenarios, newHarness)
 //
+// Package kerneltest is such a harness for any dataplane that programs a
+// Linux network namespace: it sends every case as real connections.
+//
 // Verdicts are compared on Action, Service, Endpoints, Hairpin, Masquerade
-// and Affinity; Reason is for people and is never compared.
+// and Affinity; Reason is for people and is never compared. A harness that
+// cannot see some of them implements Partial, and is compared on the rest.
 package dataplanetest

@@ -56,14 +56,25 @@ type NS struct {
 
 // New creates a namespace named after prefix plus a random suffix, brings
 // its loopback up, and deletes it (killing what still runs in it) when the
-// test ends.
+// test ends. It fails t on error.
 func New(t testing.TB, prefix string) *NS {
 	t.Helper()
+	ns, err := Create(t, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// Create is New returning its error instead of failing t, for harnesses
+// that make namespaces lazily from a goroutine other than the test's (a
+// subtest's), where failing the parent test is not allowed.
+func Create(t testing.TB, prefix string) (*NS, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := fmt.Sprintf("pk-%s-%s", prefix, hex.EncodeToString(b[:]))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+		return nil, fmt.Errorf("ip netns add %s: %w: %s", name, err, out)
 	}
 	ns := &NS{Name: name, t: t}
 	t.Cleanup(func() {
@@ -76,8 +87,10 @@ func New(t testing.TB, prefix string) *NS {
 			t.Errorf("ip netns del %s: %v: %s", name, err, out)
 		}
 	})
-	ns.MustRun("ip", "link", "set", "lo", "up")
-	return ns
+	if _, err := ns.Run("ip", "link", "set", "lo", "up"); err != nil {
+		return nil, err
+	}
+	return ns, nil
 }
 
 // Command returns cmd prepared to run inside the namespace.
