@@ -129,12 +129,10 @@ func (t *trace) classify() {
 	t.srcLocal = t.p.From == FromNode || src.IsLoopback() || slices.Contains(n.IPs, src)
 	t.dstLocal = dst.IsLoopback() || slices.Contains(n.IPs, dst)
 	switch d.Mode {
-	case LocalModeClusterCIDR:
-		t.detector = len(d.CIDRs) > 0
-		t.fromPod = prefixesContain(d.CIDRs, src)
-	case LocalModeNodeCIDR:
-		t.detector = len(n.PodCIDRs) > 0
-		t.fromPod = prefixesContain(n.PodCIDRs, src)
+	case LocalModeClusterCIDR, LocalModeNodeCIDR:
+		var cidr netip.Prefix
+		cidr, t.detector = t.s.DetectionCIDR()
+		t.fromPod = t.detector && cidr.Contains(src)
 	case LocalModeBridgeInterface, LocalModeInterfaceNamePrefix:
 		t.detector = d.Interface != ""
 		// Locally generated packets have no input interface, so "-i" never

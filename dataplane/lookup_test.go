@@ -148,9 +148,23 @@ func TestLookupEdgeCases(t *testing.T) {
 		{name: "ClusterCIDR without CIDRs detects nothing",
 			settings: with(func(s *dataplane.Settings) { s.LocalDetector.CIDRs = nil }),
 			packet:   pkt(dataplane.FromOutside, dpt.ExternalClient, "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, false, both...)},
-		{name: "several ClusterCIDR CIDRs",
+		{name: "several ClusterCIDR CIDRs: the first is local",
 			settings: with(func(s *dataplane.Settings) { s.LocalDetector.CIDRs = prefixes("10.0.0.0/16", "10.200.0.0/16") }),
-			packet:   pkt(dataplane.FromLocalPod, "10.200.0.5", "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, false, both...)},
+			packet:   pkt(dataplane.FromLocalPod, "10.0.0.5", "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, false, both...)},
+		{name: "several ClusterCIDR CIDRs: the others are not, as kube-proxy takes one per family",
+			settings: with(func(s *dataplane.Settings) { s.LocalDetector.CIDRs = prefixes("10.0.0.0/16", "10.200.0.0/16") }),
+			packet:   pkt(dataplane.FromLocalPod, "10.200.0.5", "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, true, both...)},
+		{name: "ClusterCIDR: an invalid or other-family first CIDR is passed over",
+			settings: with(func(s *dataplane.Settings) {
+				s.LocalDetector.CIDRs = []netip.Prefix{{}, netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("10.200.0.0/16")}
+			}),
+			packet: pkt(dataplane.FromLocalPod, "10.200.0.5", "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, false, both...)},
+		{name: "NodeCIDR: only the first pod CIDR",
+			settings: with(func(s *dataplane.Settings) {
+				s.LocalDetector = dataplane.LocalDetector{Mode: dataplane.LocalModeNodeCIDR}
+			}),
+			node:   dpt.TestNode(func(n *v1.Node) { n.Spec.PodCIDRs = []string{"10.0.0.0/24", "10.0.5.0/24"} }),
+			packet: pkt(dataplane.FromLocalPod, "10.0.5.7", "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, true, both...)},
 		{name: "NodeCIDR matches the node's pod CIDR",
 			settings: with(func(s *dataplane.Settings) {
 				s.LocalDetector = dataplane.LocalDetector{Mode: dataplane.LocalModeNodeCIDR}

@@ -48,9 +48,10 @@ const (
 // LocalDetector configures local-traffic detection.
 type LocalDetector struct {
 	Mode LocalMode
-	// CIDRs is the cluster CIDR of the state's family (ClusterCIDR mode);
-	// a source in any of them is local pod traffic. Without one the
-	// mode detects nothing, as kube-proxy's no-op detector.
+	// CIDRs is the cluster CIDR of the state's family (ClusterCIDR mode):
+	// a source in the first valid one is local pod traffic, as kube-proxy
+	// takes one per family (State.DetectionCIDR). Without one the mode
+	// detects nothing, as kube-proxy's no-op detector.
 	CIDRs []netip.Prefix
 	// Interface is the bridge name or interface name prefix; "" detects
 	// nothing.
@@ -115,6 +116,27 @@ func (s *State) ChangedSince(gen uint64) (changed sets.Set[types.NamespacedName]
 		return nil, false
 	}
 	return s.changed, true
+}
+
+// DetectionCIDR returns the CIDR that ClusterCIDR and NodeCIDR local-traffic
+// detection match sources against: the first valid CIDR of the state's
+// family in Settings.LocalDetector.CIDRs or Node.PodCIDRs, the one
+// kube-proxy takes of each family. ok is false in the other modes, and
+// when there is none, so that nothing is detected.
+func (s *State) DetectionCIDR() (cidr netip.Prefix, ok bool) {
+	var list []netip.Prefix
+	switch s.Settings.LocalDetector.Mode {
+	case LocalModeClusterCIDR:
+		list = s.Settings.LocalDetector.CIDRs
+	case LocalModeNodeCIDR:
+		list = s.Node.PodCIDRs
+	}
+	for _, p := range list {
+		if a := p.Addr(); p.IsValid() && familyOf(a) == s.family() && !a.Is4In6() && a.Zone() == "" {
+			return p.Masked(), true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // Select returns the endpoint selection for port p: which of its endpoints

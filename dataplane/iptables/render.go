@@ -86,22 +86,17 @@ func newView(s *dataplane.State, ipv6 bool, skip func(string)) *view {
 	v.nodeIPs = slices.Compact(v.nodeIPs)
 
 	ld := s.Settings.LocalDetector
-	cidrMatch := func(list []netip.Prefix) {
-		for _, p := range list {
-			if p.IsValid() && p.Addr().Is6() == ipv6 && !p.Addr().Is4In6() && p.Addr().Zone() == "" {
-				c := p.Masked().String()
-				v.ifLocal, v.ifNotLocal = "-s "+c, "! -s "+c
-				return
-			}
+	cidrMatch := func() {
+		if c, ok := s.DetectionCIDR(); ok {
+			v.ifLocal, v.ifNotLocal = "-s "+c.String(), "! -s "+c.String()
+		} else {
+			skip("local traffic detector has no CIDR of this family")
 		}
-		skip("local traffic detector has no CIDR of this family")
 	}
 	switch ld.Mode {
 	case dataplane.LocalModeNone:
-	case dataplane.LocalModeClusterCIDR:
-		cidrMatch(ld.CIDRs)
-	case dataplane.LocalModeNodeCIDR:
-		cidrMatch(s.Node.PodCIDRs)
+	case dataplane.LocalModeClusterCIDR, dataplane.LocalModeNodeCIDR:
+		cidrMatch()
 	case dataplane.LocalModeBridgeInterface, dataplane.LocalModeInterfaceNamePrefix:
 		ifc := ld.Interface
 		if ld.Mode == dataplane.LocalModeInterfaceNamePrefix {
