@@ -36,7 +36,7 @@
 // minus those fields. Cases it cannot reproduce (spoofed sources, SCTP,
 // which Go's net package lacks) are left out by Reproducible.
 //
-// The tests need root and iproute2; call netns.Require-style checks (or
-// skip) before New. Connections are bounded by timeouts and retry counts:
-// nothing waits forever.
+// A Harness needs root and iproute2's ip; a test should skip without them
+// before calling New. Every connection is bounded by a timeout and every
+// sampling loop by a retry count: nothing waits forever.
 package kerneltest
