@@ -191,7 +191,22 @@ func (b *Builder) settingsFor(s Settings, f v1.IPFamily) Settings {
 	s.LocalDetector.CIDRs = b.prefixesOf(s.LocalDetector.CIDRs, f, "localDetector.cidrs")
 	s.NodePortAddresses = b.prefixesOf(s.NodePortAddresses, f, "nodePortAddresses")
 	if slices.ContainsFunc(s.NodePortAddresses, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
-		s.NodePortAddresses = nil
+		// Every address serves; adding the primary one would narrow that.
+		s.NodePortAddresses, s.NodePortPrimary = nil, false
+	}
+	return s
+}
+
+// withPrimary expands Settings.NodePortPrimary with the family's node IPs.
+// A node IP change already makes the next State a full one, so the
+// expansion never hides a change from ChangedSince.
+func withPrimary(s Settings, ips []netip.Addr) Settings {
+	if !s.NodePortPrimary || len(ips) == 0 || ips[0].IsLoopback() {
+		return s
+	}
+	primary := netip.PrefixFrom(ips[0], ips[0].BitLen())
+	if !slices.Contains(s.NodePortAddresses, primary) {
+		s.NodePortAddresses = append(slices.Clip(s.NodePortAddresses), primary)
 	}
 	return s
 }
@@ -431,7 +446,7 @@ func (b *Builder) Build() Build {
 		out.States[i] = &State{
 			Family:       fb.family,
 			Node:         nodes[i],
-			Settings:     fb.settings,
+			Settings:     withPrimary(fb.settings, nodes[i].IPs),
 			Services:     svcs,
 			Endpoints:    eps,
 			Generation:   b.gen,

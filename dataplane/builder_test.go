@@ -558,3 +558,51 @@ func TestBuilderNodeHugeAddress(t *testing.T) {
 		t.Errorf("skips (-want +got):\n%s", d)
 	}
 }
+
+func TestBuilderNodePortPrimary(t *testing.T) {
+	dualNode := dpt.MakeNode(dpt.NodeName, func(n *v1.Node) {
+		n.Status.Addresses = []v1.NodeAddress{
+			{Type: v1.NodeExternalIP, Address: "203.0.113.9"},
+			{Type: v1.NodeInternalIP, Address: "192.168.0.2"},
+			{Type: v1.NodeInternalIP, Address: "192.168.1.2"},
+			{Type: v1.NodeInternalIP, Address: "2001:db8::1"},
+		}
+	})
+	v4Node := dpt.MakeNode(dpt.NodeName, func(n *v1.Node) {
+		n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.2"}}
+	})
+	for _, tc := range []struct {
+		name      string
+		nodePorts []netip.Prefix
+		node      *v1.Node
+		want      [][]netip.Prefix // per family, IPv4 then IPv6
+	}{
+		{name: "first InternalIP of each family", node: dualNode,
+			want: [][]netip.Prefix{prefixes("192.168.0.2/32"), prefixes("2001:db8::1/128")}},
+		{name: "added to the other CIDRs, once", node: dualNode, nodePorts: prefixes("127.0.0.0/8", "192.168.0.2/32"),
+			want: [][]netip.Prefix{prefixes("127.0.0.0/8", "192.168.0.2/32"), prefixes("2001:db8::1/128")}},
+		{name: "a family without node IP serves every address", node: v4Node,
+			want: [][]netip.Prefix{prefixes("192.168.0.2/32"), nil}},
+		{name: "with all, every address serves", node: dualNode, nodePorts: prefixes("0.0.0.0/0", "::/0"),
+			want: [][]netip.Prefix{nil, nil}},
+		{name: "no node yet", want: [][]netip.Prefix{nil, nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := dataplane.NewBuilder(dataplane.BuilderConfig{
+				Families: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol},
+				NodeName: dpt.NodeName,
+				Settings: dataplane.Settings{NodePortAddresses: tc.nodePorts, NodePortPrimary: true},
+			})
+			if tc.node != nil {
+				b.UpdateNode(tc.node)
+			}
+			var got [][]netip.Prefix
+			for _, st := range b.Build().States {
+				got = append(got, st.Settings.NodePortAddresses)
+			}
+			if d := cmp.Diff(tc.want, got, addrCmp, cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("NodePortAddresses per family (-want +got):\n%s", d)
+			}
+		})
+	}
+}

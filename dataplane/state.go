@@ -69,6 +69,13 @@ type Settings struct {
 	// CIDRs of the state's family count, and with none of them every
 	// address serves, as in kube-proxy.
 	NodePortAddresses []netip.Prefix
+	// NodePortPrimary adds the node's primary IP of each family (the first
+	// of its addresses, InternalIP before ExternalIP) to NodePortAddresses
+	// as a host prefix: kube-proxy's --nodeport-addresses primary. The
+	// Builder expands it into each State's NodePortAddresses, which is all
+	// dataplanes and Lookup read; a family without a node IP gains nothing,
+	// so without other CIDRs of it every address serves, as in kube-proxy.
+	NodePortPrimary bool
 	// LocalhostNodePorts serves IPv4 NodePorts on loopback too (kube-proxy's
 	// --iptables-localhost-nodeports): on all of 127.0.0.0/8 when every
 	// address serves, on 127.0.0.1 when NodePortAddresses selects it.

@@ -96,6 +96,28 @@ func TestManifestsDryRun(t *testing.T) {
 	}
 }
 
+// TestNodePortAddressesPrimary: the keyword pins NodePorts to the demo
+// node's InternalIP, as kube-proxy's --nodeport-addresses primary does,
+// where by default every local address serves them.
+func TestNodePortAddressesPrimary(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "-m addrtype --dst-type LOCAL -j PK-NODEPORTS"},
+		{[]string{"--nodeport-addresses", "primary"}, "-d 192.168.49.2 -j PK-NODEPORTS"},
+		{[]string{"--nodeport-addresses", "127.0.0.0/8, primary"}, "-d 192.168.49.2 -j PK-NODEPORTS"},
+	} {
+		code, out, errOut := runAgent(t, append(tc.args, "--dry-run", "--once")...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d, stderr:\n%s", tc.args, code, errOut)
+		}
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("%v: no %q in the rules:\n%s", tc.args, tc.want, out)
+		}
+	}
+}
+
 // verdict parses explain's output into its fields, less the reason, which
 // is for people.
 func verdict(out string) map[string]string {
@@ -346,7 +368,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--min-sync-period", "soon"}, exitUsage, `invalid value "soon" for flag -min-sync-period`},
 		{[]string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, exitUsage, "at most one CIDR per IP family"},
 		{[]string{"--cluster-cidr", "10.0.0.0"}, exitUsage, `"10.0.0.0" is not a CIDR`},
-		{[]string{"--nodeport-addresses", "primary"}, exitUsage, "the keyword primary is not supported"},
+		{[]string{"--nodeport-addresses", "primary,192.168.0.0"}, exitUsage, `"192.168.0.0" is not a CIDR`},
 		{[]string{"--from", "pod"}, exitUsage, "--from applies to explain only"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"explain", "10.0.0.1"}, exitUsage, "explain needs SRC and DST:PORT/PROTO"},

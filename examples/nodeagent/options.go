@@ -34,6 +34,7 @@ type options struct {
 	hostnameOverride      string
 	clusterCIDRs          []netip.Prefix
 	nodePortAddresses     []netip.Prefix
+	nodePortPrimary       bool
 	masqueradeAll         bool
 	minSyncPeriod         time.Duration
 	syncPeriod            time.Duration
@@ -94,8 +95,17 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 		o.clusterCIDRs, err = parseCIDRs(s, false)
 		return err
 	})
-	fs.Func("nodeport-addresses", "comma-separated CIDRs (or the keywords all, localhost) of the node addresses NodePorts are served on; default all", func(s string) (err error) {
-		o.nodePortAddresses, err = parseCIDRs(s, true)
+	fs.Func("nodeport-addresses", "comma-separated CIDRs (or the keywords all, localhost, primary) of the node addresses NodePorts are served on; default all", func(s string) (err error) {
+		var rest []string
+		o.nodePortPrimary = false
+		for _, f := range strings.Split(s, ",") {
+			if strings.TrimSpace(f) == "primary" {
+				o.nodePortPrimary = true
+			} else {
+				rest = append(rest, f)
+			}
+		}
+		o.nodePortAddresses, err = parseCIDRs(strings.Join(rest, ","), true)
 		return err
 	})
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "SNAT all traffic sent through service cluster IPs")
@@ -215,8 +225,6 @@ func parseCIDRs(s string, keywords bool) ([]netip.Prefix, error) {
 		case keywords && f == "localhost":
 			out = append(out, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"))
 			continue
-		case keywords && f == "primary":
-			return nil, fmt.Errorf("the keyword primary is not supported by this agent: give the node's CIDRs")
 		}
 		p, err := netip.ParsePrefix(f)
 		if err != nil {
@@ -237,6 +245,7 @@ func (o *options) settings() dataplane.Settings {
 	s := dataplane.Settings{
 		MasqueradeAll:     o.masqueradeAll,
 		NodePortAddresses: o.nodePortAddresses,
+		NodePortPrimary:   o.nodePortPrimary,
 		// kube-proxy's --iptables-localhost-nodeports defaults to true.
 		LocalhostNodePorts: true,
 	}
