@@ -5,9 +5,9 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/proxykit/proxykit/internal/fuzzobj"
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,53 +21,6 @@ var allReasons = sets.New(
 	ReasonInvalidIngressIP, ReasonInvalidSourceRange, ReasonInvalidHealthCheckNodePort,
 )
 
-func splitList(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, ",")
-}
-
-// fuzzPorts decodes spec.ports from b, 7 bytes a port, reaching every kind
-// of name, protocol and number, valid or not.
-func fuzzPorts(b []byte) []v1.ServicePort {
-	names := []string{"", "a", "b", "A b"}
-	protos := []v1.Protocol{"", v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP, "tcp", "ICMP"}
-	var out []v1.ServicePort
-	for ; len(b) >= 7; b = b[7:] {
-		p := v1.ServicePort{
-			Name:     names[int(b[0])%len(names)],
-			Protocol: protos[int(b[1])%len(protos)],
-			Port:     int32(uint16(b[2])<<8|uint16(b[3])) - 16,
-			NodePort: int32(uint16(b[4])<<8|uint16(b[5])) - int32(b[6]&0x0f),
-		}
-		if b[6]&0x80 != 0 {
-			p.Port += 70000
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// fuzzIngress decodes a comma-separated list of ingress entries: "p:IP" is
-// Proxy mode, "v:IP" explicit VIP mode, "h:NAME" hostname only.
-func fuzzIngress(s string) []v1.LoadBalancerIngress {
-	var out []v1.LoadBalancerIngress
-	for _, e := range splitList(s) {
-		switch {
-		case strings.HasPrefix(e, "p:"):
-			out = append(out, v1.LoadBalancerIngress{IP: e[2:], IPMode: ptr(v1.LoadBalancerIPModeProxy)})
-		case strings.HasPrefix(e, "v:"):
-			out = append(out, v1.LoadBalancerIngress{IP: e[2:], IPMode: ptr(v1.LoadBalancerIPModeVIP)})
-		case strings.HasPrefix(e, "h:"):
-			out = append(out, v1.LoadBalancerIngress{Hostname: e[2:]})
-		default:
-			out = append(out, v1.LoadBalancerIngress{IP: e})
-		}
-	}
-	return out
-}
-
 func FuzzNormalize(f *testing.F) {
 	f.Add("svc", "10.0.0.1", "", "", "ClusterIP", []byte{1, 2, 0, 69, 0, 0, 0}, "1.2.3.4,fd00::1", "10.0.0.0/8", "5.6.7.8", false, int32(0), "", int32(0), "", false)
 	f.Add("svc", "fd00::1", "10.0.0.1,fd00::1", "4,6", "LoadBalancer", []byte{0, 1, 0, 96, 117, 48, 0, 0, 1, 0, 96, 117, 48, 0}, "fd00::2,,bogus", "::/0,fd00::/8", "p:fd00::3,h:lb,fd00::4", true, int32(31000), "ClientIP", int32(60), "", true)
@@ -77,51 +30,24 @@ func FuzzNormalize(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name, clusterIP, clusterIPs, families, svcType string, ports []byte,
 		externalIPs, ranges, ingress string, etpLocal bool, hcPort int32, sessionAffinity string, timeout int32,
 		label string, ipv6 bool) {
-		svc := makeService("ns", name, func(s *v1.Service) {
-			s.Spec.ClusterIP = clusterIP
-			s.Spec.ClusterIPs = splitList(clusterIPs)
-			for _, fam := range splitList(families) {
-				switch fam {
-				case "4":
-					fam = string(v1.IPv4Protocol)
-				case "6":
-					fam = string(v1.IPv6Protocol)
-				}
-				s.Spec.IPFamilies = append(s.Spec.IPFamilies, v1.IPFamily(fam))
-			}
-			s.Spec.Type = v1.ServiceType(svcType)
-			s.Spec.Ports = fuzzPorts(ports)
-			s.Spec.ExternalIPs = splitList(externalIPs)
-			s.Spec.LoadBalancerSourceRanges = splitList(ranges)
-			s.Status.LoadBalancer.Ingress = fuzzIngress(ingress)
-			if etpLocal {
-				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-			}
-			s.Spec.HealthCheckNodePort = hcPort
-			s.Spec.SessionAffinity = v1.ServiceAffinity(sessionAffinity)
-			if timeout != 0 {
-				s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(timeout)}}
-			}
-			if label != "" {
-				s.Labels = map[string]string{LabelServiceProxyName: label[1:]}
-			}
-		})
-		family := v1.IPv4Protocol
-		if ipv6 {
-			family = v1.IPv6Protocol
+		in := fuzzobj.NormalizeInput{
+			Name: name, ClusterIP: clusterIP, ClusterIPs: clusterIPs, Families: families, Type: svcType, Ports: ports,
+			ExternalIPs: externalIPs, SourceRanges: ranges, Ingress: ingress, ExternalPolicyLocal: etpLocal,
+			HealthCheckNodePort: hcPort, SessionAffinity: sessionAffinity, Timeout: timeout, Label: label, IPv6: ipv6,
 		}
+		svc, family := in.Service(), in.Family()
 		before := svc.DeepCopy()
 
 		// The allocation-free fast paths must agree with upstream's
 		// parsers on every input.
-		for _, s := range append(splitList(clusterIPs), clusterIP, externalIPs, ingress) {
+		for _, s := range append(fuzzobj.SplitList(clusterIPs), clusterIP, externalIPs, ingress) {
 			ip, ok := parseIP(s)
 			wantIP, wantOK := parseIPSloppy(s)
 			if ip != wantIP || ok != wantOK {
 				t.Errorf("parseIP(%q) = %v, %v; sloppy parser says %v, %v", s, ip, ok, wantIP, wantOK)
 			}
 		}
-		for _, s := range append(splitList(ranges), ranges) {
+		for _, s := range append(fuzzobj.SplitList(ranges), ranges) {
 			p, ok := parsePrefix(s)
 			wantP, wantOK := parsePrefixSloppy(s)
 			if p != wantP || ok != wantOK {
@@ -129,10 +55,10 @@ func FuzzNormalize(f *testing.F) {
 			}
 		}
 
-		got, err := Normalize(svc, family, "mine")
+		got, err := Normalize(svc, family, fuzzobj.ProxyName)
 		checkNormalized(t, svc, family, got, err)
 
-		again, _ := Normalize(svc, family, "mine")
+		again, _ := Normalize(svc, family, fuzzobj.ProxyName)
 		if !slices.EqualFunc(got, again, (*ServicePort).Equal) {
 			t.Errorf("Normalize is not deterministic")
 		}
@@ -204,40 +130,6 @@ func checkNormalized(t *testing.T, svc *v1.Service, family v1.IPFamily, got []*S
 	}
 }
 
-// fuzzService builds one of a small, overlapping set of services named
-// "ns/s<i>" from the bits of v, so that random sequences revisit the same
-// content, change it slightly, and make metadata-only updates (gen).
-func fuzzService(i int, v byte, gen int) *v1.Service {
-	return makeService("ns", fmt.Sprintf("s%d", i), func(s *v1.Service) {
-		s.ResourceVersion = fmt.Sprint(gen)
-		s.Spec.ClusterIP = []string{"10.0.0.1", "10.0.0.2", "fd00::1", v1.ClusterIPNone, "10.0.0.1"}[int(v&7)%5]
-		switch v >> 3 & 3 {
-		case 0:
-			s.Spec.Ports = addPort(nil, "dns", v1.ProtocolUDP, 53, 0, 53)
-		case 1:
-			s.Spec.Ports = addPort(nil, "dns", v1.ProtocolUDP, 53, 30053, 53)
-			s.Spec.Ports = addPort(s.Spec.Ports, "web", v1.ProtocolTCP, 80, 30080, 80)
-		case 2:
-			s.Spec.Ports = addPort(nil, "dns", v1.ProtocolTCP, 53, 0, 53)
-			s.Spec.Ports = addPort(s.Spec.Ports, "sig", v1.ProtocolSCTP, 2905, 0, 2905)
-		case 3:
-			s.Spec.Ports = addPort(nil, "bad", v1.ProtocolUDP, 0, 0, 53)
-		}
-		if v&0x20 != 0 {
-			s.Spec.Type = v1.ServiceTypeLoadBalancer
-			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-			s.Spec.HealthCheckNodePort = 31000 + int32(i)
-			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "5.5.5.5"}}
-		}
-		if v&0x40 != 0 {
-			s.Spec.ExternalIPs = []string{"1.1.1.1", "bogus"}
-		}
-		if v&0x80 != 0 {
-			s.Labels = map[string]string{LabelServiceProxyName: "other"}
-		}
-	})
-}
-
 // FuzzTracker applies a random sequence of updates, deletes and checkouts
 // and compares the tracker with normalizing the latest objects directly.
 func FuzzTracker(f *testing.F) {
@@ -246,7 +138,7 @@ func FuzzTracker(f *testing.F) {
 	f.Add([]byte{0, 2, 0x48, 3, 0, 2, 0x48, 3, 0, 2, 0x03, 0, 2, 0x48, 3, 2, 2, 0, 3})
 
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		const services = 3
+		const services = fuzzobj.TrackerServices
 		tr := NewTracker(Config{Logger: quiet})
 		latest := make([]*v1.Service, services)
 		applied := make([][]*ServicePort, services)
@@ -263,27 +155,21 @@ func FuzzTracker(f *testing.F) {
 			}
 			return n
 		}
-		for gen := 0; len(ops) >= 3; ops, gen = ops[3:], gen+1 {
-			op, i, v := ops[0]%4, int(ops[1])%services, ops[2]
-			switch op {
-			case 0, 1:
-				s := fuzzService(i, v, gen)
-				got := tr.Update(latest[i], s)
-				latest[i] = s
+		for gen, op := range fuzzobj.ServiceTracker(ops) {
+			switch op.Kind {
+			case fuzzobj.OpUpdate:
+				got := tr.Update(op.Old, op.New)
+				latest[op.Index] = op.New
 				if n := differing(); got != (n > 0) || tr.Pending() != n {
 					t.Fatalf("op %d: Update = %v, Pending = %d; want %d pending", gen, got, tr.Pending(), n)
 				}
-			case 2:
-				old := latest[i]
-				if old == nil {
-					old = fuzzService(i, v, gen)
-				}
-				got := tr.Update(old, nil)
-				latest[i] = nil
+			case fuzzobj.OpDelete:
+				got := tr.Update(op.Old, nil)
+				latest[op.Index] = nil
 				if n := differing(); got != (n > 0) || tr.Pending() != n {
 					t.Fatalf("op %d: delete: Update = %v, Pending = %d; want %d pending", gen, got, tr.Pending(), n)
 				}
-			case 3:
+			case fuzzobj.OpCheckout:
 				m, ch := tr.Checkout()
 				checkCheckout(t, m, ch, applied, want)
 				for i := range services {
