@@ -54,7 +54,10 @@
 // kernel (a Ruleset that applies restore input with iptables' checks) and
 // records every input; Ruleset.Trace follows a dataplane.Packet through
 // such tables and answers in State.Lookup's Verdict shape, which is how the
-// tests prove the rules equal the specification.
+// tests prove the rules equal the specification. The same conformance suite
+// also runs through the real kernel (dataplanetest/kerneltest), every case
+// it can send becoming TCP or UDP connections in network namespaces, and
+// the model's fuzz corpora are replayed into a real iptables-restore.
 //
 // # Differences from upstream
 //
