@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -51,17 +52,22 @@ type Config struct {
 	// Clock is the time source for FullSyncPeriod; nil means the real
 	// clock.
 	Clock clock.PassiveClock
+	// Registerer receives the dataplane's metrics (see the package
+	// documentation); nil registers none. The IPv4 and IPv6 Dataplanes
+	// may share one: their series differ by the ip_family label.
+	Registerer prometheus.Registerer
 }
 
 // Dataplane programs States into iptables. Its methods are safe for
 // concurrent use; syncs are serialized.
 type Dataplane struct {
-	cfg    Config
-	names  chainNames
-	mark   string
-	ipv6   bool
-	log    logr.Logger
-	runner Runner
+	cfg     Config
+	names   chainNames
+	mark    string
+	ipv6    bool
+	log     logr.Logger
+	runner  Runner
+	metrics *metrics
 
 	mu sync.Mutex
 	// prog is what the kernel holds; nil until a full sync succeeded and
@@ -102,12 +108,17 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	m, err := newMetrics(cfg.Registerer, cfg.Family)
+	if err != nil {
+		return nil, err
+	}
 	d := &Dataplane{
-		cfg:   cfg,
-		names: names,
-		mark:  fmt.Sprintf("%#08x", uint32(1)<<cfg.MasqueradeBit),
-		ipv6:  cfg.Family == v1.IPv6Protocol,
-		log:   cfg.Logger.WithValues("dataplane", "iptables", "ipFamily", cfg.Family),
+		metrics: m,
+		cfg:     cfg,
+		names:   names,
+		mark:    fmt.Sprintf("%#08x", uint32(1)<<cfg.MasqueradeBit),
+		ipv6:    cfg.Family == v1.IPv6Protocol,
+		log:     cfg.Logger.WithValues("dataplane", "iptables", "ipFamily", cfg.Family),
 	}
 	switch {
 	case cfg.DryRun != nil:
@@ -138,6 +149,9 @@ type SyncStats struct {
 	Services int
 	// Edits is the number of single-rule edits of the shared chains.
 	Edits int
+	// written counts the rules the restore appended or inserted, per
+	// table, for the metrics.
+	written [numTables]int
 }
 
 // LastSync returns the statistics of the last successful Sync.
@@ -207,5 +221,11 @@ func (d *Dataplane) Cleanup(ctx context.Context) error {
 	if d.runner == nil {
 		return nil
 	}
-	return d.cleanup(ctx)
+	err := d.cleanup(ctx)
+	if err == nil {
+		for t := range numTables {
+			d.metrics.rules[t].Set(0)
+		}
+	}
+	return err
 }

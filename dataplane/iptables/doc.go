@@ -59,6 +59,21 @@
 // it can send becoming TCP or UDP connections in network namespaces, and
 // the model's fuzz corpora are replayed into a real iptables-restore.
 //
+// # Metrics
+//
+// Given a Config.Registerer, a Dataplane exports (labelled ip_family, so
+// that both families' Dataplanes share one registry) the counterparts of
+// kube-proxy's iptables proxier metrics (sync durations, which every
+// dataplane has, are the proxykit package's):
+//
+//   - proxykit_iptables_restore_failures_total{sync="full"|"partial"}: the
+//     restore and partial-restore failure counters;
+//   - proxykit_iptables_rules{table}: sync_proxy_rules_iptables_total, the
+//     rules in the dataplane's own chains, kept exact across partial syncs
+//     without listing the kernel;
+//   - proxykit_iptables_rules_last_sync{table}: sync_proxy_rules_iptables_last,
+//     the rules the last restore appended or inserted.
+//
 // # Differences from upstream
 //
 //   - The node's own connections to an external IP or LoadBalancer VIP of

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/internal/fuzzobj"
@@ -285,6 +286,7 @@ func TestKernelFuzzCorporaAccepted(t *testing.T) {
 				t.Errorf("%s, %s: the same State again: %v, %+v; want a sync doing nothing", what, s.Family, err, dp.LastSync())
 			}
 			checkKernelServices(t, what, node, s, f.served, &stats)
+			checkRuleGauge(t, what, node, dp.Dataplane, s.Family == v1.IPv6Protocol)
 			if partial {
 				refs[s.Family].Invalidate()
 				if err := refs[s.Family].Sync(ctx, s); err != nil {
@@ -315,4 +317,20 @@ func TestKernelFuzzCorporaAccepted(t *testing.T) {
 		t.Errorf("programmed %+v: the decoded Services or the slices' endpoints never reached the kernel", stats)
 	}
 	t.Logf("%d entries; service ports found programmed: %+v", len(entries), stats)
+}
+
+// checkRuleGauge requires the rules gauge of d to count the rules the
+// kernel holds in d's chains.
+func checkRuleGauge(t *testing.T, what string, ns *netns.NS, d *Dataplane, v6 bool) {
+	t.Helper()
+	kernel := map[string]float64{"nat": 0, "filter": 0}
+	for key, rules := range kernelRules(t, ns, v6) {
+		table, chain, _ := strings.Cut(key, " ")
+		if strings.HasPrefix(chain, DefaultChainPrefix) {
+			kernel[table] += float64(len(rules))
+		}
+	}
+	if diff := cmp.Diff(kernel, gauges(d.metrics.rules)); diff != "" {
+		t.Errorf("%s, v6=%v: rules gauge differs from the kernel (-kernel +gauge):\n%s", what, v6, diff)
+	}
 }

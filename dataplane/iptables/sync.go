@@ -52,6 +52,8 @@ type programmed struct {
 	liberal bool
 	// state is the State last synced.
 	state *dataplane.State
+	// rules counts the rules of the dataplane's own chains, per table.
+	rules [numTables]int
 }
 
 // writer accumulates restore input.
@@ -163,6 +165,10 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	}
 	d.prog.state = s
 	d.lastGen = s.Generation
+	for t := range numTables {
+		d.metrics.rules[t].Set(float64(d.prog.rules[t]))
+		d.metrics.rulesLastSync[t].Set(float64(d.stats.written[t]))
+	}
 	return nil
 }
 
@@ -378,8 +384,12 @@ func (d *Dataplane) fullSync(ctx context.Context, runner Runner, s *dataplane.St
 	var b writer
 	d.writeFull(&b, prog, stale)
 	if err := runner.Restore(ctx, b.Bytes()); err != nil {
+		d.metrics.fullRestoreFailures.Inc()
 		return fmt.Errorf("full sync: %w", err)
 	}
+	// A full sync writes every rule of the own chains, and only those.
+	written := countWritten(b.Bytes())
+	prog.rules = written
 	// Each iptables command reads the whole table, seconds on a big node:
 	// only jumps that the listing does not show are checked and added.
 	for _, j := range d.jumps() {
@@ -391,7 +401,7 @@ func (d *Dataplane) fullSync(ctx context.Context, runner Runner, s *dataplane.St
 		}
 	}
 	d.prog = prog
-	d.stats = SyncStats{Full: true, Bytes: b.Len(), Services: len(prog.services)}
+	d.stats = SyncStats{Full: true, Bytes: b.Len(), Services: len(prog.services), written: written}
 	d.log.V(2).Info("Full sync", "services", len(prog.services), "endpoints", prog.endpoints, "bytes", b.Len(), "staleChains", len(stale))
 	return nil
 }
@@ -498,12 +508,15 @@ func (d *Dataplane) partialSync(ctx context.Context, runner Runner, s *dataplane
 
 	var filt, nat writer
 	edits := 0
+	rules := prog.rules
 	for sh := range numShared {
-		w := &filt
+		w, t := &filt, tableFilter
 		if sh.isNAT() {
-			w = &nat
+			w, t = &nat, tableNAT
 		}
+		before := len(prog.shared[sh])
 		edits += applyShared(&prog.shared[sh], d.names.sharedName(sh), dels[sh], ins[sh], w)
+		rules[t] += len(prog.shared[sh]) - before
 	}
 	var b writer
 	if filt.Len() > 0 {
@@ -521,6 +534,7 @@ func (d *Dataplane) partialSync(ctx context.Context, runner Runner, s *dataplane
 	}
 	if b.Len() > 0 {
 		if err := runner.Restore(ctx, b.Bytes()); err != nil {
+			d.metrics.partialRestoreFailures.Inc()
 			if re, ok := err.(*RestoreError); ok {
 				re.Partial = true
 			}
@@ -528,14 +542,15 @@ func (d *Dataplane) partialSync(ctx context.Context, runner Runner, s *dataplane
 		}
 	}
 	for nn, st := range next {
+		rules[tableNAT] += ruleCount(st) - ruleCount(prog.services[nn])
 		if st == nil {
 			delete(prog.services, nn)
 		} else {
 			prog.services[nn] = st
 		}
 	}
-	prog.endpoints = total
-	d.stats = SyncStats{Bytes: b.Len(), Services: rendered, Edits: edits}
+	prog.endpoints, prog.rules = total, rules
+	d.stats = SyncStats{Bytes: b.Len(), Services: rendered, Edits: edits, written: countWritten(b.Bytes())}
 	d.log.V(4).Info("Partial sync", "services", rendered, "edits", edits, "bytes", b.Len())
 	return false, nil
 }

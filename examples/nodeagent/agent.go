@@ -154,9 +154,10 @@ func (o *options) families(log logr.Logger) []v1.IPFamily {
 
 func (o *options) runProxy(ctx context.Context, log logr.Logger, src *source, stdout io.Writer) error {
 	out := &syncWriter{w: stdout}
+	reg := prometheus.NewRegistry()
 	var planes []proxykit.DataplaneConfig
 	for _, f := range o.families(log) {
-		cfg := iptables.Config{Family: f, Logger: log}
+		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg}
 		if o.dryRun {
 			cfg.DryRun = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
 		}
@@ -169,7 +170,6 @@ func (o *options) runProxy(ctx context.Context, log logr.Logger, src *source, st
 	if o.cleanup {
 		return o.runCleanup(ctx, planes)
 	}
-	reg := prometheus.NewRegistry()
 	cfg := proxykit.Config{
 		NodeName:      src.nodeName,
 		Dataplanes:    planes,

@@ -1,0 +1,116 @@
+package iptables
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+)
+
+// The two tables the dataplane writes, as indices of rule counts.
+const (
+	tableNAT = iota
+	tableFilter
+	numTables
+)
+
+var tableNames = [numTables]string{tableNAT: "nat", tableFilter: "filter"}
+
+// metrics are the dataplane's Prometheus metrics: those of upstream's
+// iptables proxier that are about iptables (sync durations are the
+// proxykit package's, for every dataplane). Both families'
+// Dataplanes share the collectors (labelled ip_family) when they are given
+// one Registerer.
+type metrics struct {
+	fullRestoreFailures    prometheus.Counter
+	partialRestoreFailures prometheus.Counter
+	rules                  [numTables]prometheus.Gauge
+	rulesLastSync          [numTables]prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, family v1.IPFamily) (*metrics, error) {
+	const ns, sub = "proxykit", "iptables"
+	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "restore_failures_total",
+		Help: "iptables-restore runs that failed, by kind of sync (full or partial).",
+	}, []string{"ip_family", "sync"})
+	rules := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "rules",
+		Help: "Rules in the dataplane's own chains, by table; kube-proxy's sync_proxy_rules_iptables_total.",
+	}, []string{"ip_family", "table"})
+	last := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "rules_last_sync",
+		Help: "Rules the last Sync wrote (appended or inserted), by table; kube-proxy's sync_proxy_rules_iptables_last.",
+	}, []string{"ip_family", "table"})
+	if reg != nil {
+		var err error
+		if failures, err = register(reg, failures); err != nil {
+			return nil, err
+		}
+		if rules, err = register(reg, rules); err != nil {
+			return nil, err
+		}
+		if last, err = register(reg, last); err != nil {
+			return nil, err
+		}
+	}
+	fam := string(family)
+	m := &metrics{
+		fullRestoreFailures:    failures.WithLabelValues(fam, "full"),
+		partialRestoreFailures: failures.WithLabelValues(fam, "partial"),
+	}
+	for t, name := range tableNames {
+		m.rules[t] = rules.WithLabelValues(fam, name)
+		m.rulesLastSync[t] = last.WithLabelValues(fam, name)
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector of the same description
+// registered before (by the other family's Dataplane).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.As(err, &are):
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("iptables: register metrics: %w", err)
+}
+
+// countWritten counts, per table, the rules a restore input appends or
+// inserts.
+func countWritten(data []byte) [numTables]int {
+	var n [numTables]int
+	table := -1
+	for line := range bytes.Lines(data) {
+		switch {
+		case bytes.HasPrefix(line, []byte("*nat")):
+			table = tableNAT
+		case bytes.HasPrefix(line, []byte("*filter")):
+			table = tableFilter
+		case table >= 0 && (bytes.HasPrefix(line, []byte("-A ")) || bytes.HasPrefix(line, []byte("-I "))):
+			n[table]++
+		}
+	}
+	return n
+}
+
+// ruleCount is the number of rules in a service's own chains, all in nat.
+func ruleCount(st *svcState) int {
+	n := 0
+	if st != nil {
+		for _, k := range st.ports {
+			for _, c := range k.r.chains {
+				n += len(c.rules)
+			}
+		}
+	}
+	return n
+}
