@@ -15,7 +15,9 @@ import (
 // ConntrackCleaner deletes connection-tracking entries that the rules just
 // programmed no longer match, so that UDP and SCTP clients, which keep
 // using an entry for as long as they send, reach the new endpoints.
-// dataplane/conntrack implements it over netlink.
+// dataplane/conntrack's Cleaner implements it over netlink. What it is
+// handed accumulates every change since the last successful cleanup (across
+// failed syncs), de-duplicated; upstream forgets what a failed sync owed.
 //
 // The Proxy calls it from its sync loop, never concurrently, and only after
 // every dataplane of stale.Family has programmed stale.State: deleting an
@@ -26,52 +28,15 @@ type ConntrackCleaner interface {
 	// it deleted. On error the Proxy keeps the work and hands it over
 	// again (merged with newer work) after the next successful sync, so
 	// deleting is expected to be idempotent.
-	CleanStale(ctx context.Context, stale StaleFlows) (deleted int, err error)
+	CleanStale(ctx context.Context, stale dataplane.StaleFlows) (deleted int, err error)
 }
 
-// ConntrackCleanerFunc adapts a function to a ConntrackCleaner; with it a
-// dataplane/conntrack Cleaner plugs in as
-//
-//	proxykit.ConntrackCleanerFunc(func(ctx context.Context, s proxykit.StaleFlows) (int, error) {
-//		return cleaner.CleanStale(ctx, conntrack.Stale(s))
-//	})
-type ConntrackCleanerFunc func(ctx context.Context, stale StaleFlows) (int, error)
+// ConntrackCleanerFunc adapts a function to a ConntrackCleaner.
+type ConntrackCleanerFunc func(ctx context.Context, stale dataplane.StaleFlows) (int, error)
 
 // CleanStale calls f(ctx, stale).
-func (f ConntrackCleanerFunc) CleanStale(ctx context.Context, stale StaleFlows) (int, error) {
+func (f ConntrackCleanerFunc) CleanStale(ctx context.Context, stale dataplane.StaleFlows) (int, error) {
 	return f(ctx, stale)
-}
-
-// StaleFlows is the cleanup owed for one IP family. It accumulates every
-// change since the last successful cleanup (across failed syncs),
-// de-duplicated; upstream forgets what a failed sync owed.
-type StaleFlows struct {
-	Family v1.IPFamily
-	// Frontends are UDP and SCTP addresses that no service port serves any
-	// more (a deleted service, a removed port, a changed cluster IP,
-	// external IP or VIP): every entry whose original destination is one
-	// of them is stale. A Frontend whose IP is invalid is a node port:
-	// entries whose original destination port is Port on any local address
-	// are stale. Unlike upstream, frontends of deleted services are
-	// included.
-	Frontends []servicemodel.Frontend
-	// Endpoints are UDP and SCTP endpoints that stopped serving a port (a
-	// service scaled to zero included) and do not serve it again in State:
-	// every entry of that protocol whose reply source is Addr is stale.
-	Endpoints []endpoints.StaleEndpoint
-	// Ports are UDP and SCTP service ports whose endpoints changed. For
-	// each, entries to its frontends in State (cluster IP, external IPs,
-	// VIPs, node port) whose reply source is not one of its serving
-	// endpoints in State are stale: this catches flows that bypassed DNAT
-	// while the port had no endpoints, as upstream's reconciler does.
-	Ports []servicemodel.PortName
-	// State is what every dataplane of the family programs now.
-	State *dataplane.State
-}
-
-// Empty reports whether there is nothing to clean.
-func (s StaleFlows) Empty() bool {
-	return len(s.Frontends) == 0 && len(s.Endpoints) == 0 && len(s.Ports) == 0
 }
 
 // conntrackDebt accumulates the cleanup one family owes until a sync of that
@@ -122,8 +87,8 @@ func (d *conntrackDebt) clear() {
 // flows renders the debt against the state now programmed, in a stable
 // order: endpoints serving their port again are left out, and so are ports
 // that are gone (their frontends are in Frontends).
-func (d *conntrackDebt) flows(f v1.IPFamily, s *dataplane.State) StaleFlows {
-	out := StaleFlows{Family: f, State: s}
+func (d *conntrackDebt) flows(f v1.IPFamily, s *dataplane.State) dataplane.StaleFlows {
+	out := dataplane.StaleFlows{Family: f, State: s}
 	out.Frontends = d.frontends.UnsortedList()
 	slices.SortFunc(out.Frontends, servicemodel.Frontend.Compare)
 	for e := range d.endpoints {

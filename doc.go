@@ -48,7 +48,7 @@
 //   - Conntrack cleanup owed by a failed sync is kept (de-duplicated) until
 //     a sync and the cleanup succeed; kube-proxy forgets it, which left UDP
 //     clients pinned to deleted endpoints. Frontends of deleted services
-//     and removed ports, node ports and SCTP are cleaned too (StaleFlows).
+//     and removed ports, node ports and SCTP are cleaned too (dataplane.StaleFlows).
 //   - A failed sync is retried with exponential backoff from RetryPeriod
 //     (1s) instead of after a fixed syncPeriod (30s), and SyncPeriod is a
 //     full resync rather than kube-proxy's hourly FullSyncPeriod.

@@ -29,11 +29,11 @@ var errBoom = errors.New("boom")
 // fakeCleaner records what it is asked to clean and can be told to fail.
 type fakeCleaner struct {
 	mu    sync.Mutex
-	calls []StaleFlows
+	calls []dataplane.StaleFlows
 	fail  int
 }
 
-func (c *fakeCleaner) CleanStale(_ context.Context, s StaleFlows) (int, error) {
+func (c *fakeCleaner) CleanStale(_ context.Context, s dataplane.StaleFlows) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, s)
@@ -61,8 +61,8 @@ func (c *fakeCleaner) summaries() [][]string {
 	return out
 }
 
-// flowSummary renders StaleFlows as comparable strings.
-func flowSummary(s StaleFlows) []string {
+// flowSummary renders dataplane.StaleFlows as comparable strings.
+func flowSummary(s dataplane.StaleFlows) []string {
 	var out []string
 	for _, f := range s.Frontends {
 		ip := "nodeport"

@@ -7,8 +7,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/endpoints"
-	"github.com/proxykit/proxykit/servicemodel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -65,38 +63,7 @@ func New(cfg Config) *Cleaner {
 	return c
 }
 
-// Stale is what one CleanStale flushes in the table of one IP family. Its
-// fields are those of proxykit.StaleFlows, in the same order, so that one
-// converts to the other.
-type Stale struct {
-	// Family is the table to clean; "" means IPv4. Items of the other
-	// family are skipped.
-	Family v1.IPFamily
-	// Frontends are service addresses no flow may keep using: every flow
-	// sent to one goes, DNATed or not. A frontend with an invalid IP is a
-	// node port: every DNATed flow sent to that port goes.
-	Frontends []servicemodel.Frontend
-	// Endpoints are endpoints that stopped serving a port: DNATed flows
-	// whose replies come from one go. With State, only those sent to a
-	// frontend of that port in State (so that an endpoint still serving
-	// another service keeps that service's flows); an endpoint whose port
-	// is not in State is left to the port's frontends, which the trackers
-	// report stale with it.
-	Endpoints []endpoints.StaleEndpoint
-	// Ports are service ports whose endpoints changed; they need State.
-	// A flow sent to one of the port's frontends in State whose replies do
-	// not come from an endpoint serving the port in State goes: this is
-	// kube-proxy's reconciliation, and it also flushes the flows that were
-	// not DNATed because the port had no endpoints when they began. Node
-	// ports are reconciled only while the port has a serving endpoint, as
-	// kube-proxy does, and only DNATed flows.
-	Ports []servicemodel.PortName
-	// State is what the dataplanes of Family program now; nil leaves
-	// Endpoints un-narrowed and Ports skipped.
-	State *dataplane.State
-}
-
-// ErrInvalidFamily is wrapped by CleanStale's error for a Stale.Family other
+// ErrInvalidFamily is wrapped by CleanStale's error for a StaleFlows.Family other
 // than "", IPv4 and IPv6.
 var ErrInvalidFamily = errors.New("conntrack: invalid IP family")
 
@@ -121,7 +88,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // deleted. Items that cannot be matched (TCP, another family, invalid
 // addresses or ports) are skipped and reported through Config.OnSkip; with
 // nothing left to match, CleanStale does not touch the kernel.
-func (c *Cleaner) CleanStale(ctx context.Context, s Stale) (int, error) {
+func (c *Cleaner) CleanStale(ctx context.Context, s dataplane.StaleFlows) (int, error) {
 	var inet netlink.InetFamily
 	switch s.Family {
 	case "":

@@ -96,43 +96,43 @@ func TestClean(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		stale   Stale
+		stale   dataplane.StaleFlows
 		deleted []string
 		skips   []string
 	}{
 		{name: "nothing stale"},
 		{
 			name:    "stale cluster IP takes every flow to it, DNATed or not",
-			stale:   Stale{Frontends: []servicemodel.Frontend{udp("172.30.0.10", 53)}},
+			stale:   dataplane.StaleFlows{Frontends: []servicemodel.Frontend{udp("172.30.0.10", 53)}},
 			deleted: []string{"dns->A", "dns->B", "dns-unnatted"},
 		},
 		{
 			name:    "IPv4-mapped frontend matches the IPv4 flow",
-			stale:   Stale{Frontends: []servicemodel.Frontend{udp("::ffff:172.30.0.10", 53)}},
+			stale:   dataplane.StaleFlows{Frontends: []servicemodel.Frontend{udp("::ffff:172.30.0.10", 53)}},
 			deleted: []string{"dns->A", "dns->B", "dns-unnatted"},
 		},
 		{
 			name:    "stale external IP and LoadBalancer VIP",
-			stale:   Stale{Frontends: []servicemodel.Frontend{udp("203.0.113.7", 53), udp("198.51.100.9", 53)}},
+			stale:   dataplane.StaleFlows{Frontends: []servicemodel.Frontend{udp("203.0.113.7", 53), udp("198.51.100.9", 53)}},
 			deleted: []string{"ext->A", "lb->A"},
 		},
 		{
 			name:  "another port of a stale IP is kept",
-			stale: Stale{Frontends: []servicemodel.Frontend{udp("172.30.0.10", 54)}},
+			stale: dataplane.StaleFlows{Frontends: []servicemodel.Frontend{udp("172.30.0.10", 54)}},
 		},
 		{
 			name:    "stale node port takes DNATed flows to the port only",
-			stale:   Stale{Frontends: []servicemodel.Frontend{udp("", 30053)}},
+			stale:   dataplane.StaleFlows{Frontends: []servicemodel.Frontend{udp("", 30053)}},
 			deleted: []string{"nodeport->A"},
 		},
 		{
 			name:  "TCP is left to the kernel",
-			stale: Stale{Frontends: []servicemodel.Frontend{{IP: dnsVIP.Addr(), Port: 53, Protocol: v1.ProtocolTCP}}},
+			stale: dataplane.StaleFlows{Frontends: []servicemodel.Frontend{{IP: dnsVIP.Addr(), Port: 53, Protocol: v1.ProtocolTCP}}},
 			skips: []string{"unsupported protocol"},
 		},
 		{
 			name: "SCTP frontend",
-			stale: Stale{Frontends: []servicemodel.Frontend{
+			stale: dataplane.StaleFlows{Frontends: []servicemodel.Frontend{
 				{IP: sctpVIP.Addr(), Port: sctpVIP.Port(), Protocol: v1.ProtocolSCTP},
 				// The same address as UDP must not take the SCTP flow.
 				udp("172.30.0.30", 9000),
@@ -141,66 +141,66 @@ func TestClean(t *testing.T) {
 		},
 		{
 			name:    "stale endpoint without services: every DNATed flow to it",
-			stale:   Stale{Endpoints: []endpoints.StaleEndpoint{{Port: dnsPort, Addr: epA}}},
+			stale:   dataplane.StaleFlows{Endpoints: []endpoints.StaleEndpoint{{Port: dnsPort, Addr: epA}}},
 			deleted: []string{"dns->A", "ext->A", "lb->A", "other->A", "nodeport->A"},
 		},
 		{
 			name:    "stale endpoint narrowed to its service's frontends",
-			stale:   Stale{Endpoints: []endpoints.StaleEndpoint{{Port: dnsPort, Addr: epA}}, State: testState(false)},
+			stale:   dataplane.StaleFlows{Endpoints: []endpoints.StaleEndpoint{{Port: dnsPort, Addr: epA}}, State: testState(false)},
 			deleted: []string{"dns->A", "ext->A", "lb->A", "nodeport->A"},
 		},
 		{
 			name: "endpoint that left two ports, narrowed",
-			stale: Stale{Endpoints: []endpoints.StaleEndpoint{
+			stale: dataplane.StaleFlows{Endpoints: []endpoints.StaleEndpoint{
 				{Port: dnsPort, Addr: epA}, {Port: otherPort, Addr: epA},
 			}, State: testState(false)},
 			deleted: []string{"dns->A", "ext->A", "lb->A", "nodeport->A", "other->A"},
 		},
 		{
 			name: "endpoint of a port no longer in the state is left to the frontends",
-			stale: Stale{Endpoints: []endpoints.StaleEndpoint{
+			stale: dataplane.StaleFlows{Endpoints: []endpoints.StaleEndpoint{
 				{Port: servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "x", Name: "gone"}, Protocol: v1.ProtocolUDP}, Addr: epA},
 			}, State: testState(false)},
 		},
 		{
 			name:    "changed port: flows not answered by a serving endpoint, un-NATed ones included",
-			stale:   Stale{Ports: []servicemodel.PortName{dnsPort}, State: testState(false)},
+			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{dnsPort}, State: testState(false)},
 			deleted: []string{"dns->A", "dns-unnatted", "ext->A", "lb->A", "nodeport->A"},
 		},
 		{
 			name:    "changed port whose endpoints all still serve",
-			stale:   Stale{Ports: []servicemodel.PortName{dnsPort}, State: testState(true)},
+			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{dnsPort}, State: testState(true)},
 			deleted: []string{"dns-unnatted"},
 		},
 		{
 			name:    "changed port with nothing serving keeps its node port flows",
-			stale:   Stale{Ports: []servicemodel.PortName{otherPort}, State: testState(false)},
+			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{otherPort}, State: testState(false)},
 			deleted: []string{"other->A"},
 		},
 		{
 			name:    "changed SCTP port",
-			stale:   Stale{Ports: []servicemodel.PortName{sctpPort}, State: testState(false)},
+			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{sctpPort}, State: testState(false)},
 			deleted: nil,
 		},
 		{
 			name: "changed ports that cannot be reconciled",
-			stale: Stale{Ports: []servicemodel.PortName{
+			stale: dataplane.StaleFlows{Ports: []servicemodel.PortName{
 				{NamespacedName: types.NamespacedName{Namespace: "x", Name: "gone"}, Protocol: v1.ProtocolUDP},
 			}, State: testState(false)},
 		},
 		{
 			name:  "changed ports need a state",
-			stale: Stale{Ports: []servicemodel.PortName{dnsPort, {Protocol: v1.ProtocolTCP}}},
+			stale: dataplane.StaleFlows{Ports: []servicemodel.PortName{dnsPort, {Protocol: v1.ProtocolTCP}}},
 			skips: []string{"no state", "unsupported protocol"},
 		},
 		{
 			name:    "SCTP endpoint",
-			stale:   Stale{Endpoints: []endpoints.StaleEndpoint{{Port: sctpPort, Addr: sctpEP}}},
+			stale:   dataplane.StaleFlows{Endpoints: []endpoints.StaleEndpoint{{Port: sctpPort, Addr: sctpEP}}},
 			deleted: []string{"sctp->ep"},
 		},
 		{
 			name: "bad items are skipped, the rest is cleaned",
-			stale: Stale{
+			stale: dataplane.StaleFlows{
 				Frontends: []servicemodel.Frontend{
 					udp("172.30.0.10", 0),
 					udp("fd00:30::10", 53),
@@ -220,7 +220,7 @@ func TestClean(t *testing.T) {
 		},
 		{
 			name: "IPv6 cleaning leaves the IPv4 table alone",
-			stale: Stale{
+			stale: dataplane.StaleFlows{
 				Family:    v1.IPv6Protocol,
 				Frontends: []servicemodel.Frontend{udp("fd00:30::10", 53), udp("", 30053)},
 				Endpoints: []endpoints.StaleEndpoint{{Port: dnsPort, Addr: epA}},
@@ -282,7 +282,7 @@ func setOf(s []string) map[string]bool {
 func TestCleanTouchesNothingWithNothingToMatch(t *testing.T) {
 	table := NewFakeTable(NewFlow(v1.ProtocolUDP, client, dnsVIP, epA))
 	c := New(Config{Netlink: table, Logger: logr.Discard()})
-	for _, s := range []Stale{
+	for _, s := range []dataplane.StaleFlows{
 		{},
 		{Frontends: []servicemodel.Frontend{{IP: dnsVIP.Addr(), Port: 53, Protocol: v1.ProtocolTCP}}},
 		{Ports: []servicemodel.PortName{{NamespacedName: types.NamespacedName{Namespace: "x", Name: "gone"}, Protocol: v1.ProtocolUDP}}, State: testState(false)},
@@ -351,7 +351,7 @@ func TestCleanErrors(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			n, err := c.CleanStale(ctx, Stale{Frontends: []servicemodel.Frontend{udp("172.30.0.10", 53)}})
+			n, err := c.CleanStale(ctx, dataplane.StaleFlows{Frontends: []servicemodel.Frontend{udp("172.30.0.10", 53)}})
 			var typed *Error
 			got := result{Deleted: n, Dumps: table.Dumps(), Left: len(table.Flows()),
 				Interrupted: errors.Is(err, netlink.ErrDumpInterrupted), Typed: errors.As(err, &typed)}
@@ -386,7 +386,7 @@ func TestFamilies(t *testing.T) {
 		{v1.IPv6Protocol, udp("fd00:30::10", 53), result{Deleted: 1}},
 		{"IPv5", udp("172.30.0.10", 53), result{Err: `conntrack: invalid IP family "IPv5"`, Invalid: true}},
 	} {
-		n, err := c.CleanStale(context.Background(), Stale{Family: tt.family, Frontends: []servicemodel.Frontend{tt.fe}})
+		n, err := c.CleanStale(context.Background(), dataplane.StaleFlows{Family: tt.family, Frontends: []servicemodel.Frontend{tt.fe}})
 		got := result{Deleted: n, Invalid: errors.Is(err, ErrInvalidFamily)}
 		if err != nil {
 			got.Err = err.Error()
@@ -429,7 +429,7 @@ func BenchmarkClean(b *testing.B) {
 		table.Add(NewFlow(v1.ProtocolUDP, client, vip, epB))
 	}
 	c := New(Config{Netlink: table, Logger: logr.Discard()})
-	var stale Stale
+	var stale dataplane.StaleFlows
 	for i := range 100 {
 		stale.Endpoints = append(stale.Endpoints, endpoints.StaleEndpoint{Port: dnsPort, Addr: netip.MustParseAddrPort(fmt.Sprintf("10.2.0.%d:53", i))})
 	}

@@ -40,7 +40,7 @@
 // the delete filter, and netlink deletes each matched flow by the tuple it
 // was dumped with, which is just as exact).
 //
-// A pod may back several services on the same port. When Stale.State is
+// A pod may back several services on the same port. When StaleFlows.State is
 // given, a stale endpoint's flows are deleted only if their original
 // destination is a frontend of the service port the endpoint left, as
 // kube-proxy restricts it; without it, every DNATed flow to that endpoint

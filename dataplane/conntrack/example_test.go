@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/conntrack"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -31,7 +32,7 @@ func Example() {
 		NamespacedName: types.NamespacedName{Namespace: "kube-system", Name: "kube-dns"},
 		Port:           "dns", Protocol: v1.ProtocolUDP,
 	}
-	n, err := cleaner.CleanStale(context.Background(), conntrack.Stale{
+	n, err := cleaner.CleanStale(context.Background(), dataplane.StaleFlows{
 		Frontends: []servicemodel.Frontend{{IP: gone.Addr(), Port: gone.Port(), Protocol: v1.ProtocolUDP}},
 		Endpoints: []endpoints.StaleEndpoint{{Port: dnsPort, Addr: netip.MustParseAddrPort("10.244.1.5:53")}},
 	})

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/servicemodel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -84,7 +85,7 @@ func portFrontends(sp *servicemodel.ServicePort, family v1.IPFamily) []netip.Add
 	return out
 }
 
-func (c *Cleaner) newFilter(log logr.Logger, s Stale) *staleFilter {
+func (c *Cleaner) newFilter(log logr.Logger, s dataplane.StaleFlows) *staleFilter {
 	f := &staleFilter{
 		log:                log.V(5),
 		frontends:          map[protoAddr]struct{}{},

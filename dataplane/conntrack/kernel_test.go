@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/internal/netns"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -223,7 +224,7 @@ func TestKernelStaleEndpointMovesFlow(t *testing.T) {
 	c := New(Config{Netlink: l.nodeHandle(t), Logger: testr.New(t)})
 	port := servicemodel.PortName{Port: "dns", Protocol: v1.ProtocolUDP}
 	port.Namespace, port.Name = "kube-system", "dns"
-	n, err := c.CleanStale(context.Background(), Stale{Endpoints: []endpoints.StaleEndpoint{
+	n, err := c.CleanStale(context.Background(), dataplane.StaleFlows{Endpoints: []endpoints.StaleEndpoint{
 		{Port: port, Addr: netip.AddrPortFrom(netip.MustParseAddr(podAIP), podPort)},
 	}})
 	if err != nil || n != 1 {
@@ -285,7 +286,7 @@ func TestKernelStaleFrontends(t *testing.T) {
 	var n int
 	err := l.node.Do(func() error {
 		var err error
-		n, err = New(Config{Logger: testr.New(t)}).CleanStale(context.Background(), Stale{Frontends: []servicemodel.Frontend{
+		n, err = New(Config{Logger: testr.New(t)}).CleanStale(context.Background(), dataplane.StaleFlows{Frontends: []servicemodel.Frontend{
 			{IP: netip.MustParseAddr(svcIP), Port: 53, Protocol: v1.ProtocolUDP},
 			{Port: 30053, Protocol: v1.ProtocolUDP},
 			// The same address over SCTP must not take the UDP flow.

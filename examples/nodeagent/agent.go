@@ -197,7 +197,7 @@ func (o *options) runProxy(ctx context.Context, log logr.Logger, src *source, st
 		// node ports would bind ports of the machine.
 		cfg.DisableHealthCheckNodePorts = true
 	} else {
-		cfg.Conntrack = cleaner{conntrack.New(conntrack.Config{Logger: log})}
+		cfg.Conntrack = conntrack.New(conntrack.Config{Logger: log})
 	}
 	p, err := proxykit.New(cfg)
 	if err != nil {
@@ -224,14 +224,6 @@ func (o *options) runCleanup(ctx context.Context, planes []proxykit.DataplaneCon
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// cleaner adapts the conntrack package to the proxy: the two stale-flow
-// types have the same fields.
-type cleaner struct{ c *conntrack.Cleaner }
-
-func (c cleaner) CleanStale(ctx context.Context, s proxykit.StaleFlows) (int, error) {
-	return c.c.CleanStale(ctx, conntrack.Stale(s))
 }
 
 // syncWriter serializes the dry-run output of the dataplanes, which may
