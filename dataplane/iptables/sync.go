@@ -141,6 +141,9 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if !full {
 		if s == prog.state {
 			d.stats = SyncStats{}
+			for t := range numTables {
+				d.metrics.rulesLastSync[t].Set(0)
+			}
 			return nil
 		}
 		v = newView(s, d.ipv6, func(r string) { d.skip(r) })
