@@ -173,7 +173,7 @@ func checkDecoded(t *testing.T, want, got Objects, err error, wantErr string) {
 }
 
 func TestTrackerService(t *testing.T) {
-	got := TrackerService(2, 0x20|0x40|0x80|1<<3|2, 7)
+	got := trackerService(2, 0x20|0x40|0x80|1<<3|2, 7)
 	want := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "ns", Name: "s2", ResourceVersion: "7", Annotations: map[string]string{},
@@ -195,7 +195,7 @@ func TestTrackerService(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if got := TrackerService(0, 3<<3|3, 0); got.Spec.ClusterIP != v1.ClusterIPNone ||
+	if got := trackerService(0, 3<<3|3, 0); got.Spec.ClusterIP != v1.ClusterIPNone ||
 		!cmp.Equal(got.Spec.Ports, []v1.ServicePort{{Name: "bad", Protocol: v1.ProtocolUDP, TargetPort: intstr.FromInt32(53)}}) {
 		t.Errorf("headless with the bad port: %+v", got.Spec)
 	}
@@ -211,12 +211,12 @@ func TestServiceTracker(t *testing.T) {
 		0, 2, // too short: ignored
 	}
 	got := ServiceTracker(ops)
-	first, second := TrackerService(0, 0x09, 0), TrackerService(0, 0x10, 1)
+	first, second := trackerService(0, 0x09, 0), trackerService(0, 0x10, 1)
 	want := []ServiceOp{
 		{Kind: OpUpdate, Index: 0, New: first},
 		{Kind: OpUpdate, Index: 0, Old: first, New: second},
 		{Kind: OpDelete, Index: 0, Old: second},
-		{Kind: OpDelete, Index: 1, Old: TrackerService(1, 0x0a, 3)},
+		{Kind: OpDelete, Index: 1, Old: trackerService(1, 0x0a, 3)},
 		{Kind: OpCheckout},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -227,7 +227,7 @@ func TestServiceTracker(t *testing.T) {
 	}
 
 	objs, err := ServiceTrackerObjects(Entry{Name: "e", Values: []any{[]byte{0, 0, 1, 0, 1, 2, 0, 2, 3, 2, 1, 0, 0, 2, 4}}})
-	checkDecoded(t, Objects{Family: v1.IPv4Protocol, Services: []*v1.Service{TrackerService(0, 1, 0), TrackerService(2, 4, 4)}}, objs, err, "")
+	checkDecoded(t, Objects{Family: v1.IPv4Protocol, Services: []*v1.Service{trackerService(0, 1, 0), trackerService(2, 4, 4)}}, objs, err, "")
 	_, err = ServiceTrackerObjects(Entry{Name: "e", Values: []any{"ops"}})
 	checkDecoded(t, Objects{}, Objects{}, err, "value 1 is a string")
 }
@@ -297,11 +297,11 @@ func TestSlice(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := NewInput(tc.data)
-			if diff := cmp.Diff(tc.want, in.Slice(tc.family)); diff != "" {
+			in := newInput(tc.data)
+			if diff := cmp.Diff(tc.want, in.slice(tc.family)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			if !in.Done() {
+			if !in.done() {
 				t.Errorf("%d bytes left", len(in.b))
 			}
 		})
@@ -355,7 +355,7 @@ func TestSliceTracker(t *testing.T) {
 	data = append(data, 5, 0)        // delete the first, ns1/d0
 	got := SliceTracker(data)
 
-	d1, d0 := NewInput(dense(1)).Slice(v1.IPv4Protocol), NewInput(dense(0)).Slice(v1.IPv4Protocol)
+	d1, d0 := newInput(dense(1)).slice(v1.IPv4Protocol), newInput(dense(0)).slice(v1.IPv4Protocol)
 	touched := d1.DeepCopy()
 	touched.ResourceVersion = "1"
 	want := SliceTrace{

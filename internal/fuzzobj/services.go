@@ -163,14 +163,14 @@ func normalizeInput(e Entry) (NormalizeInput, error) {
 // with: "ns/s0" to "ns/s<TrackerServices-1>".
 const TrackerServices = 3
 
-// TrackerService builds one of the small, overlapping set of Services that
+// trackerService builds one of the small, overlapping set of Services that
 // servicemodel's FuzzTracker plays with: "ns/s<i>" from the bits of v, so
 // that random sequences revisit the same content, change it slightly, and
 // make metadata-only updates (gen is the resource version). Bits 0-2 pick
 // the cluster IP (IPv4, IPv6 or None), 3-4 the ports (one of them invalid),
 // 5 makes it an eTP Local LoadBalancer, 6 adds external IPs (one bogus) and 7
 // hands it to another proxy.
-func TrackerService(i int, v byte, gen int) *v1.Service {
+func trackerService(i int, v byte, gen int) *v1.Service {
 	s := newService(fmt.Sprintf("s%d", i))
 	s.ResourceVersion = fmt.Sprint(gen)
 	s.Spec.ClusterIP = []string{"10.0.0.1", "10.0.0.2", "fd00::1", v1.ClusterIPNone, "10.0.0.1"}[int(v&7)%5]
@@ -233,7 +233,7 @@ type ServiceOp struct {
 
 // ServiceTracker decodes the input of servicemodel's FuzzTracker: each 3
 // bytes are one op (update, update, delete or checkout), the Service it is
-// about, and the TrackerService bits of the update; the op's position is
+// about, and the trackerService bits of the update; the op's position is
 // the Service's resource version. A shorter rest is ignored.
 func ServiceTracker(ops []byte) []ServiceOp {
 	var latest [TrackerServices]*v1.Service
@@ -242,13 +242,13 @@ func ServiceTracker(ops []byte) []ServiceOp {
 		op, i, v := ops[0]%4, int(ops[1])%TrackerServices, ops[2]
 		switch op {
 		case 0, 1:
-			s := TrackerService(i, v, gen)
+			s := trackerService(i, v, gen)
 			out = append(out, ServiceOp{Kind: OpUpdate, Index: i, Old: latest[i], New: s})
 			latest[i] = s
 		case 2:
 			old := latest[i]
 			if old == nil {
-				old = TrackerService(i, v, gen)
+				old = trackerService(i, v, gen)
 			}
 			out = append(out, ServiceOp{Kind: OpDelete, Index: i, Old: old})
 			latest[i] = nil

@@ -13,15 +13,15 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Input turns the fuzz data of endpoints' fuzz targets into choices; past
+// input turns the fuzz data of endpoints' fuzz targets into choices; past
 // its end every choice is 0, so that every input decodes to something.
-type Input struct{ b []byte }
+type input struct{ b []byte }
 
-// NewInput returns an Input reading data.
-func NewInput(data []byte) *Input { return &Input{b: data} }
+// newInput returns an input reading data.
+func newInput(data []byte) *input { return &input{b: data} }
 
-// Pick consumes one byte and returns it modulo n (0 when none is left).
-func (in *Input) Pick(n int) int {
+// pick consumes one byte and returns it modulo n (0 when none is left).
+func (in *input) pick(n int) int {
 	if len(in.b) == 0 {
 		return 0
 	}
@@ -30,19 +30,19 @@ func (in *Input) Pick(n int) int {
 	return int(c) % n
 }
 
-// Done reports whether the data is used up.
-func (in *Input) Done() bool { return len(in.b) == 0 }
+// done reports whether the data is used up.
+func (in *input) done() bool { return len(in.b) == 0 }
 
-// Family picks the IP family a target's tracker is for.
-func (in *Input) Family() v1.IPFamily {
-	if in.Pick(2) == 1 {
+// family picks the IP family a target's tracker is for.
+func (in *input) family() v1.IPFamily {
+	if in.pick(2) == 1 {
 		return v1.IPv6Protocol
 	}
 	return v1.IPv4Protocol
 }
 
-func (in *Input) tri() *bool {
-	switch in.Pick(3) {
+func (in *input) tri() *bool {
+	switch in.pick(3) {
 	case 1:
 		return ptr.To(true)
 	case 2:
@@ -51,22 +51,22 @@ func (in *Input) tri() *bool {
 	return nil
 }
 
-// Slice draws an EndpointSlice for a tracker of family: half the time a
+// slice draws an EndpointSlice for a tracker of family: half the time a
 // valid one of service ns1/a from a tiny universe of ports and addresses,
 // so that slices overlap and compete for addresses; otherwise anything,
 // valid or not.
-func (in *Input) Slice(family v1.IPFamily) *discovery.EndpointSlice {
-	if in.Pick(2) == 0 {
+func (in *input) slice(family v1.IPFamily) *discovery.EndpointSlice {
+	if in.pick(2) == 0 {
 		return in.denseSlice(family)
 	}
 	return in.wildSlice(family)
 }
 
-func (in *Input) denseSlice(family v1.IPFamily) *discovery.EndpointSlice {
+func (in *input) denseSlice(family v1.IPFamily) *discovery.EndpointSlice {
 	s := &discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "ns1",
-			Name:      fmt.Sprintf("d%d", in.Pick(3)),
+			Name:      fmt.Sprintf("d%d", in.pick(3)),
 			Labels:    map[string]string{discovery.LabelServiceName: "a"},
 		},
 		AddressType: discovery.AddressTypeIPv4,
@@ -76,42 +76,42 @@ func (in *Input) denseSlice(family v1.IPFamily) *discovery.EndpointSlice {
 		s.AddressType = discovery.AddressTypeIPv6
 		format = "fd00::%d"
 	}
-	for range in.Pick(2) + 1 {
+	for range in.pick(2) + 1 {
 		s.Ports = append(s.Ports, discovery.EndpointPort{
-			Name:     ptr.To([]string{"", "p"}[in.Pick(2)]),
-			Port:     ptr.To(int32(in.Pick(2) + 1)),
-			Protocol: ptr.To([]v1.Protocol{v1.ProtocolUDP, v1.ProtocolTCP}[in.Pick(2)]),
+			Name:     ptr.To([]string{"", "p"}[in.pick(2)]),
+			Port:     ptr.To(int32(in.pick(2) + 1)),
+			Protocol: ptr.To([]v1.Protocol{v1.ProtocolUDP, v1.ProtocolTCP}[in.pick(2)]),
 		})
 	}
-	for range in.Pick(6) + 1 {
+	for range in.pick(6) + 1 {
 		ep := discovery.Endpoint{
-			Addresses:  []string{fmt.Sprintf(format, in.Pick(3))},
+			Addresses:  []string{fmt.Sprintf(format, in.pick(3))},
 			Conditions: discovery.EndpointConditions{Ready: in.tri(), Serving: in.tri(), Terminating: in.tri()},
 		}
-		if n := in.Pick(3); n > 0 {
+		if n := in.pick(3); n > 0 {
 			ep.NodeName = ptr.To(fmt.Sprintf("node-%c", 'a'+n-1))
 		}
-		if in.Pick(2) == 1 {
-			ep.Hints = &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: fmt.Sprintf("z%d", in.Pick(2))}}}
+		if in.pick(2) == 1 {
+			ep.Hints = &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: fmt.Sprintf("z%d", in.pick(2))}}}
 		}
 		s.Endpoints = append(s.Endpoints, ep)
 	}
 	return s
 }
 
-func (in *Input) wildSlice(family v1.IPFamily) *discovery.EndpointSlice {
+func (in *input) wildSlice(family v1.IPFamily) *discovery.EndpointSlice {
 	own, other := discovery.AddressTypeIPv4, discovery.AddressTypeIPv6
 	if family == v1.IPv6Protocol {
 		own, other = other, own
 	}
 	s := &discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: []string{"ns1", "ns1", "ns1", "ns2", "ns2", "ns1", "ns1", ""}[in.Pick(8)],
-			Name:      []string{"s1", "s2", "s3", "s1", "s2", "s4", "s1", ""}[in.Pick(8)],
+			Namespace: []string{"ns1", "ns1", "ns1", "ns2", "ns2", "ns1", "ns1", ""}[in.pick(8)],
+			Name:      []string{"s1", "s2", "s3", "s1", "s2", "s4", "s1", ""}[in.pick(8)],
 		},
-		AddressType: []discovery.AddressType{own, own, own, own, own, own, other, discovery.AddressTypeFQDN}[in.Pick(8)],
+		AddressType: []discovery.AddressType{own, own, own, own, own, own, other, discovery.AddressTypeFQDN}[in.pick(8)],
 	}
-	switch in.Pick(8) {
+	switch in.pick(8) {
 	case 0, 1, 2, 3:
 		s.Labels = map[string]string{discovery.LabelServiceName: "a"}
 	case 4, 5:
@@ -119,12 +119,12 @@ func (in *Input) wildSlice(family v1.IPFamily) *discovery.EndpointSlice {
 	case 6:
 		s.Labels = map[string]string{discovery.LabelServiceName: ""}
 	}
-	if in.Pick(3) == 0 {
-		s.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: time.Date(2030, 1, 1, 0, 0, in.Pick(60), 0, time.UTC).Format(time.RFC3339Nano)}
+	if in.pick(3) == 0 {
+		s.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: time.Date(2030, 1, 1, 0, 0, in.pick(60), 0, time.UTC).Format(time.RFC3339Nano)}
 	}
-	for range in.Pick(4) + 1 {
+	for range in.pick(4) + 1 {
 		var p discovery.EndpointPort
-		switch in.Pick(6) {
+		switch in.pick(6) {
 		case 1, 5:
 			p.Name = ptr.To("")
 		case 2, 4:
@@ -132,7 +132,7 @@ func (in *Input) wildSlice(family v1.IPFamily) *discovery.EndpointSlice {
 		case 3:
 			p.Name = ptr.To("q")
 		}
-		switch in.Pick(10) {
+		switch in.pick(10) {
 		case 0:
 			p.Port = nil
 		case 1:
@@ -144,9 +144,9 @@ func (in *Input) wildSlice(family v1.IPFamily) *discovery.EndpointSlice {
 		case 4:
 			p.Port = ptr.To[int32](65535)
 		default:
-			p.Port = ptr.To(int32(in.Pick(4) + 1))
+			p.Port = ptr.To(int32(in.pick(4) + 1))
 		}
-		switch in.Pick(8) {
+		switch in.pick(8) {
 		case 1, 6:
 			p.Protocol = ptr.To(v1.ProtocolTCP)
 		case 2, 5, 7:
@@ -158,20 +158,20 @@ func (in *Input) wildSlice(family v1.IPFamily) *discovery.EndpointSlice {
 		}
 		s.Ports = append(s.Ports, p)
 	}
-	for range in.Pick(9) {
+	for range in.pick(9) {
 		var ep discovery.Endpoint
-		for range in.Pick(4) {
-			d := in.Pick(4)
+		for range in.pick(4) {
+			d := in.pick(4)
 			a := []string{
 				fmt.Sprintf("10.0.0.%d", d), fmt.Sprintf("010.000.000.00%d", d), fmt.Sprintf("fd00::%d", d),
 				fmt.Sprintf("::ffff:10.0.0.%d", d), "bogus", "", fmt.Sprintf("FD00:0::%d", d),
 				fmt.Sprintf("10.0.0.1%d", d), "1.2.3.4.5", fmt.Sprintf("fd00::1%d", d),
 				fmt.Sprintf("10.0.0.%d", d), fmt.Sprintf("fe80::%d%%eth0", d), fmt.Sprintf("::ffff:010.0.0.%d", d),
-			}[in.Pick(13)]
+			}[in.pick(13)]
 			ep.Addresses = append(ep.Addresses, a)
 		}
 		ep.Conditions = discovery.EndpointConditions{Ready: in.tri(), Serving: in.tri(), Terminating: in.tri()}
-		switch in.Pick(4) {
+		switch in.pick(4) {
 		case 1:
 			ep.NodeName = ptr.To("node-a")
 		case 2:
@@ -179,19 +179,19 @@ func (in *Input) wildSlice(family v1.IPFamily) *discovery.EndpointSlice {
 		case 3:
 			ep.NodeName = ptr.To("")
 		}
-		if z := in.Pick(3); z > 0 {
+		if z := in.pick(3); z > 0 {
 			ep.Zone = ptr.To(fmt.Sprintf("z%d", z))
 		}
-		switch in.Pick(3) {
+		switch in.pick(3) {
 		case 1:
 			ep.Hints = &discovery.EndpointHints{}
 		case 2:
 			ep.Hints = &discovery.EndpointHints{}
-			for range in.Pick(3) {
-				ep.Hints.ForZones = append(ep.Hints.ForZones, discovery.ForZone{Name: fmt.Sprintf("z%d", in.Pick(2))})
+			for range in.pick(3) {
+				ep.Hints.ForZones = append(ep.Hints.ForZones, discovery.ForZone{Name: fmt.Sprintf("z%d", in.pick(2))})
 			}
-			for range in.Pick(3) {
-				ep.Hints.ForNodes = append(ep.Hints.ForNodes, discovery.ForNode{Name: fmt.Sprintf("node-%c", 'a'+in.Pick(2))})
+			for range in.pick(3) {
+				ep.Hints.ForNodes = append(ep.Hints.ForNodes, discovery.ForNode{Name: fmt.Sprintf("node-%c", 'a'+in.pick(2))})
 			}
 		}
 		s.Endpoints = append(s.Endpoints, ep)
@@ -210,11 +210,11 @@ const maxMergeSlices = 8
 // then slices until the data or the bound of 8 runs out. Slices may share a
 // namespace and name; each is an update of the previous one of that name.
 func SliceMerge(data []byte) (v1.IPFamily, []*discovery.EndpointSlice) {
-	in := NewInput(data)
-	family := in.Family()
+	in := newInput(data)
+	family := in.family()
 	var fed []*discovery.EndpointSlice
-	for !in.Done() && len(fed) < maxMergeSlices {
-		fed = append(fed, in.Slice(family))
+	for !in.done() && len(fed) < maxMergeSlices {
+		fed = append(fed, in.slice(family))
 	}
 	return family, fed
 }
@@ -247,13 +247,13 @@ const maxTrackerOps = 64
 // touch picks a stored slice by the next byte and, with nothing stored,
 // counts as an op but does nothing.
 func SliceTracker(data []byte) SliceTrace {
-	in := NewInput(data)
-	tr := SliceTrace{Family: in.Family()}
+	in := newInput(data)
+	tr := SliceTrace{Family: in.family()}
 	store := map[types.NamespacedName]*discovery.EndpointSlice{}
-	for ops := 0; !in.Done() && ops < maxTrackerOps; ops++ {
-		switch op := in.Pick(8); {
+	for ops := 0; !in.done() && ops < maxTrackerOps; ops++ {
+		switch op := in.pick(8); {
 		case op <= 4:
-			s := in.Slice(tr.Family)
+			s := in.slice(tr.Family)
 			key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
 			tr.Ops = append(tr.Ops, SliceOp{Kind: OpUpdate, Old: store[key], New: s})
 			store[key] = s
@@ -262,7 +262,7 @@ func SliceTracker(data []byte) SliceTrace {
 			if len(ks) == 0 {
 				continue
 			}
-			k := ks[in.Pick(len(ks))]
+			k := ks[in.pick(len(ks))]
 			tr.Ops = append(tr.Ops, SliceOp{Kind: OpDelete, Old: store[k]})
 			delete(store, k)
 		case op == 6:
@@ -272,7 +272,7 @@ func SliceTracker(data []byte) SliceTrace {
 			if len(ks) == 0 {
 				continue
 			}
-			k := ks[in.Pick(len(ks))]
+			k := ks[in.pick(len(ks))]
 			c := store[k].DeepCopy()
 			c.ResourceVersion += "1"
 			slices.Reverse(c.Endpoints)
