@@ -30,7 +30,7 @@ type BuilderConfig struct {
 	// filtered to the State's family (see Settings.NodePortAddresses).
 	Settings Settings
 	// Logger receives why objects or parts of them were skipped; the zero
-	// value is klog's default logger.
+	// value (logr.Discard()) logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called with the kind ("Service", "EndpointSlice",
 	// "Node") and a short reason (a servicemodel Reason, an endpoints Skip
@@ -99,9 +99,6 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 		mode:     cfg.Settings.LocalDetector.Mode,
 		logger:   cfg.Logger,
 		onSkip:   cfg.OnSkip,
-	}
-	if b.logger.GetSink() == nil {
-		b.logger = klog.Background()
 	}
 	families := cfg.Families
 	if families == nil {

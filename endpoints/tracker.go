@@ -12,12 +12,11 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
 // Config configures a Tracker. The zero value tracks IPv4 slices with no
-// endpoint counted as local, logging through klog.
+// endpoint counted as local, logging nothing.
 type Config struct {
 	// Family is the IP family to track; "" means IPv4 (as does any value
 	// other than IPv6). Slices of another address type (FQDN included)
@@ -27,7 +26,7 @@ type Config struct {
 	// local. "" makes no endpoint local.
 	NodeName string
 	// Logger receives the reason each skipped slice, port or endpoint was
-	// skipped; the zero value is klog's default logger.
+	// skipped; the zero value (logr.Discard()) logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called once per skipped object with a short,
 	// bounded reason (for a metric label): one of the Skip constants.
@@ -74,9 +73,6 @@ func NewTracker(cfg Config) *Tracker {
 	}
 	if cfg.Family == v1.IPv6Protocol {
 		t.addressType = discovery.AddressTypeIPv6
-	}
-	if t.logger.GetSink() == nil {
-		t.logger = klog.Background()
 	}
 	c := cfg.Clock
 	if c == nil {

@@ -11,11 +11,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/klog/v2"
 )
 
 // Config configures a Tracker. The zero value tracks IPv4 services that are
-// not claimed by another proxy, logging through klog.
+// not claimed by another proxy, logging nothing.
 type Config struct {
 	// Family is the IP family to track; "" means IPv4.
 	Family v1.IPFamily
@@ -25,9 +24,7 @@ type Config struct {
 	// services without the label, as kube-proxy does.
 	ProxyName string
 	// Logger receives the reason each skipped service or part of one was
-	// skipped; the zero value is klog's default logger. logr.Discard() is
-	// that zero value too; silence a Tracker with a logger whose sink
-	// drops everything instead.
+	// skipped; the zero value (logr.Discard()) logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called on every Update once per skipped service,
 	// port, address or source range, with one of the Reason constants (a
@@ -68,9 +65,6 @@ func NewTracker(cfg Config) *Tracker {
 	}
 	if t.family == "" {
 		t.family = v1.IPv4Protocol
-	}
-	if t.logger.GetSink() == nil {
-		t.logger = klog.Background()
 	}
 	return t
 }
