@@ -8,12 +8,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/logtext"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/klog/v2"
 )
 
 // BuilderConfig configures a Builder. The zero value builds IPv4 States for
@@ -106,7 +106,7 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 	}
 	for _, f := range families {
 		if f != v1.IPv4Protocol && f != v1.IPv6Protocol {
-			b.logger.Error(nil, "Ignoring unknown IP family", "family", f)
+			b.logger.Error(nil, "Ignoring unknown IP family", "family", logtext.String(string(f)))
 			continue
 		}
 		if slices.ContainsFunc(b.families, func(fb *familyBuilder) bool { return fb.family == f }) {
@@ -244,7 +244,7 @@ func (b *Builder) UpdateService(old, new *v1.Service) bool {
 func (b *Builder) UpdateEndpointSlice(old, new *discovery.EndpointSlice) bool {
 	if new != nil && new.AddressType != discovery.AddressTypeIPv4 && new.AddressType != discovery.AddressTypeIPv6 {
 		b.logger.V(2).Info("Ignoring EndpointSlice of an unsupported address type",
-			"endpointSlice", klog.KObj(new), "addressType", new.AddressType)
+			"endpointSlice", logtext.KObj(new), "addressType", logtext.String(string(new.AddressType)))
 		b.skip("EndpointSlice", endpoints.SkipAddressType)
 	}
 	from, to := b.sliceFamily(old), b.sliceFamily(new)
@@ -347,7 +347,8 @@ func (b *Builder) nodeIPs(node *v1.Node) []netip.Addr {
 			}
 			ip, err := netip.ParseAddr(a.Address)
 			if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
-				b.logger.Error(err, "Ignoring invalid node address", "node", node.Name, "type", a.Type, "address", truncate(a.Address))
+				b.logger.Error(logtext.Error(err), "Ignoring invalid node address", "node", logtext.String(node.Name),
+					"type", logtext.String(string(a.Type)), "address", logtext.String(a.Address))
 				b.skip("Node", SkipNodeAddress)
 				continue
 			}
@@ -368,7 +369,7 @@ func (b *Builder) podCIDRs(node *v1.Node) []netip.Prefix {
 	for _, s := range raw {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			b.logger.Error(err, "Ignoring invalid pod CIDR", "node", node.Name, "cidr", truncate(s))
+			b.logger.Error(logtext.Error(err), "Ignoring invalid pod CIDR", "node", logtext.String(node.Name), "cidr", logtext.String(s))
 			b.skip("Node", SkipPodCIDR)
 			continue
 		}
@@ -377,16 +378,6 @@ func (b *Builder) podCIDRs(node *v1.Node) []netip.Prefix {
 		}
 	}
 	return out
-}
-
-// truncate bounds a logged value, so that a huge bogus field cannot flood
-// the log.
-func truncate(s string) string {
-	const maxLogged = 64
-	if len(s) > maxLogged {
-		return s[:maxLogged] + "..."
-	}
-	return s
 }
 
 func (b *Builder) due() bool {

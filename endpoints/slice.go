@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/affinity"
+	"github.com/proxykit/proxykit/internal/logtext"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 	utilnet "k8s.io/utils/net"
 )
 
@@ -28,10 +28,6 @@ const (
 	SkipInvalidAddress = "invalid address"
 	SkipWrongFamily    = "address of another family"
 )
-
-// maxExample bounds how much of a rejected value is logged, so that a huge
-// bogus field cannot flood the log.
-const maxExample = 64
 
 // parsedSlice is one EndpointSlice reduced to what merging needs: per port
 // name, its endpoints, normalized as in a Map. It is immutable once built;
@@ -79,17 +75,14 @@ func (s *skipLog) add(reason, example string) {
 			return
 		}
 	}
-	if len(example) > maxExample {
-		example = example[:maxExample] + "..."
-	}
-	*s = append(*s, skipCount{reason: reason, example: example, n: 1})
+	*s = append(*s, skipCount{reason: reason, example: logtext.String(example), n: 1})
 }
 
 // report logs and counts what was skipped. It runs without the tracker's
 // lock held, since OnSkip is the caller's code.
 func (t *Tracker) report(s *discovery.EndpointSlice, skipped skipLog) {
 	for _, c := range skipped {
-		t.logger.Error(nil, "Skipping invalid EndpointSlice content", "endpointSlice", klog.KObj(s),
+		t.logger.Error(nil, "Skipping invalid EndpointSlice content", "endpointSlice", logtext.KObj(s),
 			"reason", c.reason, "count", c.n, "example", c.example)
 		if t.onSkip != nil {
 			for range c.n {
@@ -105,7 +98,7 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 	if s.AddressType != t.addressType {
 		if s.AddressType == discovery.AddressTypeIPv4 || s.AddressType == discovery.AddressTypeIPv6 {
 			// The other family's tracker owns it; this is not bad input.
-			t.logger.V(4).Info("Ignoring EndpointSlice of another family", "endpointSlice", klog.KObj(s),
+			t.logger.V(4).Info("Ignoring EndpointSlice of another family", "endpointSlice", logtext.KObj(s),
 				"addressType", s.AddressType)
 		} else {
 			skipped.add(SkipAddressType, string(s.AddressType))
@@ -270,7 +263,7 @@ func (t *Tracker) triggerTime(s *discovery.EndpointSlice) time.Time {
 	}
 	tt, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		t.logger.Error(err, "Ignoring unparsable annotation", "endpointSlice", klog.KObj(s),
+		t.logger.Error(logtext.Error(err), "Ignoring unparsable annotation", "endpointSlice", logtext.KObj(s),
 			"annotation", v1.EndpointsLastChangeTriggerTime)
 		return time.Time{}
 	}
