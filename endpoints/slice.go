@@ -37,6 +37,15 @@ type parsedSlice struct {
 	// ports is sorted by port name and holds no empty list.
 	ports   []portList
 	trigger time.Time
+	// numbered is every port name the slice gives several port numbers,
+	// sorted by name: API validation forbids it, so the tracker warns.
+	numbered []portNumbers
+}
+
+// portNumbers is the port numbers one slice gives one port name.
+type portNumbers struct {
+	name    servicemodel.PortName
+	numbers []uint16
 }
 
 type portList struct {
@@ -124,7 +133,11 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 	taken := false
 	for j := range s.Ports {
 		pn, port, ok := parsePort(ps.service, &s.Ports[j], j, skipped)
-		if !ok || len(parsed) == 0 {
+		if !ok {
+			continue
+		}
+		ps.numbered = addNumber(ps.numbered, pn, port)
+		if len(parsed) == 0 {
 			continue
 		}
 		buf := parsed
@@ -149,7 +162,44 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 		ps.ports[i].eps = normalizeList(ps.ports[i].eps)
 	}
 	slices.SortFunc(ps.ports, func(a, b portList) int { return a.name.Compare(b.name) })
+	ps.numbered = slices.DeleteFunc(ps.numbered, func(n portNumbers) bool { return len(n.numbers) < 2 })
+	slices.SortFunc(ps.numbered, func(a, b portNumbers) int { return a.name.Compare(b.name) })
 	return ps
+}
+
+// addNumber records that port name pn has port number port.
+func addNumber(list []portNumbers, pn servicemodel.PortName, port uint16) []portNumbers {
+	i := slices.IndexFunc(list, func(n portNumbers) bool { return n.name == pn })
+	if i < 0 {
+		return append(list, portNumbers{name: pn, numbers: []uint16{port}})
+	}
+	if k, found := slices.BinarySearch(list[i].numbers, port); !found {
+		list[i].numbers = slices.Insert(list[i].numbers, k, port)
+	}
+	return list
+}
+
+// newlyNumbered returns the entries of cur that prev, what the same slice
+// had before, lacks: port names that just got several numbers, or other
+// ones. A slice seen again unchanged (an informer resync) has none.
+func newlyNumbered(prev, cur []portNumbers) []portNumbers {
+	var out []portNumbers
+	for _, n := range cur {
+		if !slices.ContainsFunc(prev, func(p portNumbers) bool { return p.name == n.name && slices.Equal(p.numbers, n.numbers) }) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// warnNumbered logs, once per port name, that s gives it several port
+// numbers. Upstream merges them silently: each endpoint then serves the
+// port at every number, which is rarely what was meant.
+func (t *Tracker) warnNumbered(s *discovery.EndpointSlice, list []portNumbers) {
+	for _, n := range list {
+		t.logger.Info("EndpointSlice gives one port name several port numbers; each endpoint is used at every one",
+			"endpointSlice", logtext.KObj(s), "port", logtext.String(n.name.Port), "protocol", n.name.Protocol, "portNumbers", n.numbers)
+	}
 }
 
 func parsePort(svc types.NamespacedName, p *discovery.EndpointPort, j int, skipped *skipLog) (servicemodel.PortName, uint16, bool) {

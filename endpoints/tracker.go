@@ -100,17 +100,33 @@ func (t *Tracker) Update(old, new *discovery.EndpointSlice) bool {
 	t.report(new, skipped)
 
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	changed := false
-	if old != nil && sliceKey(old) != sliceKey(new) {
+	changed, numbered := t.updateLocked(old, new, ps)
+	t.mu.Unlock()
+	t.warnNumbered(new, numbered)
+	return changed
+}
+
+// updateLocked stores ps, parsed from new, and reports whether merged
+// content changed and which port names of new have several numbers that
+// the slice's previous version did not have.
+func (t *Tracker) updateLocked(old, new *discovery.EndpointSlice, ps *parsedSlice) (changed bool, numbered []portNumbers) {
+	key := sliceKey(new)
+	if ps != nil {
+		var prev []portNumbers
+		if owner, ok := t.owners[key]; ok {
+			prev = t.services[owner].slices[key.Name].numbered
+		}
+		numbered = newlyNumbered(prev, ps.numbered)
+	}
+	if old != nil && sliceKey(old) != key {
 		changed = t.removeLocked(sliceKey(old))
 	}
 	if ps == nil {
 		// A slice that stopped being trackable (its service label was
 		// removed, say) must not linger as upstream lets it.
-		return t.removeLocked(sliceKey(new)) || changed
+		return t.removeLocked(key) || changed, nil
 	}
-	return t.setLocked(sliceKey(new), ps) || changed
+	return t.setLocked(key, ps) || changed, numbered
 }
 
 func sliceKey(s *discovery.EndpointSlice) types.NamespacedName {
