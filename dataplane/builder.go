@@ -66,8 +66,10 @@ type Builder struct {
 	nodeDirty, nodeFull bool
 	zone                string
 
-	// gen is the Generation of the last Build; only Build touches it.
-	gen uint64
+	// gen is the Generation of the last Build, and claims what the
+	// services of that Build claim; only Build touches them.
+	gen    uint64
+	claims claims
 }
 
 // familyBuilder is the part of a Builder for one IP family.
@@ -80,6 +82,8 @@ type familyBuilder struct {
 	// replaced, never modified, as States share them.
 	ips      []netip.Addr
 	podCIDRs []netip.Prefix
+	// applied is the services of the last Build; only Build touches it.
+	applied servicemodel.Map
 }
 
 // Reasons the Builder passes to BuilderConfig.OnSkip for a Node ("Node"
@@ -399,7 +403,11 @@ func (b *Builder) dueLocked() bool {
 }
 
 // Build checks out every tracker and returns the new States, one per
-// configured family in configuration order, and what became stale. All
+// configured family in configuration order, and what became stale. It
+// warns once about every destination (address or node port, port and
+// protocol) that several services come to claim, when that appears;
+// kube-proxy is silent about them. Such services are valid objects, so
+// they are not reported to OnSkip. All
 // States of one Build share one Generation, one more than the previous
 // Build's. Each State can tell which services changed since the previous
 // Build's State of its family (see State.ChangedSince), except the first
@@ -421,13 +429,16 @@ func (b *Builder) Build() Build {
 		States:  make([]*State, len(b.families)),
 		Changes: make([]Changes, len(b.families)),
 	}
+	touched := map[destination]bool{}
 	for i, fb := range b.families {
 		svcs, svcChanges := fb.services.Checkout()
 		eps, epChanges := fb.endpoints.Checkout()
 		changed := make(sets.Set[types.NamespacedName], svcChanges.Services.Len()+epChanges.Services.Len())
 		for nn := range svcChanges.Services {
 			changed.Insert(nn)
+			b.claims.update(nn, fb.applied.Service(nn), svcs.Service(nn), touched)
 		}
+		fb.applied = svcs
 		for nn := range epChanges.Services {
 			changed.Insert(nn)
 		}
@@ -444,6 +455,7 @@ func (b *Builder) Build() Build {
 		}
 		out.Changes[i] = Changes{Services: svcChanges, Endpoints: epChanges}
 	}
+	b.warnConflicts(b.claims.conflicts(touched))
 	return out
 }
 
