@@ -102,7 +102,7 @@ func TestBuilderWarnsClaimConflicts(t *testing.T) {
 				want: []string{msg + `"destination"="198.51.100.1:443" "protocol"="TCP" "services"=["ns/a" "ns/b"]`}},
 		},
 	}, {
-		name: "node port, once for a dual-stack pair",
+		name:     "node port, once for a dual-stack pair",
 		families: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol},
 		steps: []step{
 			{add: []*v1.Service{
