@@ -62,9 +62,9 @@ type Builder struct {
 	mu sync.Mutex
 	// nodeDirty: the node changed since the last Build; nodeFull: the
 	// change affects every service, so the next States cannot list what
-	// changed.
-	nodeDirty, nodeFull bool
-	zone                string
+	// changed. nodeSeen: UpdateNode has had this node.
+	nodeDirty, nodeFull, nodeSeen bool
+	zone                          string
 
 	// gen is the Generation of the last Build, and claims what the
 	// services of that Build claim; only Build touches them.
@@ -96,7 +96,8 @@ const (
 
 // NewBuilder returns a Builder with one servicemodel.Tracker and one
 // endpoints.Tracker per family. Unknown and repeated families are ignored
-// (and logged).
+// (and logged), and so, once, is a family ClusterCIDR detection has no
+// CIDR of.
 func NewBuilder(cfg BuilderConfig) *Builder {
 	b := &Builder{
 		nodeName: cfg.NodeName,
@@ -134,6 +135,14 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 				OnSkip:   func(reason string) { b.skip("EndpointSlice", reason) },
 			}),
 		})
+	}
+	if b.mode == LocalModeClusterCIDR {
+		for _, fb := range b.families {
+			if _, ok := detectionCIDR(fb.settings.LocalDetector.CIDRs, fb.family); !ok {
+				b.logger.Info("Local traffic detection is ClusterCIDR, but no cluster CIDR of this IP family is set: none of its traffic counts as from a local pod",
+					"ipFamily", fb.family, "clusterCIDRs", cfg.Settings.LocalDetector.CIDRs)
+			}
+		}
 	}
 	return b
 }
@@ -320,16 +329,34 @@ func (b *Builder) UpdateNode(node *v1.Node) bool {
 			changed, full = true, true
 		}
 		fcidrs := filterFamily(cidrs, fb.family, func(p netip.Prefix) bool { return p.Addr().Is4() })
-		if !slices.Equal(fcidrs, fb.podCIDRs) {
+		podChanged := !slices.Equal(fcidrs, fb.podCIDRs)
+		if podChanged {
 			fb.podCIDRs = fcidrs
 			// Only NodeCIDR local detection, which every service's rules
 			// use, depends on pod CIDRs.
 			changed, full = true, full || b.mode == LocalModeNodeCIDR
 		}
+		if podChanged || !b.nodeSeen {
+			b.warnNoPodCIDR(fb)
+		}
 	}
+	b.nodeSeen = true
 	b.nodeDirty = b.nodeDirty || changed
 	b.nodeFull = b.nodeFull || full
 	return b.dueLocked()
+}
+
+// warnNoPodCIDR warns, when the node's pod CIDRs of fb's family have just
+// changed, that NodeCIDR detection has none of them to work with. Node
+// updates come every few seconds; only a change says something new.
+func (b *Builder) warnNoPodCIDR(fb *familyBuilder) {
+	if b.mode != LocalModeNodeCIDR {
+		return
+	}
+	if _, ok := detectionCIDR(fb.podCIDRs, fb.family); !ok {
+		b.logger.Info("Local traffic detection is NodeCIDR, but the node has no pod CIDR of this IP family: none of its traffic counts as from a local pod",
+			"ipFamily", fb.family, "node", logtext.String(b.nodeName))
+	}
 }
 
 func filterFamily[T any](list []T, f v1.IPFamily, is4 func(T) bool) []T {
