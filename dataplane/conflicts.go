@@ -147,9 +147,10 @@ func compareNames(a, b types.NamespacedName) int {
 // not name a winner.
 func (b *Builder) warnConflicts(list []conflict) {
 	for _, c := range list {
-		names := make([]string, 0, min(len(c.services), maxListedClaimants))
-		for _, nn := range c.services[:cap(names)] {
-			names = append(names, logtext.Name(nn).String())
+		listed := c.services[:min(len(c.services), maxListedClaimants)]
+		names := make([]string, len(listed))
+		for i, nn := range listed {
+			names[i] = logtext.Name(nn).String()
 		}
 		kv := []any{"protocol", c.dest.proto, "services", names}
 		if n := len(c.services) - len(names); n > 0 {
