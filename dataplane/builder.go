@@ -8,12 +8,12 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/logtext"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/klog/v2"
 )
 
 // BuilderConfig configures a Builder. The zero value builds IPv4 States for
@@ -30,7 +30,7 @@ type BuilderConfig struct {
 	// filtered to the State's family (see Settings.NodePortAddresses).
 	Settings Settings
 	// Logger receives why objects or parts of them were skipped; the zero
-	// value is klog's default logger.
+	// value (logr.Discard()) logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called with the kind ("Service", "EndpointSlice",
 	// "Node") and a short reason (a servicemodel Reason, an endpoints Skip
@@ -62,12 +62,14 @@ type Builder struct {
 	mu sync.Mutex
 	// nodeDirty: the node changed since the last Build; nodeFull: the
 	// change affects every service, so the next States cannot list what
-	// changed.
-	nodeDirty, nodeFull bool
-	zone                string
+	// changed. nodeSeen: UpdateNode has had this node.
+	nodeDirty, nodeFull, nodeSeen bool
+	zone                          string
 
-	// gen is the Generation of the last Build; only Build touches it.
-	gen uint64
+	// gen is the Generation of the last Build, and claims what the
+	// services of that Build claim; only Build touches them.
+	gen    uint64
+	claims claims
 }
 
 // familyBuilder is the part of a Builder for one IP family.
@@ -80,6 +82,8 @@ type familyBuilder struct {
 	// replaced, never modified, as States share them.
 	ips      []netip.Addr
 	podCIDRs []netip.Prefix
+	// applied is the services of the last Build; only Build touches it.
+	applied servicemodel.Map
 }
 
 // Reasons the Builder passes to BuilderConfig.OnSkip for a Node ("Node"
@@ -92,7 +96,8 @@ const (
 
 // NewBuilder returns a Builder with one servicemodel.Tracker and one
 // endpoints.Tracker per family. Unknown and repeated families are ignored
-// (and logged).
+// (and logged), and so, once, is a family ClusterCIDR detection has no
+// CIDR of.
 func NewBuilder(cfg BuilderConfig) *Builder {
 	b := &Builder{
 		nodeName: cfg.NodeName,
@@ -100,16 +105,13 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 		logger:   cfg.Logger,
 		onSkip:   cfg.OnSkip,
 	}
-	if b.logger.GetSink() == nil {
-		b.logger = klog.Background()
-	}
 	families := cfg.Families
 	if families == nil {
 		families = []v1.IPFamily{v1.IPv4Protocol}
 	}
 	for _, f := range families {
 		if f != v1.IPv4Protocol && f != v1.IPv6Protocol {
-			b.logger.Error(nil, "Ignoring unknown IP family", "family", f)
+			b.logger.Error(nil, "Ignoring unknown IP family", "family", logtext.String(string(f)))
 			continue
 		}
 		if slices.ContainsFunc(b.families, func(fb *familyBuilder) bool { return fb.family == f }) {
@@ -133,6 +135,14 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 				OnSkip:   func(reason string) { b.skip("EndpointSlice", reason) },
 			}),
 		})
+	}
+	if b.mode == LocalModeClusterCIDR {
+		for _, fb := range b.families {
+			if _, ok := detectionCIDR(fb.settings.LocalDetector.CIDRs, fb.family); !ok {
+				b.logger.Info("Local traffic detection is ClusterCIDR, but no cluster CIDR of this IP family is set: none of its traffic counts as from a local pod",
+					"ipFamily", fb.family, "clusterCIDRs", cfg.Settings.LocalDetector.CIDRs)
+			}
+		}
 	}
 	return b
 }
@@ -247,7 +257,7 @@ func (b *Builder) UpdateService(old, new *v1.Service) bool {
 func (b *Builder) UpdateEndpointSlice(old, new *discovery.EndpointSlice) bool {
 	if new != nil && new.AddressType != discovery.AddressTypeIPv4 && new.AddressType != discovery.AddressTypeIPv6 {
 		b.logger.V(2).Info("Ignoring EndpointSlice of an unsupported address type",
-			"endpointSlice", klog.KObj(new), "addressType", new.AddressType)
+			"endpointSlice", logtext.KObj(new), "addressType", logtext.String(string(new.AddressType)))
 		b.skip("EndpointSlice", endpoints.SkipAddressType)
 	}
 	from, to := b.sliceFamily(old), b.sliceFamily(new)
@@ -319,16 +329,34 @@ func (b *Builder) UpdateNode(node *v1.Node) bool {
 			changed, full = true, true
 		}
 		fcidrs := filterFamily(cidrs, fb.family, func(p netip.Prefix) bool { return p.Addr().Is4() })
-		if !slices.Equal(fcidrs, fb.podCIDRs) {
+		podChanged := !slices.Equal(fcidrs, fb.podCIDRs)
+		if podChanged {
 			fb.podCIDRs = fcidrs
 			// Only NodeCIDR local detection, which every service's rules
 			// use, depends on pod CIDRs.
 			changed, full = true, full || b.mode == LocalModeNodeCIDR
 		}
+		if podChanged || !b.nodeSeen {
+			b.warnNoPodCIDR(fb)
+		}
 	}
+	b.nodeSeen = true
 	b.nodeDirty = b.nodeDirty || changed
 	b.nodeFull = b.nodeFull || full
 	return b.dueLocked()
+}
+
+// warnNoPodCIDR warns, when the node's pod CIDRs of fb's family have just
+// changed, that NodeCIDR detection has none of them to work with. Node
+// updates come every few seconds; only a change says something new.
+func (b *Builder) warnNoPodCIDR(fb *familyBuilder) {
+	if b.mode != LocalModeNodeCIDR {
+		return
+	}
+	if _, ok := detectionCIDR(fb.podCIDRs, fb.family); !ok {
+		b.logger.Info("Local traffic detection is NodeCIDR, but the node has no pod CIDR of this IP family: none of its traffic counts as from a local pod",
+			"ipFamily", fb.family, "node", logtext.String(b.nodeName))
+	}
 }
 
 func filterFamily[T any](list []T, f v1.IPFamily, is4 func(T) bool) []T {
@@ -350,7 +378,8 @@ func (b *Builder) nodeIPs(node *v1.Node) []netip.Addr {
 			}
 			ip, err := netip.ParseAddr(a.Address)
 			if err != nil || ip.Zone() != "" || ip.IsUnspecified() {
-				b.logger.Error(err, "Ignoring invalid node address", "node", node.Name, "type", a.Type, "address", truncate(a.Address))
+				b.logger.Error(logtext.Error(err), "Ignoring invalid node address", "node", logtext.String(node.Name),
+					"type", logtext.String(string(a.Type)), "address", logtext.String(a.Address))
 				b.skip("Node", SkipNodeAddress)
 				continue
 			}
@@ -371,7 +400,7 @@ func (b *Builder) podCIDRs(node *v1.Node) []netip.Prefix {
 	for _, s := range raw {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			b.logger.Error(err, "Ignoring invalid pod CIDR", "node", node.Name, "cidr", truncate(s))
+			b.logger.Error(logtext.Error(err), "Ignoring invalid pod CIDR", "node", logtext.String(node.Name), "cidr", logtext.String(s))
 			b.skip("Node", SkipPodCIDR)
 			continue
 		}
@@ -380,16 +409,6 @@ func (b *Builder) podCIDRs(node *v1.Node) []netip.Prefix {
 		}
 	}
 	return out
-}
-
-// truncate bounds a logged value, so that a huge bogus field cannot flood
-// the log.
-func truncate(s string) string {
-	const maxLogged = 64
-	if len(s) > maxLogged {
-		return s[:maxLogged] + "..."
-	}
-	return s
 }
 
 func (b *Builder) due() bool {
@@ -411,7 +430,11 @@ func (b *Builder) dueLocked() bool {
 }
 
 // Build checks out every tracker and returns the new States, one per
-// configured family in configuration order, and what became stale. All
+// configured family in configuration order, and what became stale. It
+// warns once about every destination (address or node port, port and
+// protocol) that several services come to claim, when that appears;
+// kube-proxy is silent about them. Such services are valid objects, so
+// they are not reported to OnSkip. All
 // States of one Build share one Generation, one more than the previous
 // Build's. Each State can tell which services changed since the previous
 // Build's State of its family (see State.ChangedSince), except the first
@@ -433,13 +456,16 @@ func (b *Builder) Build() Build {
 		States:  make([]*State, len(b.families)),
 		Changes: make([]Changes, len(b.families)),
 	}
+	touched := map[destination]bool{}
 	for i, fb := range b.families {
 		svcs, svcChanges := fb.services.Checkout()
 		eps, epChanges := fb.endpoints.Checkout()
 		changed := make(sets.Set[types.NamespacedName], svcChanges.Services.Len()+epChanges.Services.Len())
 		for nn := range svcChanges.Services {
 			changed.Insert(nn)
+			b.claims.update(nn, fb.applied.Service(nn), svcs.Service(nn), touched)
 		}
+		fb.applied = svcs
 		for nn := range epChanges.Services {
 			changed.Insert(nn)
 		}
@@ -456,6 +482,7 @@ func (b *Builder) Build() Build {
 		}
 		out.Changes[i] = Changes{Services: svcChanges, Endpoints: epChanges}
 	}
+	b.warnConflicts(b.claims.conflicts(touched))
 	return out
 }
 

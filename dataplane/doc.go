@@ -78,7 +78,9 @@
 //
 //   - When several ports claim one destination (two services with one
 //     external IP and port), the winner is the first by namespace, name,
-//     port name and protocol, where kube-proxy's depends on map order.
+//     port name and protocol, where kube-proxy's depends on map order; and
+//     the Builder warns once when several services come to claim one,
+//     where kube-proxy is silent.
 //   - Source ranges admit the VIPs as sources when a range holds any of
 //     the node's IPs, not only its primary one.
 //   - Several detector CIDRs per family are honoured (kube-proxy accepts

@@ -51,7 +51,10 @@ type LocalDetector struct {
 	// CIDRs is the cluster CIDR of the state's family (ClusterCIDR mode):
 	// a source in the first valid one is local pod traffic, as kube-proxy
 	// takes one per family (State.DetectionCIDR). Without one the mode
-	// detects nothing, as kube-proxy's no-op detector.
+	// detects nothing, as kube-proxy's no-op detector; NewBuilder warns
+	// once about each family without one, and in NodeCIDR mode the
+	// Builder warns whenever the node's pod CIDRs change to none of a
+	// family.
 	CIDRs []netip.Prefix
 	// Interface is the bridge name or interface name prefix; "" detects
 	// nothing.
@@ -138,8 +141,14 @@ func (s *State) DetectionCIDR() (cidr netip.Prefix, ok bool) {
 	case LocalModeNodeCIDR:
 		list = s.Node.PodCIDRs
 	}
+	return detectionCIDR(list, s.family())
+}
+
+// detectionCIDR returns the first CIDR of list that detects local traffic
+// of family f.
+func detectionCIDR(list []netip.Prefix, f v1.IPFamily) (netip.Prefix, bool) {
 	for _, p := range list {
-		if a := p.Addr(); p.IsValid() && familyOf(a) == s.family() && !a.Is4In6() && a.Zone() == "" {
+		if a := p.Addr(); p.IsValid() && familyOf(a) == f && !a.Is4In6() && a.Zone() == "" {
 			return p.Masked(), true
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -65,7 +64,7 @@ func benchCluster(n int) (svcs []*v1.Service, slices, changed []*discovery.Endpo
 }
 
 func loadBuilder(svcs []*v1.Service, slices []*discovery.EndpointSlice) *dataplane.Builder {
-	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: "node-0", Logger: logr.Discard()})
+	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: "node-0"})
 	for _, s := range svcs {
 		b.UpdateService(nil, s)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
@@ -32,7 +31,7 @@ func BenchmarkTrackerLargeService(b *testing.B) {
 				orig = append(orig, sl)
 				changed = append(changed, c)
 			}
-			tr := NewTracker(Config{Family: v1.IPv4Protocol, NodeName: "node-0", Logger: logr.Discard()})
+			tr := NewTracker(Config{Family: v1.IPv4Protocol, NodeName: "node-0"})
 			for _, s := range orig {
 				tr.Update(nil, s)
 			}

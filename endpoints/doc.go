@@ -101,6 +101,12 @@
 //     not parse).
 //   - Everything skipped is logged once per slice update and reason through
 //     the caller's logger and counted through [Config.OnSkip].
+//   - A slice that gives one port name several port numbers, which API
+//     validation forbids, is merged as upstream merges it (each endpoint
+//     serves the port at every number), and a warning says so once, when
+//     the slice starts doing it; upstream is silent. Slices of one service
+//     that give a port name different numbers are normal (pods of a
+//     rollout may differ) and not warned about.
 //   - There is no makeEndpointInfo hook: an [Endpoint] is a concrete,
 //     immutable value a dataplane can key its own state by.
 package endpoints

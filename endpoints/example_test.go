@@ -3,7 +3,6 @@ package endpoints_test
 import (
 	"fmt"
 
-	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -17,7 +16,7 @@ import (
 // terminating. After the pod is gone, the next Checkout reports exactly the
 // UDP endpoint whose conntrack entries must be flushed.
 func Example() {
-	tracker := endpoints.NewTracker(endpoints.Config{NodeName: "node-a", Logger: logr.Discard()})
+	tracker := endpoints.NewTracker(endpoints.Config{NodeName: "node-a"})
 	dns := func(name string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
 		return &discovery.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{

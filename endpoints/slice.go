@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/affinity"
+	"github.com/proxykit/proxykit/internal/logtext"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 	utilnet "k8s.io/utils/net"
 )
 
@@ -29,10 +29,6 @@ const (
 	SkipWrongFamily    = "address of another family"
 )
 
-// maxExample bounds how much of a rejected value is logged, so that a huge
-// bogus field cannot flood the log.
-const maxExample = 64
-
 // parsedSlice is one EndpointSlice reduced to what merging needs: per port
 // name, its endpoints, normalized as in a Map. It is immutable once built;
 // snapshots share its Endpoints.
@@ -41,6 +37,15 @@ type parsedSlice struct {
 	// ports is sorted by port name and holds no empty list.
 	ports   []portList
 	trigger time.Time
+	// numbered is every port name the slice gives several port numbers,
+	// sorted by name: API validation forbids it, so the tracker warns.
+	numbered []portNumbers
+}
+
+// portNumbers is the port numbers one slice gives one port name.
+type portNumbers struct {
+	name    servicemodel.PortName
+	numbers []uint16
 }
 
 type portList struct {
@@ -79,17 +84,14 @@ func (s *skipLog) add(reason, example string) {
 			return
 		}
 	}
-	if len(example) > maxExample {
-		example = example[:maxExample] + "..."
-	}
-	*s = append(*s, skipCount{reason: reason, example: example, n: 1})
+	*s = append(*s, skipCount{reason: reason, example: logtext.String(example), n: 1})
 }
 
 // report logs and counts what was skipped. It runs without the tracker's
 // lock held, since OnSkip is the caller's code.
 func (t *Tracker) report(s *discovery.EndpointSlice, skipped skipLog) {
 	for _, c := range skipped {
-		t.logger.Error(nil, "Skipping invalid EndpointSlice content", "endpointSlice", klog.KObj(s),
+		t.logger.Error(nil, "Skipping invalid EndpointSlice content", "endpointSlice", logtext.KObj(s),
 			"reason", c.reason, "count", c.n, "example", c.example)
 		if t.onSkip != nil {
 			for range c.n {
@@ -105,7 +107,7 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 	if s.AddressType != t.addressType {
 		if s.AddressType == discovery.AddressTypeIPv4 || s.AddressType == discovery.AddressTypeIPv6 {
 			// The other family's tracker owns it; this is not bad input.
-			t.logger.V(4).Info("Ignoring EndpointSlice of another family", "endpointSlice", klog.KObj(s),
+			t.logger.V(4).Info("Ignoring EndpointSlice of another family", "endpointSlice", logtext.KObj(s),
 				"addressType", s.AddressType)
 		} else {
 			skipped.add(SkipAddressType, string(s.AddressType))
@@ -131,7 +133,11 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 	taken := false
 	for j := range s.Ports {
 		pn, port, ok := parsePort(ps.service, &s.Ports[j], j, skipped)
-		if !ok || len(parsed) == 0 {
+		if !ok {
+			continue
+		}
+		ps.numbered = addNumber(ps.numbered, pn, port)
+		if len(parsed) == 0 {
 			continue
 		}
 		buf := parsed
@@ -156,7 +162,44 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 		ps.ports[i].eps = normalizeList(ps.ports[i].eps)
 	}
 	slices.SortFunc(ps.ports, func(a, b portList) int { return a.name.Compare(b.name) })
+	ps.numbered = slices.DeleteFunc(ps.numbered, func(n portNumbers) bool { return len(n.numbers) < 2 })
+	slices.SortFunc(ps.numbered, func(a, b portNumbers) int { return a.name.Compare(b.name) })
 	return ps
+}
+
+// addNumber records that port name pn has port number port.
+func addNumber(list []portNumbers, pn servicemodel.PortName, port uint16) []portNumbers {
+	i := slices.IndexFunc(list, func(n portNumbers) bool { return n.name == pn })
+	if i < 0 {
+		return append(list, portNumbers{name: pn, numbers: []uint16{port}})
+	}
+	if k, found := slices.BinarySearch(list[i].numbers, port); !found {
+		list[i].numbers = slices.Insert(list[i].numbers, k, port)
+	}
+	return list
+}
+
+// newlyNumbered returns the entries of cur that prev, what the same slice
+// had before, lacks: port names that just got several numbers, or other
+// ones. A slice seen again unchanged (an informer resync) has none.
+func newlyNumbered(prev, cur []portNumbers) []portNumbers {
+	var out []portNumbers
+	for _, n := range cur {
+		if !slices.ContainsFunc(prev, func(p portNumbers) bool { return p.name == n.name && slices.Equal(p.numbers, n.numbers) }) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// warnNumbered logs, once per port name, that s gives it several port
+// numbers. Upstream merges them silently: each endpoint then serves the
+// port at every number, which is rarely what was meant.
+func (t *Tracker) warnNumbered(s *discovery.EndpointSlice, list []portNumbers) {
+	for _, n := range list {
+		t.logger.Info("EndpointSlice gives one port name several port numbers; each endpoint is used at every one",
+			"endpointSlice", logtext.KObj(s), "port", logtext.String(n.name.Port), "protocol", n.name.Protocol, "portNumbers", n.numbers)
+	}
 }
 
 func parsePort(svc types.NamespacedName, p *discovery.EndpointPort, j int, skipped *skipLog) (servicemodel.PortName, uint16, bool) {
@@ -270,7 +313,7 @@ func (t *Tracker) triggerTime(s *discovery.EndpointSlice) time.Time {
 	}
 	tt, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		t.logger.Error(err, "Ignoring unparsable annotation", "endpointSlice", klog.KObj(s),
+		t.logger.Error(logtext.Error(err), "Ignoring unparsable annotation", "endpointSlice", logtext.KObj(s),
 			"annotation", v1.EndpointsLastChangeTriggerTime)
 		return time.Time{}
 	}

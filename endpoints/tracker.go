@@ -12,12 +12,11 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
 // Config configures a Tracker. The zero value tracks IPv4 slices with no
-// endpoint counted as local, logging through klog.
+// endpoint counted as local, logging nothing.
 type Config struct {
 	// Family is the IP family to track; "" means IPv4 (as does any value
 	// other than IPv6). Slices of another address type (FQDN included)
@@ -27,7 +26,7 @@ type Config struct {
 	// local. "" makes no endpoint local.
 	NodeName string
 	// Logger receives the reason each skipped slice, port or endpoint was
-	// skipped; the zero value is klog's default logger.
+	// skipped; the zero value (logr.Discard()) logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called once per skipped object with a short,
 	// bounded reason (for a metric label): one of the Skip constants.
@@ -75,9 +74,6 @@ func NewTracker(cfg Config) *Tracker {
 	if cfg.Family == v1.IPv6Protocol {
 		t.addressType = discovery.AddressTypeIPv6
 	}
-	if t.logger.GetSink() == nil {
-		t.logger = klog.Background()
-	}
 	c := cfg.Clock
 	if c == nil {
 		c = clock.RealClock{}
@@ -104,17 +100,33 @@ func (t *Tracker) Update(old, new *discovery.EndpointSlice) bool {
 	t.report(new, skipped)
 
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	changed := false
-	if old != nil && sliceKey(old) != sliceKey(new) {
+	changed, numbered := t.updateLocked(old, new, ps)
+	t.mu.Unlock()
+	t.warnNumbered(new, numbered)
+	return changed
+}
+
+// updateLocked stores ps, parsed from new, and reports whether merged
+// content changed and which port names of new have several numbers that
+// the slice's previous version did not have.
+func (t *Tracker) updateLocked(old, new *discovery.EndpointSlice, ps *parsedSlice) (changed bool, numbered []portNumbers) {
+	key := sliceKey(new)
+	if ps != nil {
+		var prev []portNumbers
+		if owner, ok := t.owners[key]; ok {
+			prev = t.services[owner].slices[key.Name].numbered
+		}
+		numbered = newlyNumbered(prev, ps.numbered)
+	}
+	if old != nil && sliceKey(old) != key {
 		changed = t.removeLocked(sliceKey(old))
 	}
 	if ps == nil {
 		// A slice that stopped being trackable (its service label was
 		// removed, say) must not linger as upstream lets it.
-		return t.removeLocked(sliceKey(new)) || changed
+		return t.removeLocked(key) || changed, nil
 	}
-	return t.setLocked(sliceKey(new), ps) || changed
+	return t.setLocked(key, ps) || changed, numbered
 }
 
 func sliceKey(s *discovery.EndpointSlice) types.NamespacedName {

@@ -34,7 +34,7 @@ func BenchmarkNormalize(b *testing.B) {
 func BenchmarkCheckoutOneChange(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			tr := NewTracker(Config{Logger: quiet})
+			tr := NewTracker(Config{})
 			for i := range n {
 				tr.Update(nil, benchService(i, 53))
 			}

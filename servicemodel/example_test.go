@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,8 +15,6 @@ import (
 func Example() {
 	var skipped []string
 	tr := servicemodel.NewTracker(servicemodel.Config{
-		// The zero Logger would log through klog.
-		Logger: funcr.New(func(prefix, args string) {}, funcr.Options{}),
 		OnSkip: func(reason string) { skipped = append(skipped, reason) },
 	})
 	dns := &v1.Service{

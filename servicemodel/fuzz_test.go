@@ -139,7 +139,7 @@ func FuzzTracker(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		const services = fuzzobj.TrackerServices
-		tr := NewTracker(Config{Logger: quiet})
+		tr := NewTracker(Config{})
 		latest := make([]*v1.Service, services)
 		applied := make([][]*ServicePort, services)
 		want := func(i int) []*ServicePort {

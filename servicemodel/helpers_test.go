@@ -3,7 +3,6 @@ package servicemodel
 import (
 	"net/netip"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/proxykit/proxykit/affinity"
@@ -12,10 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
-
-// quiet discards log lines. (logr.Discard() is the zero Logger, which a
-// Config takes to mean klog.)
-var quiet = funcr.New(func(prefix, args string) {}, funcr.Options{})
 
 var cmpOpts = []cmp.Option{
 	cmpopts.EquateComparable(netip.Addr{}, netip.Prefix{}, affinity.SessionAffinity{}),

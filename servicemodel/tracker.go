@@ -8,14 +8,14 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/internal/logtext"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/klog/v2"
 )
 
 // Config configures a Tracker. The zero value tracks IPv4 services that are
-// not claimed by another proxy, logging through klog.
+// not claimed by another proxy, logging nothing.
 type Config struct {
 	// Family is the IP family to track; "" means IPv4.
 	Family v1.IPFamily
@@ -25,9 +25,7 @@ type Config struct {
 	// services without the label, as kube-proxy does.
 	ProxyName string
 	// Logger receives the reason each skipped service or part of one was
-	// skipped; the zero value is klog's default logger. logr.Discard() is
-	// that zero value too; silence a Tracker with a logger whose sink
-	// drops everything instead.
+	// skipped; the zero value (logr.Discard()) logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called on every Update once per skipped service,
 	// port, address or source range, with one of the Reason constants (a
@@ -68,9 +66,6 @@ func NewTracker(cfg Config) *Tracker {
 	}
 	if t.family == "" {
 		t.family = v1.IPv4Protocol
-	}
-	if t.logger.GetSink() == nil {
-		t.logger = klog.Background()
 	}
 	return t
 }
@@ -114,7 +109,9 @@ const maxLoggedSkips = 10
 
 // report logs and counts what Normalize skipped. Services that are not
 // proxied by design (headless, ExternalName, the other family, another
-// proxy's) are routine and logged only at high verbosity.
+// proxy's) are routine and logged only at high verbosity. The SkipError's
+// own fields are logged, bounded, rather than its message, which quotes
+// them whole.
 func (t *Tracker) report(err error) {
 	_, whole := err.(*SkipError)
 	skips := Skips(err)
@@ -122,19 +119,22 @@ func (t *Tracker) report(err error) {
 		if t.onSkip != nil {
 			t.onSkip(se.Reason)
 		}
+		svc := logtext.Name(se.Service)
 		switch {
 		case i >= maxLoggedSkips:
 		case se.Reason == ReasonOtherProxy, se.Reason == ReasonExternalName, se.Reason == ReasonHeadless,
 			se.Reason == ReasonNoClusterIP, se.Reason == ReasonOtherFamily:
-			t.logger.V(4).Info("Service not proxied", "service", se.Service, "family", t.family, "reason", se.Reason)
+			t.logger.V(4).Info("Service not proxied", "service", svc, "family", t.family, "reason", se.Reason)
 		case whole:
-			t.logger.Error(se, "Ignoring invalid service", "service", se.Service, "family", t.family, "reason", se.Reason, "field", se.Field, "value", se.Value)
+			t.logger.Error(logtext.Error(se.Err), "Ignoring invalid service", "service", svc, "family", t.family,
+				"reason", se.Reason, "field", se.Field, "value", logtext.String(se.Value))
 		default:
-			t.logger.Error(se, "Ignoring invalid part of service", "service", se.Service, "family", t.family, "reason", se.Reason, "field", se.Field, "value", se.Value)
+			t.logger.Error(logtext.Error(se.Err), "Ignoring invalid part of service", "service", svc, "family", t.family,
+				"reason", se.Reason, "field", se.Field, "value", logtext.String(se.Value))
 		}
 	}
 	if n := len(skips) - maxLoggedSkips; n > 0 {
-		t.logger.Error(nil, "Ignoring more invalid parts of service", "service", skips[0].Service, "family", t.family, "count", n)
+		t.logger.Error(nil, "Ignoring more invalid parts of service", "service", logtext.Name(skips[0].Service), "family", t.family, "count", n)
 	}
 }
 
