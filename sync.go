@@ -49,12 +49,14 @@ func (p *Proxy) sync(ctx context.Context) error {
 			continue
 		}
 		st := states[f]
-		p.health.updated(f)
+		p.health.Synced(f)
 		p.metrics.servicePorts.WithLabelValues(string(f)).Set(float64(st.Services.Len()))
 		p.metrics.serviceEndpoints.WithLabelValues(string(f)).Set(float64(st.Endpoints.Len()))
 		p.observeProgramming(f)
-		if hs := p.servicesHealth[f]; hs != nil && !p.once {
-			hs.sync(p.hcPorts[f], st)
+		if np := p.nodePorts[f]; np != nil && !p.once {
+			serving, failed := np.Sync(p.hcPorts[f], st.Endpoints)
+			p.metrics.healthCheckPorts.WithLabelValues(string(f)).Set(float64(serving))
+			p.metrics.healthCheckErrors.WithLabelValues(string(f)).Add(float64(failed))
 		}
 		if err := p.cleanConntrack(ctx, f, st); err != nil {
 			errs = append(errs, err)

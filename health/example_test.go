@@ -1,0 +1,34 @@
+package health_test
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"time"
+
+	"github.com/proxykit/proxykit/health"
+	v1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// A change that waits longer than the timeout for a successful sync turns
+// /livez (and /healthz) unhealthy until the sync succeeds.
+func Example() {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t := health.NewTracker(clock, time.Minute, "")
+	t.Start(v1.IPv4Protocol)
+	t.Synced(v1.IPv4Protocol) // the initial sync
+
+	livez := func() int {
+		w := httptest.NewRecorder()
+		t.Livez().ServeHTTP(w, httptest.NewRequest("GET", "/livez", nil))
+		return w.Code
+	}
+	t.Queued(v1.IPv4Protocol)
+	clock.Step(time.Minute)
+	fmt.Println("change late:", livez())
+	t.Synced(v1.IPv4Protocol)
+	fmt.Println("synced:", livez())
+	// Output:
+	// change late: 503
+	// synced: 200
+}
