@@ -48,7 +48,11 @@ func (e *Error) Unwrap() error { return e.Err }
 // catching typos) and uses client-go's scheme. Objects of other kinds that
 // scheme knows (a Deployment beside its Service, say) are left out; an
 // unknown kind is an error. Namespaced objects without a namespace get
-// "default", as kubectl would give them. The error, if any, is an *Error.
+// "default", as kubectl would give them, and every object gets the
+// defaults the API server would give it on create (an EndpointSlice port
+// without a name is named "", a Service port without a protocol is TCP,
+// and so on), so that a manifest means what it would mean applied to a
+// cluster. The error, if any, is an *Error.
 func Decode(path string, data []byte) ([]runtime.Object, error) {
 	return newDecoder().decode(path, data)
 }
@@ -104,11 +108,14 @@ func (d *decoder) decodeDocument(data []byte) ([]runtime.Object, error) {
 	switch o := obj.(type) {
 	case *v1.Service:
 		defaultNamespace(&o.Namespace)
+		defaultService(o)
 		return []runtime.Object{o}, nil
 	case *discovery.EndpointSlice:
 		defaultNamespace(&o.Namespace)
+		defaultEndpointSlice(o)
 		return []runtime.Object{o}, nil
 	case *v1.Node:
+		defaultNode(o)
 		return []runtime.Object{o}, nil
 	}
 	switch gvk.Kind {

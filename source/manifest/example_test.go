@@ -7,8 +7,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Decode returns the objects of a manifest, as the API server would store
-// them; an error names the file and line.
+// Decode returns the objects of a manifest as the API server would store
+// them, defaults applied (namespace, port protocol, target port, ...); an
+// error names the file and line.
 func Example() {
 	objs, err := manifest.Decode("web.yaml", []byte(`apiVersion: v1
 kind: Service
@@ -24,11 +25,12 @@ spec:
 		return
 	}
 	svc := objs[0].(*v1.Service)
-	fmt.Println(svc.Namespace+"/"+svc.Name, svc.Spec.Ports[0].Port)
+	port := svc.Spec.Ports[0]
+	fmt.Println(svc.Namespace+"/"+svc.Name, svc.Spec.Type, port.Port, port.Protocol, "->", port.TargetPort.String())
 
 	_, err = manifest.Decode("broken.yaml", []byte("kind: Service\nspec: [\n"))
 	fmt.Println(err != nil)
 	// Output:
-	// default/web 80
+	// default/web ClusterIP 80 TCP -> 80
 	// true
 }
