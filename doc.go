@@ -63,8 +63,9 @@
 //     full resync rather than kube-proxy's hourly FullSyncPeriod.
 //   - The initial sync counts as a queued change from Run's start, so a
 //     proxy whose sources never sync turns unhealthy after HealthTimeout;
-//     kube-proxy's /healthz answers 200 forever in that case (see package
-//     health).
+//     kube-proxy's /healthz answers 200 forever in that case; so it does
+//     when a change arrives during a sync that succeeds and every later
+//     sync fails (see package health).
 //   - Nothing panics or exits the process: a deleted Node or changed node
 //     IPs update the State (kube-proxy exits), a bind failure of the
 //     healthz or metrics address is returned by Run (kube-proxy retries

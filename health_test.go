@@ -1,6 +1,7 @@
 package proxykit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,10 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/health"
 	v1 "k8s.io/api/core/v1"
@@ -177,5 +180,78 @@ func TestProxyHealthMetrics(t *testing.T) {
 	want := map[string]float64{"healthz 503": 1, "livez 200": 2, "ports served": 1, "ports failed": 1}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}
+
+// gatedPlane is a dataplane whose next Sync can be held until released,
+// and whose syncs can be made to fail (from the next one that starts).
+type gatedPlane struct {
+	mu      sync.Mutex
+	entered chan struct{} // closed when a held Sync has started
+	release chan struct{} // a held Sync returns when it is closed
+	fail    bool
+}
+
+func (g *gatedPlane) Name() string                  { return "gated" }
+func (g *gatedPlane) Cleanup(context.Context) error { return nil }
+
+func (g *gatedPlane) Sync(context.Context, *dataplane.State) error {
+	g.mu.Lock()
+	entered, release, fail := g.entered, g.release, g.fail
+	g.entered, g.release = nil, nil
+	g.mu.Unlock()
+	if entered != nil {
+		close(entered)
+		<-release
+	}
+	if fail {
+		return errBoom
+	}
+	return nil
+}
+
+// hold makes the next Sync wait until the returned release is called; the
+// returned channel closes when that Sync has started.
+func (g *gatedPlane) hold() (entered <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, r := make(chan struct{}), make(chan struct{})
+	g.entered, g.release = e, r
+	return e, func() { close(r) }
+}
+
+func (g *gatedPlane) failFromNow() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fail = true
+}
+
+// TestProxyHealthChangeDuringSync: a change that arrives while a sync runs
+// is not programmed by it, so that sync's success must not clear it; when
+// every later sync fails, /livez turns unhealthy after HealthTimeout.
+func TestProxyHealthChangeDuringSync(t *testing.T) {
+	plane := &gatedPlane{}
+	h := newProxyHarness(t, Config{
+		Dataplanes:     []DataplaneConfig{{Dataplane: plane}},
+		SyncPeriod:     30 * time.Second,
+		RetryPeriod:    2 * time.Minute,
+		MaxRetryPeriod: 2 * time.Minute,
+	}).start()
+	h.settle()
+	entered, release := plane.hold()
+	in := h.p.Handler()
+	in.OnService(nil, udpService("ns", "a", "172.30.0.10", 53))
+	<-entered
+	in.OnService(nil, udpService("ns", "b", "172.30.0.11", 53))
+	plane.failFromNow()
+	release()
+	h.awaitSleep(2 * time.Minute) // the sync for b failed; retry pending
+	h.clock.Step(59 * time.Second)
+	if code, _, _ := serve(t, h.p.LivezHandler()); code != 200 {
+		t.Errorf("/livez = %d before the timeout", code)
+	}
+	h.clock.Step(time.Second)
+	if code, _, _ := serve(t, h.p.LivezHandler()); code != 503 {
+		t.Errorf("/livez = %d with b unprogrammed for HealthTimeout, want 503", code)
 	}
 }

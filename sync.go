@@ -17,6 +17,9 @@ import (
 func (p *Proxy) sync(ctx context.Context) error {
 	start := p.cfg.Clock.Now()
 	full := p.lastFull.IsZero() || start.Sub(p.lastFull) >= p.cfg.SyncPeriod
+	// Before Build: a change queued later may miss this sync, so it must
+	// not count as carried by it.
+	p.health.Syncing(p.families...)
 	b := p.builder.Build()
 	if err := p.absorb(b); err != nil {
 		return err

@@ -4,16 +4,25 @@
 // the node may receive load-balancer traffic), and NodePorts serves the
 // health-check node ports of externalTrafficPolicy: Local services.
 //
-// The proxykit Proxy drives both from its sync loop; a program assembling
-// its own loop calls Tracker.Queued when a change arrives and
-// Tracker.Synced when a family's dataplanes have programmed it, and
-// NodePorts.Sync after each successful sync.
+// The rule is kube-proxy's: a family is unhealthy once a change has waited
+// the timeout for a successful sync, and a failed sync leaves the changes
+// it carried waiting. The proxykit Proxy drives both types from its sync
+// loop; a program assembling its own loop calls Tracker.Queued when a
+// change arrives, Tracker.Syncing when a sync takes its snapshot and
+// Tracker.Synced for each family the sync programmed, and NodePorts.Sync
+// after each successful sync. Tracker.Drifted reports rules found changed
+// behind the dataplane's back and not yet repaired, which count as a
+// queued change.
 //
 // # Differences from kube-proxy
 //
 //   - Start counts the initial sync as queued, so a proxy whose sources
 //     never sync turns unhealthy after the timeout; kube-proxy's /healthz
 //     answers 200 forever in that case.
+//   - A change that arrives while a sync runs is owed by the next sync:
+//     kube-proxy clears it with the running sync's success (it keeps only
+//     the oldest queued time), so if every later sync fails it stays
+//     healthy forever.
 //   - Health-check node port listen addresses are re-read whenever a port
 //     is opened, not once at startup.
 //   - Metrics are left to the caller: NodePorts.Sync returns how many ports

@@ -10,13 +10,16 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// A change that waits longer than the timeout for a successful sync turns
-// /livez (and /healthz) unhealthy until the sync succeeds.
+// A sync loop reports each change (Queued), each sync's start (Syncing)
+// and each family it programmed (Synced). A change that waits the timeout
+// for a successful sync turns /livez (and /healthz) unhealthy until one
+// succeeds.
 func Example() {
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	t := health.NewTracker(clock, time.Minute, "")
 	t.Start(v1.IPv4Protocol)
-	t.Synced(v1.IPv4Protocol) // the initial sync
+	t.Syncing(v1.IPv4Protocol) // the initial sync begins...
+	t.Synced(v1.IPv4Protocol)  // ...and succeeds
 
 	livez := func() int {
 		w := httptest.NewRecorder()
@@ -26,6 +29,7 @@ func Example() {
 	t.Queued(v1.IPv4Protocol)
 	clock.Step(time.Minute)
 	fmt.Println("change late:", livez())
+	t.Syncing(v1.IPv4Protocol)
 	t.Synced(v1.IPv4Protocol)
 	fmt.Println("synced:", livez())
 	// Output:

@@ -40,15 +40,24 @@ type FamilyStatus struct {
 // change still waiting for one, and answers /healthz and /livez from them
 // (kube-proxy's ProxyHealthServer). Its methods may be called from any
 // goroutine.
+//
+// A sync loop calls Queued for each change, Syncing when a sync takes its
+// snapshot of the changes, and Synced for each family the sync programmed.
+// A family is unhealthy once a change has waited the timeout without a
+// sync that carried it succeeding: a failed sync leaves its changes owed,
+// and a change that arrives while a sync runs is owed by the next one.
 type Tracker struct {
 	clock    clock.PassiveClock
 	timeout  time.Duration
 	nodeName string
 
-	mu           sync.RWMutex
-	lastUpdated  map[v1.IPFamily]time.Time
-	oldestQueued map[v1.IPFamily]time.Time
-	node         *v1.Node
+	mu          sync.RWMutex
+	lastUpdated map[v1.IPFamily]time.Time
+	// queued is the oldest change no sync has carried yet; carried the
+	// oldest change carried by syncs that have not succeeded yet.
+	queued  map[v1.IPFamily]time.Time
+	carried map[v1.IPFamily]time.Time
+	node    *v1.Node
 }
 
 // NewTracker returns a Tracker that reports a family unhealthy once a
@@ -56,11 +65,12 @@ type Tracker struct {
 // whose eligibility /healthz reports; "" skips that check.
 func NewTracker(c clock.PassiveClock, timeout time.Duration, nodeName string) *Tracker {
 	return &Tracker{
-		clock:        c,
-		timeout:      timeout,
-		nodeName:     nodeName,
-		lastUpdated:  map[v1.IPFamily]time.Time{},
-		oldestQueued: map[v1.IPFamily]time.Time{},
+		clock:       c,
+		timeout:     timeout,
+		nodeName:    nodeName,
+		lastUpdated: map[v1.IPFamily]time.Time{},
+		queued:      map[v1.IPFamily]time.Time{},
+		carried:     map[v1.IPFamily]time.Time{},
 	}
 }
 
@@ -74,10 +84,8 @@ func (t *Tracker) Start(fams ...v1.IPFamily) {
 	defer t.mu.Unlock()
 	for _, f := range fams {
 		t.lastUpdated[f] = now
-		if _, ok := t.oldestQueued[f]; !ok {
-			t.oldestQueued[f] = now
-		}
 	}
+	t.queue(now, fams)
 }
 
 // Queued records that a change for fams waits for a sync; only the oldest
@@ -86,19 +94,51 @@ func (t *Tracker) Queued(fams ...v1.IPFamily) {
 	now := t.clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.queue(now, fams)
+}
+
+// Drifted records that what family f's kernel holds differs from what was
+// last programmed and has not been repaired (a dataplane read back its
+// rules and found them changed by someone else). Like a queued change it
+// makes f unhealthy once a sync begun after it has not succeeded within
+// the timeout.
+func (t *Tracker) Drifted(f v1.IPFamily) {
+	t.Queued(f)
+}
+
+func (t *Tracker) queue(now time.Time, fams []v1.IPFamily) {
 	for _, f := range fams {
-		if _, ok := t.oldestQueued[f]; !ok {
-			t.oldestQueued[f] = now
+		if _, ok := t.queued[f]; !ok {
+			t.queued[f] = now
 		}
 	}
 }
 
-// Synced records a successful sync of every dataplane of family f.
+// Syncing records that a sync of fams begins: it carries every change
+// queued so far (call it before the sync reads its input), and changes
+// queued from now on wait for the next sync.
+func (t *Tracker) Syncing(fams ...v1.IPFamily) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range fams {
+		q, ok := t.queued[f]
+		if !ok {
+			continue
+		}
+		if c, ok := t.carried[f]; !ok || q.Before(c) {
+			t.carried[f] = q
+		}
+		delete(t.queued, f)
+	}
+}
+
+// Synced records that the syncs of family f begun so far succeeded: every
+// dataplane of f programs what they carried.
 func (t *Tracker) Synced(f v1.IPFamily) {
 	now := t.clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.oldestQueued, f)
+	delete(t.carried, f)
 	t.lastUpdated[f] = now
 }
 
@@ -122,13 +162,20 @@ func (t *Tracker) Report() Report {
 			out.LastUpdated = last
 		}
 		fs := FamilyStatus{LastUpdated: last, Healthy: true}
-		if q, ok := t.oldestQueued[f]; ok && now.Sub(q) >= t.timeout {
+		if t.late(now, t.queued, f) || t.late(now, t.carried, f) {
 			fs.Healthy = false
 			out.Healthy = false
 		}
 		out.Status[f] = fs
 	}
 	return out
+}
+
+// late reports whether family f has a change in waiting that has waited
+// the timeout or longer.
+func (t *Tracker) late(now time.Time, waiting map[v1.IPFamily]time.Time, f v1.IPFamily) bool {
+	since, ok := waiting[f]
+	return ok && now.Sub(since) >= t.timeout
 }
 
 // NodeEligible reports whether load balancers may send traffic to this

@@ -43,18 +43,38 @@ func TestHealthStaleness(t *testing.T) {
 		code  int
 		state map[v1.IPFamily]bool
 	}
+	all := map[v1.IPFamily]bool{v4: true, v6: true}
 	steps := []step{
 		{"before start", func() {}, 200, map[v1.IPFamily]bool{}},
-		{"started", func() { h.Start(v4, v6) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
+		{"started", func() { h.Start(v4, v6) }, 200, all},
 		{"initial sync late", func() { clock.Step(timeout) }, 503, map[v1.IPFamily]bool{v4: false, v6: false}},
-		{"v4 synced", func() { h.Synced(v4) }, 503, map[v1.IPFamily]bool{v4: true, v6: false}},
-		{"v6 synced", func() { h.Synced(v6) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"queued", func() { h.Queued(v4, v6) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"queued again, not late", func() { clock.Step(timeout / 2); h.Queued(v4) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
+		{"v4 synced", func() { h.Syncing(v4, v6); h.Synced(v4) }, 503, map[v1.IPFamily]bool{v4: true, v6: false}},
+		{"v6 synced", func() { h.Synced(v6) }, 200, all},
+		{"queued", func() { h.Queued(v4, v6) }, 200, all},
+		{"queued again, not late", func() { clock.Step(timeout / 2); h.Queued(v4) }, 200, all},
 		{"oldest change late", func() { clock.Step(timeout / 2) }, 503, map[v1.IPFamily]bool{v4: false, v6: false}},
-		{"only v6 synced", func() { h.Synced(v6) }, 503, map[v1.IPFamily]bool{v4: false, v6: true}},
-		{"v4 synced too", func() { h.Synced(v4) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"long idle", func() { clock.Step(25 * time.Second) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
+		{"only v6 synced", func() { h.Syncing(v4, v6); h.Synced(v6) }, 503, map[v1.IPFamily]bool{v4: false, v6: true}},
+		{"v4 synced too", func() { h.Synced(v4) }, 200, all},
+		{"long idle", func() { clock.Step(25 * time.Second) }, 200, all},
+
+		// kube-proxy's rule for a failed sync: what it carried stays owed.
+		{"sync fails", func() { h.Queued(v4); h.Syncing(v4, v6) }, 200, all},
+		{"failed change late", func() { clock.Step(timeout) }, 503, map[v1.IPFamily]bool{v4: false, v6: true}},
+		{"retry fails too", func() { h.Syncing(v4, v6) }, 503, map[v1.IPFamily]bool{v4: false, v6: true}},
+		{"retry succeeds", func() { h.Syncing(v4, v6); h.Synced(v4) }, 200, all},
+
+		// A change queued while a sync runs is not carried by it: that
+		// sync's success does not clear it.
+		{"change, sync begins", func() { h.Queued(v4); h.Syncing(v4, v6) }, 200, all},
+		{"change during the sync", func() { clock.Step(timeout / 2); h.Queued(v4) }, 200, all},
+		{"sync succeeds", func() { h.Synced(v4) }, 200, all},
+		{"next syncs fail", func() { h.Syncing(v4, v6); clock.Step(timeout) }, 503, map[v1.IPFamily]bool{v4: false, v6: true}},
+		{"next sync succeeds", func() { h.Syncing(v4, v6); h.Synced(v4) }, 200, all},
+
+		// Drift found and not repaired counts as a queued change.
+		{"drift", func() { h.Drifted(v6) }, 200, all},
+		{"drift not repaired", func() { clock.Step(timeout) }, 503, map[v1.IPFamily]bool{v4: true, v6: false}},
+		{"drift repaired", func() { h.Syncing(v4, v6); h.Synced(v6) }, 200, all},
 	}
 	for _, s := range steps {
 		s.do()
