@@ -100,7 +100,7 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-func TestDecodeManifestsErrors(t *testing.T) {
+func TestDecodeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		data     string
@@ -237,7 +237,7 @@ func runSource(t *testing.T, src source.Source, h source.Handler) {
 	})
 }
 
-func TestManifestSourceFolder(t *testing.T) {
+func TestSourceFolder(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), svcYAML+"---\n"+sliceYAML)
 	writeFile(t, filepath.Join(dir, "b.yml"), nodeYAML)
@@ -286,7 +286,7 @@ func TestManifestSourceFolder(t *testing.T) {
 	waitEvents(t, h, []string{"add Service demo/api", "delete Service demo/web"})
 }
 
-func TestManifestSourceFile(t *testing.T) {
+func TestSourceFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "all.yaml")
 	writeFile(t, path, svcYAML)
@@ -310,7 +310,7 @@ func TestManifestSourceFile(t *testing.T) {
 	waitEvents(t, h, []string{"add EndpointSlice demo/web-1"})
 }
 
-func TestManifestSourceInitialErrors(t *testing.T) {
+func TestSourceInitialErrors(t *testing.T) {
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "broken.yaml")
 	writeFile(t, broken, svcYAML+"---\nkind: [\n")
@@ -336,7 +336,7 @@ func TestManifestSourceInitialErrors(t *testing.T) {
 	}
 }
 
-func TestManifestDuplicatesFirstWins(t *testing.T) {
+func TestDuplicatesFirstWins(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "1.yaml"), svcYAML)
 	writeFile(t, filepath.Join(dir, "2.yaml"), strings.Replace(svcYAML, "port: 80", "port: 99", 1))
