@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
@@ -44,7 +45,7 @@ type Config struct {
 	// Sources feed the trackers. The first sync waits until every source
 	// has called Handler.Synced. None at all means the proxy is synced at
 	// once and programs an empty State (useful with Proxy.Handler).
-	Sources []Source
+	Sources []source.Source
 	// Settings are copied into every State (per-family CIDR lists are
 	// filtered to the State's family).
 	Settings dataplane.Settings

@@ -17,12 +17,21 @@
 //
 // # Sources
 //
-// A Source delivers Services, EndpointSlices and Nodes to a Handler. Built
-// in are InformerSource (client-go informers with kube-proxy's server-side
-// filters), ManifestSource (YAML or JSON files, re-read when they change,
-// so that everything runs without a cluster) and StaticSource. They all
-// live in this package: a source is a few dozen lines of plumbing, and a
-// user who writes their own implements one small interface.
+// A source.Source delivers Services, EndpointSlices and Nodes to a
+// source.Handler. Each kind of source is its own package, so a program
+// links only the sources it uses: source.Static and source.Func (objects
+// in memory, or a source of your own) come with package source, which
+// needs nothing beyond k8s.io/api and apimachinery; source/informer
+// watches a cluster through client-go with kube-proxy's server-side
+// filters; source/manifest serves YAML or JSON files, re-read when they
+// change, so that everything runs without a cluster. A program that
+// imports this package and no source/informer does not link client-go.
+//
+// # Health
+//
+// Package health holds kube-proxy's /healthz and /livez state and
+// handlers and the health-check node port servers; the Proxy drives them
+// from its sync loop and counts their answers on its metrics.
 //
 // # The sync loop
 //
@@ -54,17 +63,14 @@
 //     full resync rather than kube-proxy's hourly FullSyncPeriod.
 //   - The initial sync counts as a queued change from Run's start, so a
 //     proxy whose sources never sync turns unhealthy after HealthTimeout;
-//     kube-proxy's /healthz answers 200 forever in that case.
+//     kube-proxy's /healthz answers 200 forever in that case; so it does
+//     when a change arrives during a sync that succeeds and every later
+//     sync fails (see package health).
 //   - Nothing panics or exits the process: a deleted Node or changed node
 //     IPs update the State (kube-proxy exits), a bind failure of the
 //     healthz or metrics address is returned by Run (kube-proxy retries
 //     every 5s), and the loop has a context.
-//   - Health-check node port listen addresses are re-read whenever a port
-//     is opened, not once at startup.
 //   - Metrics are registered on the caller's Registerer under a
 //     configurable namespace, with per-family, per-dataplane labels where
 //     kube-proxy shares one unlabelled series between families.
-//   - With ProxyName set, the informer source watches services labelled
-//     with that name as well as unlabelled ones (two label selectors,
-//     merged), so that a second proxy can claim services by label.
 package proxykit

@@ -9,6 +9,8 @@ import (
 
 	"github.com/proxykit/proxykit"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/source"
+	"github.com/proxykit/proxykit/source/manifest"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -73,7 +75,7 @@ func Example() {
 	p, err := proxykit.New(proxykit.Config{
 		NodeName:   "node-1",
 		Dataplanes: []proxykit.DataplaneConfig{{Family: v1.IPv4Protocol, Dataplane: rec}},
-		Sources:    []proxykit.Source{proxykit.NewManifestSource(path, proxykit.ManifestConfig{})},
+		Sources:    []source.Source{manifest.New(path, manifest.Config{})},
 	})
 	if err != nil {
 		fmt.Println(err)

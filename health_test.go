@@ -1,129 +1,65 @@
 package proxykit
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/health"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
+	discovery "k8s.io/api/discovery/v1"
 )
 
-func serve(t *testing.T, h http.Handler) (int, Health, http.Header) {
+var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+
+func serve(t *testing.T, h http.Handler) (int, health.Report, http.Header) {
 	t.Helper()
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-	var body Health
+	var body health.Report
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
 		t.Fatalf("body %q: %v", w.Body.String(), err)
 	}
 	return w.Code, body, w.Header()
 }
 
-// TestHealthStaleness follows upstream's TestHealthzServer: a change queued
-// for HealthTimeout or longer without a sync makes the family unhealthy,
-// and a sync heals it.
-func TestHealthStaleness(t *testing.T) {
-	const timeout = 10 * time.Second
-	clock := clocktesting.NewFakeClock(t0)
-	m, _ := newMetrics("proxykit", nil)
-	h := newProxyHealth(clock, timeout, "", m)
-	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
-	healthz, livez := healthzHandler{h}, livezHandler{h}
-
-	type step struct {
-		name  string
-		do    func()
-		code  int
-		state map[v1.IPFamily]bool
-	}
-	steps := []step{
-		{"before start", func() {}, 200, map[v1.IPFamily]bool{}},
-		{"started", func() { h.start([]v1.IPFamily{v4, v6}) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"initial sync late", func() { clock.Step(timeout) }, 503, map[v1.IPFamily]bool{v4: false, v6: false}},
-		{"v4 synced", func() { h.updated(v4) }, 503, map[v1.IPFamily]bool{v4: true, v6: false}},
-		{"v6 synced", func() { h.updated(v6) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"queued", func() { h.queued([]v1.IPFamily{v4, v6}) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"queued again, not late", func() { clock.Step(timeout / 2); h.queued([]v1.IPFamily{v4}) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"oldest change late", func() { clock.Step(timeout / 2) }, 503, map[v1.IPFamily]bool{v4: false, v6: false}},
-		{"only v6 synced", func() { h.updated(v6) }, 503, map[v1.IPFamily]bool{v4: false, v6: true}},
-		{"v4 synced too", func() { h.updated(v4) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-		{"long idle", func() { clock.Step(25 * time.Second) }, 200, map[v1.IPFamily]bool{v4: true, v6: true}},
-	}
-	for _, s := range steps {
-		s.do()
-		for _, hd := range []http.Handler{healthz, livez} {
-			code, body, hdr := serve(t, hd)
-			if code != s.code || body.Healthy != (s.code == 200) {
-				t.Errorf("%s: %T = %d healthy=%v, want %d", s.name, hd, code, body.Healthy, s.code)
-			}
-			got := map[v1.IPFamily]bool{}
-			for f, fh := range body.Status {
-				got[f] = fh.Healthy
-			}
-			if diff := cmp.Diff(s.state, got); diff != "" {
-				t.Errorf("%s: per-family health (-want +got):\n%s", s.name, diff)
-			}
-			if !body.CurrentTime.Equal(clock.Now()) {
-				t.Errorf("%s: currentTime %v, want %v", s.name, body.CurrentTime, clock.Now())
-			}
-			if code == 200 && !body.LastUpdated.Equal(clock.Now()) {
-				t.Errorf("%s: healthy lastUpdated %v, want now", s.name, body.LastUpdated)
-			}
-			if hdr.Get("Content-Type") != "application/json" || hdr.Get("X-Content-Type-Options") != "nosniff" {
-				t.Errorf("%s: headers %v", s.name, hdr)
-			}
-		}
-	}
-	if got := metricValue(m.healthz.WithLabelValues("200")); got != 7 {
-		t.Errorf("healthz 200 count = %v, want 7", got)
-	}
-	if got := metricValue(m.livez.WithLabelValues("503")); got != 4 {
-		t.Errorf("livez 503 count = %v, want 4", got)
-	}
+type hcAnswer struct {
+	Code   int
+	Weight string
+	Body   string
 }
 
-// TestHealthNodeEligibility: /healthz, not /livez, fails on a node that is
-// gone, being deleted, or tainted for deletion by the autoscaler.
-func TestHealthNodeEligibility(t *testing.T) {
-	clock := clocktesting.NewFakeClock(t0)
-	m, _ := newMetrics("proxykit", nil)
-	now := metav1.NewTime(t0)
-	for _, tc := range []struct {
-		name     string
-		node     *v1.Node
-		eligible bool
-	}{
-		{"no node", nil, false},
-		{"node", dataplanetest.TestNode(nil), true},
-		{"being deleted", dataplanetest.TestNode(func(n *v1.Node) { n.DeletionTimestamp = &now }), false},
-		{"autoscaler taint", dataplanetest.TestNode(func(n *v1.Node) {
-			n.Spec.Taints = []v1.Taint{{Key: ToBeDeletedTaint, Effect: v1.TaintEffectNoSchedule}}
-		}), false},
-		{"other taint", dataplanetest.TestNode(func(n *v1.Node) {
-			n.Spec.Taints = []v1.Taint{{Key: "example.com/other", Effect: v1.TaintEffectNoSchedule}}
-		}), true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newProxyHealth(clock, time.Minute, dataplanetest.NodeName, m)
-			h.start([]v1.IPFamily{v1.IPv4Protocol})
-			h.setNode(tc.node)
-			code, body, _ := serve(t, healthzHandler{h})
-			wantCode := map[bool]int{true: 200, false: 503}[tc.eligible]
-			if code != wantCode || body.NodeEligible == nil || *body.NodeEligible != tc.eligible {
-				t.Errorf("/healthz = %d nodeEligible=%v, want %d %v", code, body.NodeEligible, wantCode, tc.eligible)
-			}
-			code, body, _ = serve(t, livezHandler{h})
-			if code != 200 || body.NodeEligible != nil {
-				t.Errorf("/livez = %d nodeEligible=%v, want 200 and no field", code, body.NodeEligible)
-			}
-		})
+// probe asks the health-check node port; Code 0 means nothing listens.
+func probe(t *testing.T, port uint16) hcAnswer {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			return hcAnswer{}
+		}
+		t.Fatalf("probe: %v", err)
 	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return hcAnswer{Code: resp.StatusCode, Weight: resp.Header.Get("X-Load-Balancing-Endpoint-Weight"), Body: string(b)}
+}
+
+func hcJSON(ns, name string, n int, healthy bool) string {
+	return fmt.Sprintf("{\n\t\"service\": {\n\t\t\"namespace\": %q,\n\t\t\"name\": %q\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": %v\n}", ns, name, n, healthy)
 }
 
 // TestProxyHealthzGoesStale runs a proxy whose dataplane keeps failing:
@@ -157,5 +93,165 @@ func TestProxyHealthzGoesStale(t *testing.T) {
 	h.settle()
 	if code, _, _ := serve(t, h.p.LivezHandler()); code != 200 {
 		t.Errorf("/livez = %d after a successful sync", code)
+	}
+}
+
+// TestProxyHealthCheckNodePort runs a proxy with an externalTrafficPolicy:
+// Local LoadBalancer service and probes its health-check node port on
+// loopback as its local endpoints come and go.
+func TestProxyHealthCheckNodePort(t *testing.T) {
+	rec := dataplanetest.NewRecorder("rec")
+	h := newProxyHarness(t, Config{
+		NodeName:             dataplanetest.NodeName,
+		Dataplanes:           []DataplaneConfig{{Dataplane: rec}},
+		HealthCheckAddresses: loopback,
+	}).start()
+	h.settle()
+	port := freePort(t)
+	svc := dataplanetest.MakeService("ns", "lb", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.ClusterIP = "172.30.0.5"
+		s.Spec.ClusterIPs = []string{"172.30.0.5"}
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = int32(port)
+		s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("http", v1.ProtocolTCP, 80, 30080, 8080)}
+	})
+	slice := dataplanetest.MakeSlice("ns", "lb", 1, func(es *discovery.EndpointSlice) {
+		es.Ports = []discovery.EndpointPort{dataplanetest.SlicePort("http", v1.ProtocolTCP, 8080)}
+		es.Endpoints = []discovery.Endpoint{
+			dataplanetest.ReadyEndpoint("10.0.0.5", dataplanetest.NodeName),
+			dataplanetest.ReadyEndpoint("10.1.0.5", "elsewhere"),
+		}
+	})
+	in := h.p.Handler()
+	in.OnService(nil, svc)
+	h.settle()
+	if got := probe(t, port); got.Code != 503 || got.Weight != "0" {
+		t.Errorf("without endpoints = %+v, want 503 weight 0", got)
+	}
+	in.OnEndpointSlice(nil, slice)
+	h.settle()
+	if diff := cmp.Diff(hcAnswer{200, "1", hcJSON("ns", "lb", 1, true)}, probe(t, port)); diff != "" {
+		t.Errorf("with a local endpoint (-want +got):\n%s", diff)
+	}
+	in.OnService(svc, nil)
+	h.settle()
+	if got := probe(t, port); got.Code != 0 {
+		t.Errorf("deleted service still answers: %+v", got)
+	}
+}
+
+// TestProxyHealthMetrics counts /healthz and /livez answers by code, and
+// the health-check node ports served and failed, on the proxy's metrics.
+func TestProxyHealthMetrics(t *testing.T) {
+	rec := dataplanetest.NewRecorder("rec")
+	h := newProxyHarness(t, Config{
+		NodeName:             dataplanetest.NodeName,
+		Dataplanes:           []DataplaneConfig{{Dataplane: rec}},
+		HealthCheckAddresses: loopback,
+	}).start()
+	h.settle()
+	busy, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	free := freePort(t)
+	for i, port := range []uint16{uint16(busy.Addr().(*net.TCPAddr).Port), free} {
+		h.p.Handler().OnService(nil, dataplanetest.MakeService("ns", fmt.Sprint("lb", i), func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIP = fmt.Sprint("172.30.0.", i+5)
+			s.Spec.ClusterIPs = []string{s.Spec.ClusterIP}
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Spec.HealthCheckNodePort = int32(port)
+			s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("http", v1.ProtocolTCP, 80, int32(30080+i), 8080)}
+		}))
+	}
+	h.settle()
+	serve(t, h.p.HealthzHandler()) // no Node: 503
+	serve(t, h.p.LivezHandler())
+	serve(t, h.p.LivezHandler())
+	got := map[string]float64{
+		"healthz 503":  metricValue(h.p.metrics.healthz.WithLabelValues("503")),
+		"livez 200":    metricValue(h.p.metrics.livez.WithLabelValues("200")),
+		"ports served": metricValue(h.p.metrics.healthCheckPorts.WithLabelValues("IPv4")),
+		"ports failed": metricValue(h.p.metrics.healthCheckErrors.WithLabelValues("IPv4")),
+	}
+	want := map[string]float64{"healthz 503": 1, "livez 200": 2, "ports served": 1, "ports failed": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}
+
+// gatedPlane is a dataplane whose next Sync can be held until released,
+// and whose syncs can be made to fail (from the next one that starts).
+type gatedPlane struct {
+	mu      sync.Mutex
+	entered chan struct{} // closed when a held Sync has started
+	release chan struct{} // a held Sync returns when it is closed
+	fail    bool
+}
+
+func (g *gatedPlane) Name() string                  { return "gated" }
+func (g *gatedPlane) Cleanup(context.Context) error { return nil }
+
+func (g *gatedPlane) Sync(context.Context, *dataplane.State) error {
+	g.mu.Lock()
+	entered, release, fail := g.entered, g.release, g.fail
+	g.entered, g.release = nil, nil
+	g.mu.Unlock()
+	if entered != nil {
+		close(entered)
+		<-release
+	}
+	if fail {
+		return errBoom
+	}
+	return nil
+}
+
+// hold makes the next Sync wait until the returned release is called; the
+// returned channel closes when that Sync has started.
+func (g *gatedPlane) hold() (entered <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e, r := make(chan struct{}), make(chan struct{})
+	g.entered, g.release = e, r
+	return e, func() { close(r) }
+}
+
+func (g *gatedPlane) failFromNow() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fail = true
+}
+
+// TestProxyHealthChangeDuringSync: a change that arrives while a sync runs
+// is not programmed by it, so that sync's success must not clear it; when
+// every later sync fails, /livez turns unhealthy after HealthTimeout.
+func TestProxyHealthChangeDuringSync(t *testing.T) {
+	plane := &gatedPlane{}
+	h := newProxyHarness(t, Config{
+		Dataplanes:     []DataplaneConfig{{Dataplane: plane}},
+		SyncPeriod:     30 * time.Second,
+		RetryPeriod:    2 * time.Minute,
+		MaxRetryPeriod: 2 * time.Minute,
+	}).start()
+	h.settle()
+	entered, release := plane.hold()
+	in := h.p.Handler()
+	in.OnService(nil, udpService("ns", "a", "172.30.0.10", 53))
+	<-entered
+	in.OnService(nil, udpService("ns", "b", "172.30.0.11", 53))
+	plane.failFromNow()
+	release()
+	h.awaitSleep(2 * time.Minute) // the sync for b failed; retry pending
+	h.clock.Step(59 * time.Second)
+	if code, _, _ := serve(t, h.p.LivezHandler()); code != 200 {
+		t.Errorf("/livez = %d before the timeout", code)
+	}
+	h.clock.Step(time.Second)
+	if code, _, _ := serve(t, h.p.LivezHandler()); code != 503 {
+		t.Errorf("/livez = %d with b unprogrammed for HealthTimeout, want 503", code)
 	}
 }

@@ -2,7 +2,9 @@ package proxykit
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -148,4 +150,24 @@ func (m *metrics) change(kind string, due bool) {
 	if due {
 		m.changesPending.Inc()
 	}
+}
+
+// countCodes counts h's answers in c by HTTP status code.
+func countCodes(h http.Handler, c *prometheus.CounterVec) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(sw, r)
+		c.WithLabelValues(strconv.Itoa(sw.code)).Inc()
+	})
+}
+
+// statusWriter remembers the status code written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/health"
+	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,13 +34,14 @@ type Proxy struct {
 	builder  *dataplane.Builder
 	families []v1.IPFamily
 	planes   []*plane
-	health   *proxyHealth
+	health   *health.Tracker
 	metrics  *metrics
 	runner   *runner
 	handler  *proxyHandler
 
-	// servicesHealth has one server per family, nil when disabled.
-	servicesHealth map[v1.IPFamily]*serviceHealthServer
+	// nodePorts serves the health-check node ports, one per family; nil
+	// when disabled.
+	nodePorts map[v1.IPFamily]*health.NodePorts
 
 	started     atomic.Bool
 	initialized atomic.Bool
@@ -96,19 +99,18 @@ func New(cfg Config) (*Proxy, error) {
 		p.debt[f] = newConntrackDebt()
 	}
 	p.handler = &proxyHandler{p: p}
-	p.health = newProxyHealth(cfg.Clock, cfg.HealthTimeout, cfg.NodeName, p.metrics)
+	p.health = health.NewTracker(cfg.Clock, cfg.HealthTimeout, cfg.NodeName)
 	if !cfg.DisableHealthCheckNodePorts {
-		p.servicesHealth = map[v1.IPFamily]*serviceHealthServer{}
+		p.nodePorts = map[v1.IPFamily]*health.NodePorts{}
 		for _, f := range p.families {
-			p.servicesHealth[f] = newServiceHealthServer(serviceHealthConfig{
-				family:    f,
-				nodeName:  cfg.NodeName,
-				addresses: cfg.HealthCheckAddresses,
-				nodePorts: cfg.Settings.NodePortAddresses,
-				healthy:   func() bool { return p.health.Health().Healthy },
-				recorder:  cfg.Recorder,
-				logger:    cfg.Logger,
-				metrics:   p.metrics,
+			p.nodePorts[f] = health.NewNodePorts(health.NodePortsConfig{
+				Family:            f,
+				NodeName:          cfg.NodeName,
+				Addresses:         cfg.HealthCheckAddresses,
+				NodePortAddresses: cfg.Settings.NodePortAddresses,
+				Healthy:           func() bool { return p.health.Report().Healthy },
+				Recorder:          cfg.Recorder,
+				Logger:            cfg.Logger,
 			})
 		}
 	}
@@ -149,8 +151,8 @@ func (p *Proxy) Run(ctx context.Context) error {
 		for _, s := range servers {
 			_ = s.srv.Close()
 		}
-		for _, hs := range p.servicesHealth {
-			hs.close()
+		for _, np := range p.nodePorts {
+			np.Close()
 		}
 		wg.Wait()
 	}()
@@ -162,7 +164,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 		})
 	}
 
-	p.health.start(p.families)
+	p.health.Start(p.families...)
 	synced := p.startSources(ctx, &wg, errs)
 
 	select {
@@ -218,22 +220,27 @@ func (p *Proxy) RunOnce(ctx context.Context) error {
 	return p.sync(ctx)
 }
 
-// Handler returns a Handler that feeds the proxy directly, for callers that
-// drive it without (or besides) Sources. Its Synced is a no-op.
-func (p *Proxy) Handler() Handler { return p.handler }
+// Handler returns a source.Handler that feeds the proxy directly, for
+// callers that drive it without (or besides) Sources. Its Synced is a
+// no-op.
+func (p *Proxy) Handler() source.Handler { return p.handler }
 
 // HealthzHandler serves kube-proxy's /healthz: 200 while no queued change
 // has waited more than HealthTimeout for a successful sync and the node is
 // eligible (it exists, is not being deleted and is not tainted
 // ToBeDeletedByClusterAutoscaler), else 503; the JSON body is kube-proxy's.
-func (p *Proxy) HealthzHandler() http.Handler { return healthzHandler{p.health} }
+func (p *Proxy) HealthzHandler() http.Handler {
+	return countCodes(p.health.Healthz(), p.metrics.healthz)
+}
 
 // LivezHandler serves kube-proxy's /livez: /healthz without the node
 // eligibility check.
-func (p *Proxy) LivezHandler() http.Handler { return livezHandler{p.health} }
+func (p *Proxy) LivezHandler() http.Handler {
+	return countCodes(p.health.Livez(), p.metrics.livez)
+}
 
 // Health returns the proxy's health as /livez reports it.
-func (p *Proxy) Health() Health { return p.health.Health() }
+func (p *Proxy) Health() health.Report { return p.health.Report() }
 
 // Cleanup calls Cleanup on every dataplane, in order, and returns their
 // errors joined. It does not need Run and must not run concurrently with
@@ -341,7 +348,7 @@ func (h *proxyHandler) OnNode(old, new *v1.Node) {
 	if n == nil || n.Name != p.cfg.NodeName {
 		return
 	}
-	p.health.setNode(new)
+	p.health.SetNode(new)
 	p.changed("Node", p.builder.UpdateNode(new))
 }
 
@@ -365,7 +372,7 @@ func (p *Proxy) changed(kind string, due bool) {
 	if !due || !p.initialized.Load() {
 		return
 	}
-	p.health.queued(p.families)
+	p.health.Queued(p.families...)
 	p.metrics.lastQueued.Set(float64(p.cfg.Clock.Now().UnixNano()) / 1e9)
 	p.runner.request()
 }

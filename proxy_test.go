@@ -13,11 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/servicemodel"
+	"github.com/proxykit/proxykit/source"
+	"github.com/proxykit/proxykit/source/informer"
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -29,7 +30,7 @@ func TestNewValidates(t *testing.T) {
 		{"no dataplanes", Config{}},
 		{"nil dataplane", Config{Dataplanes: []DataplaneConfig{{}}}},
 		{"bad family", Config{Dataplanes: []DataplaneConfig{{Family: "IPv5", Dataplane: rec}}}},
-		{"nil source", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, Sources: []Source{nil}}},
+		{"nil source", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, Sources: []source.Source{nil}}},
 		{"min above period", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, MinSyncPeriod: time.Hour, SyncPeriod: time.Minute}},
 		{"negative period", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, SyncPeriod: -time.Second}},
 		{"metrics without gatherer", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, MetricsBindAddress: "127.0.0.1:0", Registerer: prometheus.WrapRegistererWithPrefix("x_", prometheus.NewRegistry())}},
@@ -62,13 +63,13 @@ func TestProxyInformers(t *testing.T) {
 	svc := udpService("ns", "dns", "172.30.0.10", 53)
 	slice := udpSlice("ns", "dns", "10.0.1.1", "10.0.1.2")
 	claimed := udpService("ns", "other", "172.30.0.11", 53)
-	claimed.Labels = map[string]string{LabelServiceProxyName: "someone-else"}
+	claimed.Labels = map[string]string{servicemodel.LabelServiceProxyName: "someone-else"}
 	client := fake.NewClientset(svc, slice, claimed, dataplanetest.TestNode(nil))
 	rec := dataplanetest.NewRecorder("rec")
 	h := newProxyHarness(t, Config{
 		NodeName:   dataplanetest.NodeName,
 		Dataplanes: []DataplaneConfig{{Dataplane: rec}},
-		Sources:    []Source{NewInformerSource(client, InformerConfig{NodeName: dataplanetest.NodeName})},
+		Sources:    []source.Source{informer.New(client, informer.Config{NodeName: dataplanetest.NodeName})},
 	}).start()
 
 	calls := syncsOf(t, rec, 1)
@@ -129,15 +130,15 @@ func TestProxyInformers(t *testing.T) {
 func TestProxyNamedInformers(t *testing.T) {
 	ctx := context.Background()
 	mine := udpService("ns", "mine", "172.30.0.12", 53)
-	mine.Labels = map[string]string{LabelServiceProxyName: "pk"}
+	mine.Labels = map[string]string{servicemodel.LabelServiceProxyName: "pk"}
 	theirs := udpService("ns", "theirs", "172.30.0.11", 53)
-	theirs.Labels = map[string]string{LabelServiceProxyName: "someone-else"}
+	theirs.Labels = map[string]string{servicemodel.LabelServiceProxyName: "someone-else"}
 	client := fake.NewClientset(udpService("ns", "plain", "172.30.0.10", 53), mine, theirs)
 	rec := dataplanetest.NewRecorder("rec")
 	h := newProxyHarness(t, Config{
 		ProxyName:  "pk",
 		Dataplanes: []DataplaneConfig{{Dataplane: rec}},
-		Sources:    []Source{NewInformerSource(client, InformerConfig{ProxyName: "pk"})},
+		Sources:    []source.Source{informer.New(client, informer.Config{ProxyName: "pk"})},
 	}).start()
 	calls := syncsOf(t, rec, 1)
 	want := []string{
@@ -157,43 +158,6 @@ func TestProxyNamedInformers(t *testing.T) {
 		t.Errorf("State after delete (-want +got):\n%s", diff)
 	}
 }
-
-func TestServiceMergerMove(t *testing.T) {
-	var got []string
-	h := &funcHandler{onService: func(old, new *v1.Service) {
-		got = append(got, describe(old)+" -> "+describe(new))
-	}}
-	m := newServiceMerger(h)
-	a := udpService("ns", "s", "172.30.0.1", 53)
-	b := a.DeepCopy()
-	b.ResourceVersion = "2"
-	// The service moves from informer 0 to 1; 1's add arrives first.
-	m.apply(0, nil, a)
-	m.apply(1, nil, b)
-	m.apply(0, a, nil)
-	// Then it is deleted for good.
-	m.apply(1, b, nil)
-	want := []string{"nil -> ns/s@", "ns/s@ -> ns/s@2", "ns/s@2 -> ns/s@2", "ns/s@2 -> nil"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("forwarded (-want +got):\n%s", diff)
-	}
-}
-
-func describe(s *v1.Service) string {
-	if s == nil {
-		return "nil"
-	}
-	return s.Namespace + "/" + s.Name + "@" + s.ResourceVersion
-}
-
-type funcHandler struct {
-	onService func(old, new *v1.Service)
-}
-
-func (f *funcHandler) OnService(old, new *v1.Service)                    { f.onService(old, new) }
-func (f *funcHandler) OnEndpointSlice(old, new *discovery.EndpointSlice) {}
-func (f *funcHandler) OnNode(old, new *v1.Node)                          {}
-func (f *funcHandler) Synced()                                           {}
 
 // TestProxyFailedSyncKeepsCleanup: a sync that fails cleans nothing, the
 // failed dataplane programs the retry in full, and the cleanup owed is done
@@ -340,7 +304,7 @@ func TestProxyPeriodicFullResync(t *testing.T) {
 // TestProxyWaitsForAllSources: no sync before the last source syncs.
 func TestProxyWaitsForAllSources(t *testing.T) {
 	release := make(chan struct{})
-	slow := SourceFunc(func(ctx context.Context, h Handler) error {
+	slow := source.Func(func(ctx context.Context, h source.Handler) error {
 		h.OnService(nil, udpService("ns", "slow", "172.30.0.20", 53))
 		select {
 		case <-release:
@@ -351,11 +315,11 @@ func TestProxyWaitsForAllSources(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	fast := NewStaticSource(udpService("ns", "fast", "172.30.0.21", 53))
+	fast := source.Static{udpService("ns", "fast", "172.30.0.21", 53)}
 	rec := dataplanetest.NewRecorder("rec")
 	newProxyHarness(t, Config{
 		Dataplanes: []DataplaneConfig{{Dataplane: rec}},
-		Sources:    []Source{fast, slow},
+		Sources:    []source.Source{fast, slow},
 	}).start()
 	time.Sleep(50 * time.Millisecond)
 	if n := len(rec.Syncs()); n != 0 {
@@ -372,7 +336,7 @@ func TestProxyWaitsForAllSources(t *testing.T) {
 func TestProxySourceError(t *testing.T) {
 	h := newProxyHarness(t, Config{
 		Dataplanes: []DataplaneConfig{{Dataplane: dataplanetest.NewRecorder("rec")}},
-		Sources:    []Source{SourceFunc(func(context.Context, Handler) error { return errBoom })},
+		Sources:    []source.Source{source.Func(func(context.Context, source.Handler) error { return errBoom })},
 	})
 	if err := h.p.Run(context.Background()); !errors.Is(err, errBoom) {
 		t.Errorf("Run = %v, want the source's error", err)
@@ -399,7 +363,7 @@ func TestRunOnce(t *testing.T) {
 			}
 			h := newProxyHarness(t, Config{
 				Dataplanes: []DataplaneConfig{{Dataplane: rec}},
-				Sources:    []Source{NewStaticSource(svc)},
+				Sources:    []source.Source{source.Static{svc}},
 			})
 			err := h.p.RunOnce(context.Background())
 			if (err != nil) != tc.wantErr {
@@ -520,20 +484,4 @@ func get(t *testing.T, url string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-func TestTypedHandlerTombstones(t *testing.T) {
-	var got []string
-	h := typedHandler(testLogger(t), func(old, new *v1.Service) {
-		got = append(got, describe(old)+" -> "+describe(new))
-	})
-	svc := udpService("ns", "s", "172.30.0.1", 53)
-	h.OnAdd(svc, false)
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/s", Obj: svc})
-	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/x", Obj: "not a service"})
-	h.OnAdd(&v1.Node{}, false)
-	want := []string{"nil -> ns/s@", "ns/s@ -> nil"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("delivered (-want +got):\n%s", diff)
-	}
 }

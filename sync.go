@@ -17,6 +17,9 @@ import (
 func (p *Proxy) sync(ctx context.Context) error {
 	start := p.cfg.Clock.Now()
 	full := p.lastFull.IsZero() || start.Sub(p.lastFull) >= p.cfg.SyncPeriod
+	// Before Build: a change queued later may miss this sync, so it must
+	// not count as carried by it.
+	p.health.Syncing(p.families...)
 	b := p.builder.Build()
 	if err := p.absorb(b); err != nil {
 		return err
@@ -49,12 +52,14 @@ func (p *Proxy) sync(ctx context.Context) error {
 			continue
 		}
 		st := states[f]
-		p.health.updated(f)
+		p.health.Synced(f)
 		p.metrics.servicePorts.WithLabelValues(string(f)).Set(float64(st.Services.Len()))
 		p.metrics.serviceEndpoints.WithLabelValues(string(f)).Set(float64(st.Endpoints.Len()))
 		p.observeProgramming(f)
-		if hs := p.servicesHealth[f]; hs != nil && !p.once {
-			hs.sync(p.hcPorts[f], st)
+		if np := p.nodePorts[f]; np != nil && !p.once {
+			serving, failed := np.Sync(p.hcPorts[f], st.Endpoints)
+			p.metrics.healthCheckPorts.WithLabelValues(string(f)).Set(float64(serving))
+			p.metrics.healthCheckErrors.WithLabelValues(string(f)).Add(float64(failed))
 		}
 		if err := p.cleanConntrack(ctx, f, st); err != nil {
 			errs = append(errs, err)

@@ -18,6 +18,9 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/conntrack"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/source"
+	"github.com/proxykit/proxykit/source/informer"
+	"github.com/proxykit/proxykit/source/manifest"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
@@ -76,9 +79,9 @@ func checkMode(mode string) error {
 	return nil
 }
 
-// source is where the objects come from, and what goes with it.
-type source struct {
-	proxykit.Source
+// input is where the objects come from, and what goes with it.
+type input struct {
+	source.Source
 	// nodeName is this node's name.
 	nodeName string
 	// demo is set for the bundled demo manifests, which never change.
@@ -87,13 +90,13 @@ type source struct {
 	close    func()
 }
 
-func (o *options) openSource(ctx context.Context, log logr.Logger) (*source, error) {
-	s := &source{nodeName: o.hostnameOverride, close: func() {}}
+func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, error) {
+	s := &input{nodeName: o.hostnameOverride, close: func() {}}
 	var cfg *rest.Config
 	var err error
 	switch {
 	case o.manifests != "":
-		s.Source = proxykit.NewManifestSource(o.manifests, proxykit.ManifestConfig{Logger: log})
+		s.Source = manifest.New(o.manifests, manifest.Config{Logger: log})
 	case o.kubeconfig != "":
 		if cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
 			return nil, fmt.Errorf("--kubeconfig: %w", err)
@@ -107,7 +110,7 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*source, err
 		if err != nil {
 			return nil, err
 		}
-		s.Source, s.demo = proxykit.NewStaticSource(objs...), true
+		s.Source, s.demo = source.Static(objs), true
 		if s.nodeName == "" {
 			s.nodeName = demoNodeName
 		}
@@ -127,7 +130,7 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*source, err
 		if err != nil {
 			return nil, err
 		}
-		s.Source = proxykit.NewInformerSource(client, proxykit.InformerConfig{NodeName: s.nodeName, Logger: log})
+		s.Source = informer.New(client, informer.Config{NodeName: s.nodeName, Logger: log})
 		if o.explain == nil {
 			b := record.NewBroadcaster(record.WithContext(ctx))
 			b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -152,7 +155,7 @@ func (o *options) families(log logr.Logger) []v1.IPFamily {
 	return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 }
 
-func (o *options) runProxy(ctx context.Context, log logr.Logger, src *source, stdout io.Writer) error {
+func (o *options) runProxy(ctx context.Context, log logr.Logger, src *input, stdout io.Writer) error {
 	out := &syncWriter{w: stdout}
 	reg := prometheus.NewRegistry()
 	var planes []proxykit.DataplaneConfig
@@ -173,7 +176,7 @@ func (o *options) runProxy(ctx context.Context, log logr.Logger, src *source, st
 	cfg := proxykit.Config{
 		NodeName:      src.nodeName,
 		Dataplanes:    planes,
-		Sources:       []proxykit.Source{src},
+		Sources:       []source.Source{src},
 		Settings:      o.settings(),
 		MinSyncPeriod: o.minSyncPeriod,
 		SyncPeriod:    o.syncPeriod,
@@ -257,7 +260,7 @@ func (h *headerWriter) Write(p []byte) (int, error) {
 
 // builtStates collects a source's initial objects into a Builder and
 // builds the States, for explain.
-func builtStates(ctx context.Context, src proxykit.Source, cfg dataplane.BuilderConfig) ([]*dataplane.State, error) {
+func builtStates(ctx context.Context, src source.Source, cfg dataplane.BuilderConfig) ([]*dataplane.State, error) {
 	b := dataplane.NewBuilder(cfg)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

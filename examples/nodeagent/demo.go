@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/proxykit/proxykit"
+	"github.com/proxykit/proxykit/source/manifest"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -27,7 +27,7 @@ func demoObjects() ([]runtime.Object, error) {
 		if err != nil {
 			return nil, err
 		}
-		o, err := proxykit.DecodeManifests(name, data)
+		o, err := manifest.Decode(name, data)
 		if err != nil {
 			return nil, fmt.Errorf("demo manifests: %w", err)
 		}

@@ -71,7 +71,7 @@ func TestDeployManifests(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 1}, kinds); diff != "" {
 		t.Errorf("kinds (-want +got):\n%s", diff)
 	}
-	// What the InformerSource lists and watches and the event recorder
+	// What informer.Source lists and watches and the event recorder
 	// writes, and nothing more.
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: []string{"list", "watch"}},

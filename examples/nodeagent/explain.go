@@ -13,7 +13,7 @@ import (
 
 // explain answers, from the model the rules are built from, what happens
 // to one packet.
-func explain(ctx context.Context, o *options, log logr.Logger, src *source, stdout, stderr io.Writer) int {
+func explain(ctx context.Context, o *options, log logr.Logger, src *input, stdout, stderr io.Writer) int {
 	family := v1.IPv4Protocol
 	if !o.explain.dst.Addr().Is4() {
 		family = v1.IPv6Protocol

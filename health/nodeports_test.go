@@ -1,4 +1,4 @@
-package proxykit
+package health
 
 import (
 	"errors"
@@ -12,32 +12,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
-	"github.com/proxykit/proxykit/affinity"
-	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/endpoints"
-	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 )
 
 var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 
-// stateWithLocal returns a State in which service nn has n local ready
-// endpoints.
-func stateWithLocal(nn types.NamespacedName, n int) *dataplane.State {
-	pn := servicemodel.PortName{NamespacedName: nn, Port: "p", Protocol: v1.ProtocolTCP}
-	var eps []*endpoints.Endpoint
-	for i := range n {
-		eps = append(eps, &endpoints.Endpoint{
-			Addr:         netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), 80),
-			EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true, Local: true},
-		})
+// local is LocalEndpoints from a map.
+type local map[types.NamespacedName]int
+
+func (l local) LocalReadyEndpoints(nn types.NamespacedName) int { return l[nn] }
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &dataplane.State{Family: v1.IPv4Protocol, Endpoints: endpoints.NewMap(map[servicemodel.PortName][]*endpoints.Endpoint{pn: eps})}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
 }
 
 type hcAnswer struct {
@@ -67,24 +64,23 @@ func hcJSON(ns, name string, n int, healthy bool) string {
 	return fmt.Sprintf("{\n\t\"service\": {\n\t\t\"namespace\": %q,\n\t\t\"name\": %q\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": %v\n}", ns, name, n, healthy)
 }
 
-func TestServiceHealthServer(t *testing.T) {
+func TestNodePorts(t *testing.T) {
 	var healthy atomic.Bool
 	healthy.Store(true)
-	m, _ := newMetrics("proxykit", nil)
 	rec := record.NewFakeRecorder(10)
-	s := newServiceHealthServer(serviceHealthConfig{
-		family: v1.IPv4Protocol, nodeName: "n1", addresses: loopback,
-		healthy: healthy.Load, recorder: rec, logger: testLogger(t), metrics: m,
+	s := NewNodePorts(NodePortsConfig{
+		Family: v1.IPv4Protocol, NodeName: "n1", Addresses: loopback,
+		Healthy: healthy.Load, Recorder: rec, Logger: testr.New(t),
 	})
-	t.Cleanup(s.close)
+	t.Cleanup(s.Close)
 	nn := types.NamespacedName{Namespace: "ns", Name: "lb"}
 	port := freePort(t)
 
-	s.sync(map[types.NamespacedName]uint16{nn: port}, stateWithLocal(nn, 0))
+	s.Sync(map[types.NamespacedName]uint16{nn: port}, local{nn: 0})
 	if diff := cmp.Diff(hcAnswer{503, "0", hcJSON("ns", "lb", 0, true)}, probe(t, port)); diff != "" {
 		t.Errorf("no local endpoints (-want +got):\n%s", diff)
 	}
-	s.sync(map[types.NamespacedName]uint16{nn: port}, stateWithLocal(nn, 2))
+	s.Sync(map[types.NamespacedName]uint16{nn: port}, local{nn: 2})
 	if diff := cmp.Diff(hcAnswer{200, "2", hcJSON("ns", "lb", 2, true)}, probe(t, port)); diff != "" {
 		t.Errorf("two local endpoints (-want +got):\n%s", diff)
 	}
@@ -96,39 +92,39 @@ func TestServiceHealthServer(t *testing.T) {
 
 	// A new port closes the old one.
 	port2 := freePort(t)
-	s.sync(map[types.NamespacedName]uint16{nn: port2}, stateWithLocal(nn, 1))
+	if serving, failed := s.Sync(map[types.NamespacedName]uint16{nn: port2}, local{nn: 1}); serving != 1 || failed != 0 {
+		t.Errorf("Sync = %d serving, %d failed; want 1, 0", serving, failed)
+	}
 	if got := probe(t, port); got.Code != 0 {
 		t.Errorf("old port still answers: %+v", got)
 	}
 	if got := probe(t, port2); got.Code != 200 || got.Weight != "1" {
 		t.Errorf("new port = %+v, want 200 weight 1", got)
 	}
-	if got := metricValue(m.healthCheckPorts.WithLabelValues("IPv4")); got != 1 {
-		t.Errorf("open ports gauge = %v, want 1", got)
-	}
 
 	// The service goes away.
-	s.sync(nil, stateWithLocal(nn, 1))
+	s.Sync(nil, local{nn: 1})
 	if got := probe(t, port2); got.Code != 0 {
 		t.Errorf("removed service still answers: %+v", got)
 	}
 }
 
-func TestServiceHealthServerListenFailure(t *testing.T) {
-	m, _ := newMetrics("proxykit", nil)
+func TestNodePortsListenFailure(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
-	s := newServiceHealthServer(serviceHealthConfig{
-		family: v1.IPv4Protocol, nodeName: "n1", addresses: loopback,
-		healthy: func() bool { return true }, recorder: rec, logger: testLogger(t), metrics: m,
+	s := NewNodePorts(NodePortsConfig{
+		Family: v1.IPv4Protocol, NodeName: "n1", Addresses: loopback,
+		Recorder: rec, Logger: testr.New(t),
 	})
-	t.Cleanup(s.close)
+	t.Cleanup(s.Close)
 	nn := types.NamespacedName{Namespace: "ns", Name: "lb"}
 	busy, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := uint16(busy.Addr().(*net.TCPAddr).Port)
-	s.sync(map[types.NamespacedName]uint16{nn: port}, stateWithLocal(nn, 1))
+	if serving, failed := s.Sync(map[types.NamespacedName]uint16{nn: port}, local{nn: 1}); serving != 0 || failed != 1 {
+		t.Errorf("Sync = %d serving, %d failed; want 0, 1", serving, failed)
+	}
 	select {
 	case ev := <-rec.Events:
 		if !strings.HasPrefix(ev, "Warning FailedToStartServiceHealthcheck node n1 failed to start healthcheck \"ns/lb\"") {
@@ -137,18 +133,15 @@ func TestServiceHealthServerListenFailure(t *testing.T) {
 	default:
 		t.Error("no event for the failed listen")
 	}
-	if got := metricValue(m.healthCheckErrors.WithLabelValues("IPv4")); got != 1 {
-		t.Errorf("listen failures = %v, want 1", got)
-	}
 	busy.Close()
 	// The next sync retries.
-	s.sync(map[types.NamespacedName]uint16{nn: port}, stateWithLocal(nn, 1))
+	s.Sync(map[types.NamespacedName]uint16{nn: port}, local{nn: 1})
 	if got := probe(t, port); got.Code != 200 {
 		t.Errorf("after the retry = %+v, want 200", got)
 	}
 }
 
-func TestServiceHealthListenAddresses(t *testing.T) {
+func TestNodePortsListenAddresses(t *testing.T) {
 	ifAddrs := func() ([]net.Addr, error) {
 		return []net.Addr{
 			&net.IPNet{IP: net.ParseIP("127.0.0.1"), Mask: net.CIDRMask(8, 32)},
@@ -187,56 +180,11 @@ func TestServiceHealthListenAddresses(t *testing.T) {
 		{"override", v1.IPv4Protocol, prefixes("192.168.0.0/24"), addrs("127.0.0.1", "::1"), addrs("127.0.0.1")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newServiceHealthServer(serviceHealthConfig{family: tc.family, nodePorts: tc.nodePorts, addresses: tc.override, interfaceAddrs: ifAddrs})
+			s := NewNodePorts(NodePortsConfig{Family: tc.family, NodePortAddresses: tc.nodePorts, Addresses: tc.override, interfaceAddrs: ifAddrs})
 			got := s.listenAddresses()
 			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("addresses (-want +got):\n%s", diff)
 			}
 		})
-	}
-}
-
-// TestProxyHealthCheckNodePort runs a proxy with an externalTrafficPolicy:
-// Local LoadBalancer service and probes its health-check node port on
-// loopback as its local endpoints come and go.
-func TestProxyHealthCheckNodePort(t *testing.T) {
-	rec := dataplanetest.NewRecorder("rec")
-	h := newProxyHarness(t, Config{
-		NodeName:             dataplanetest.NodeName,
-		Dataplanes:           []DataplaneConfig{{Dataplane: rec}},
-		HealthCheckAddresses: loopback,
-	}).start()
-	h.settle()
-	port := freePort(t)
-	svc := dataplanetest.MakeService("ns", "lb", func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		s.Spec.ClusterIP = "172.30.0.5"
-		s.Spec.ClusterIPs = []string{"172.30.0.5"}
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		s.Spec.HealthCheckNodePort = int32(port)
-		s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("http", v1.ProtocolTCP, 80, 30080, 8080)}
-	})
-	slice := dataplanetest.MakeSlice("ns", "lb", 1, func(es *discovery.EndpointSlice) {
-		es.Ports = []discovery.EndpointPort{dataplanetest.SlicePort("http", v1.ProtocolTCP, 8080)}
-		es.Endpoints = []discovery.Endpoint{
-			dataplanetest.ReadyEndpoint("10.0.0.5", dataplanetest.NodeName),
-			dataplanetest.ReadyEndpoint("10.1.0.5", "elsewhere"),
-		}
-	})
-	in := h.p.Handler()
-	in.OnService(nil, svc)
-	h.settle()
-	if got := probe(t, port); got.Code != 503 || got.Weight != "0" {
-		t.Errorf("without endpoints = %+v, want 503 weight 0", got)
-	}
-	in.OnEndpointSlice(nil, slice)
-	h.settle()
-	if diff := cmp.Diff(hcAnswer{200, "1", hcJSON("ns", "lb", 1, true)}, probe(t, port)); diff != "" {
-		t.Errorf("with a local endpoint (-want +got):\n%s", diff)
-	}
-	in.OnService(svc, nil)
-	h.settle()
-	if got := probe(t, port); got.Code != 0 {
-		t.Errorf("deleted service still answers: %+v", got)
 	}
 }

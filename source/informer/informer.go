@@ -1,4 +1,4 @@
-package proxykit
+package informer
 
 import (
 	"context"
@@ -7,141 +7,158 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 )
 
-// Labels kube-proxy filters on.
-const (
-	// LabelServiceProxyName names the proxy that handles a service;
-	// proxies leave services labelled with another name alone.
-	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
-	// LabelHeadless marks the EndpointSlices of headless services, which
-	// no proxy programs.
-	LabelHeadless = "service.kubernetes.io/headless"
-)
+// labelServiceProxyName is servicemodel.LabelServiceProxyName, spelled out
+// so that a source depends on nothing downstream of it.
+const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
-// InformerConfig configures an InformerSource. The zero value watches the
-// services no other proxy claims and no Node.
-type InformerConfig struct {
+// Client is the part of a clientset the source reads through: its core/v1
+// and discovery/v1 typed clients (of which it uses Services, Nodes and
+// EndpointSlices). *kubernetes.Clientset and client-go's fake clientset
+// implement it; the source needs neither kubernetes.Interface nor client-go's
+// informer factories.
+type Client interface {
+	CoreV1() corev1.CoreV1Interface
+	DiscoveryV1() discoveryv1.DiscoveryV1Interface
+}
+
+// Config configures a Source. The zero value watches the services no other
+// proxy claims and no Node.
+type Config struct {
 	// NodeName is the Node to watch (by a metadata.name field selector);
-	// "" watches none. Set it to the Proxy's NodeName.
+	// "" watches none. Set it to the proxy's NodeName.
 	NodeName string
 	// ProxyName selects services labelled
 	// service.kubernetes.io/service-proxy-name=ProxyName in addition to the
 	// unlabelled ones; "" selects the unlabelled ones only, as kube-proxy
-	// does. Set it to the Proxy's ProxyName.
+	// does. Set it to the proxy's ProxyName.
 	ProxyName string
 	// ResyncPeriod is the informers' resync period. Zero means none:
 	// resyncs re-deliver unchanged objects, which the trackers ignore
 	// anyway (kube-proxy's --config-sync-period defaults to 15m).
 	ResyncPeriod time.Duration
-	// Logger is where the source logs; the zero value is klog.Background().
+	// Logger is where the source logs; the zero value discards.
 	Logger logr.Logger
 }
 
-// InformerSource watches a cluster through client-go informers, filtered on
-// the server as kube-proxy filters them: Services without a foreign
+// Source watches a cluster through client-go informers, filtered on the
+// server as kube-proxy filters them: Services without a foreign
 // service-proxy-name label and with a cluster IP (spec.clusterIP!=None),
 // EndpointSlices not labelled headless, and this Node. managedFields are
 // dropped from every object to save memory, and deletion tombstones are
 // unwrapped.
-type InformerSource struct {
-	client kubernetes.Interface
-	cfg    InformerConfig
+type Source struct {
+	client Client
+	cfg    Config
 }
 
-// NewInformerSource returns a source watching client.
-func NewInformerSource(client kubernetes.Interface, cfg InformerConfig) *InformerSource {
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background()
-	}
-	return &InformerSource{client: client, cfg: cfg}
+// New returns a source watching client.
+func New(client Client, cfg Config) *Source {
+	return &Source{client: client, cfg: cfg}
 }
 
 // Run starts the informers, calls h.Synced once every informer has
 // delivered its initial list, and returns nil when ctx is done (after the
 // informers stopped).
-func (s *InformerSource) Run(ctx context.Context, h Handler) error {
-	var regs []cache.ResourceEventHandlerRegistration
-	var factories []informers.SharedInformerFactory
-	newFactory := func(tweak func(*metav1.ListOptions)) informers.SharedInformerFactory {
-		opts := []informers.SharedInformerOption{informers.WithTransform(dropManagedFields)}
-		if tweak != nil {
-			opts = append(opts, informers.WithTweakListOptions(tweak))
+func (s *Source) Run(ctx context.Context, h source.Handler) error {
+	var (
+		wg     sync.WaitGroup
+		synced []cache.InformerSynced
+	)
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := func(what string, lw *cache.ListWatch, example runtime.Object, eh cache.ResourceEventHandler) error {
+		// The client says whether it supports watch-list (the fake
+		// clientset does not), as client-go's generated informers ask.
+		inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.client), example, cache.SharedIndexInformerOptions{ResyncPeriod: s.cfg.ResyncPeriod})
+		if err := inf.SetTransform(dropManagedFields); err != nil {
+			return fmt.Errorf("%s informer: %w", what, err)
 		}
-		f := informers.NewSharedInformerFactoryWithOptions(s.client, s.cfg.ResyncPeriod, opts...)
-		factories = append(factories, f)
-		return f
-	}
-	register := func(inf cache.SharedIndexInformer, eh cache.ResourceEventHandler) error {
 		reg, err := inf.AddEventHandlerWithResyncPeriod(eh, s.cfg.ResyncPeriod)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s informer: %w", what, err)
 		}
-		regs = append(regs, reg)
+		synced = append(synced, reg.HasSynced)
+		wg.Go(func() { inf.RunWithContext(ctx) })
 		return nil
 	}
 
 	// A selector cannot say "unlabelled or labelled ProxyName", so a named
 	// proxy runs two service informers and merges them.
-	selectors := []labels.Selector{mustSelector(LabelServiceProxyName, selection.DoesNotExist)}
+	selectors := []labels.Selector{mustSelector(labelServiceProxyName, selection.DoesNotExist)}
 	if s.cfg.ProxyName != "" {
-		selectors = append(selectors, mustSelector(LabelServiceProxyName, selection.Equals, s.cfg.ProxyName))
+		selectors = append(selectors, mustSelector(labelServiceProxyName, selection.Equals, s.cfg.ProxyName))
 	}
 	merge := newServiceMerger(h)
+	services := s.client.CoreV1().Services(metav1.NamespaceAll)
 	for i, sel := range selectors {
-		f := newFactory(func(o *metav1.ListOptions) {
+		lw := listWatch(services.List, services.Watch, func(o *metav1.ListOptions) {
 			o.LabelSelector = sel.String()
 			o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
 		})
-		if err := register(f.Core().V1().Services().Informer(), merge.handler(i, s.cfg.Logger)); err != nil {
-			return fmt.Errorf("services informer: %w", err)
+		if err := start("services", lw, &v1.Service{}, merge.handler(i, s.cfg.Logger)); err != nil {
+			return err
 		}
 	}
 
-	slices := newFactory(func(o *metav1.ListOptions) {
-		o.LabelSelector = mustSelector(LabelHeadless, selection.DoesNotExist).String()
+	slices := s.client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
+	lw := listWatch(slices.List, slices.Watch, func(o *metav1.ListOptions) {
+		o.LabelSelector = mustSelector(v1.IsHeadlessService, selection.DoesNotExist).String()
 	})
-	if err := register(slices.Discovery().V1().EndpointSlices().Informer(), typedHandler(s.cfg.Logger, h.OnEndpointSlice)); err != nil {
-		return fmt.Errorf("endpointslices informer: %w", err)
+	if err := start("endpointslices", lw, &discovery.EndpointSlice{}, typedHandler(s.cfg.Logger, h.OnEndpointSlice)); err != nil {
+		return err
 	}
 
 	if s.cfg.NodeName != "" {
-		nodes := newFactory(func(o *metav1.ListOptions) {
+		nodes := s.client.CoreV1().Nodes()
+		lw := listWatch(nodes.List, nodes.Watch, func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
 		})
-		if err := register(nodes.Core().V1().Nodes().Informer(), typedHandler(s.cfg.Logger, h.OnNode)); err != nil {
-			return fmt.Errorf("node informer: %w", err)
+		if err := start("node", lw, &v1.Node{}, typedHandler(s.cfg.Logger, h.OnNode)); err != nil {
+			return err
 		}
 	}
 
-	for _, f := range factories {
-		f.Start(ctx.Done())
-	}
-	defer func() {
-		for _, f := range factories {
-			f.Shutdown()
-		}
-	}()
-	synced := make([]cache.InformerSynced, len(regs))
-	for i, r := range regs {
-		synced[i] = r.HasSynced
-	}
 	if cache.WaitForCacheSync(ctx.Done(), synced...) {
 		h.Synced()
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// listWatch lists and watches through one typed client, with tweak applied
+// to the options of both.
+func listWatch[L runtime.Object](
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+	tweak func(*metav1.ListOptions),
+) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return watchFn(ctx, o)
+		},
+	}
 }
 
 func mustSelector(key string, op selection.Operator, values ...string) labels.Selector {
@@ -204,7 +221,7 @@ func asType[T any](log logr.Logger, obj any) (*T, bool) {
 // keeps each informer's copy and forwards the most recent surviving one, so
 // a late delete from the old informer does not remove the service.
 type serviceMerger struct {
-	h  Handler
+	h  source.Handler
 	mu sync.Mutex
 	// copies holds, per service, each informer's copy; forwarded is what
 	// the handler was last given.
@@ -212,7 +229,7 @@ type serviceMerger struct {
 	forwarded map[types.NamespacedName]*v1.Service
 }
 
-func newServiceMerger(h Handler) *serviceMerger {
+func newServiceMerger(h source.Handler) *serviceMerger {
 	return &serviceMerger{
 		h:         h,
 		copies:    map[types.NamespacedName]map[int]*v1.Service{},

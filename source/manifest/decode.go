@@ -1,4 +1,4 @@
-package proxykit
+package manifest
 
 import (
 	"bufio"
@@ -20,8 +20,8 @@ import (
 	sigyaml "sigs.k8s.io/yaml"
 )
 
-// ManifestError is a manifest file that cannot be read or decoded.
-type ManifestError struct {
+// Error is a manifest file that cannot be read or decoded.
+type Error struct {
 	Path string
 	// Line is the 1-based line of the problem: where the YAML or JSON
 	// parser failed, else the first line of the offending document. 0 when
@@ -30,7 +30,7 @@ type ManifestError struct {
 	Err  error
 }
 
-func (e *ManifestError) Error() string {
+func (e *Error) Error() string {
 	if e.Line > 0 {
 		return fmt.Sprintf("%s:%d: %v", e.Path, e.Line, e.Err)
 	}
@@ -38,9 +38,9 @@ func (e *ManifestError) Error() string {
 }
 
 // Unwrap returns the underlying error.
-func (e *ManifestError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// DecodeManifests decodes data, the content of the manifest file path (used
+// Decode decodes data, the content of the manifest file path (used
 // in errors only), into the Services, EndpointSlices (discovery.k8s.io/v1)
 // and Nodes it holds, in file order. data is YAML, possibly several
 // documents separated by "---", or a stream of JSON objects; a "kind: List"
@@ -48,18 +48,21 @@ func (e *ManifestError) Unwrap() error { return e.Err }
 // catching typos) and uses client-go's scheme. Objects of other kinds that
 // scheme knows (a Deployment beside its Service, say) are left out; an
 // unknown kind is an error. Namespaced objects without a namespace get
-// "default", as kubectl would give them. The error, if any, is a
-// *ManifestError.
-func DecodeManifests(path string, data []byte) ([]runtime.Object, error) {
-	return newManifestDecoder().decode(path, data)
+// "default", as kubectl would give them, and every object gets the
+// defaults the API server would give it on create (an EndpointSlice port
+// without a name is named "", a Service port without a protocol is TCP,
+// and so on), so that a manifest means what it would mean applied to a
+// cluster. The error, if any, is an *Error.
+func Decode(path string, data []byte) ([]runtime.Object, error) {
+	return newDecoder().decode(path, data)
 }
 
-type manifestDecoder struct {
+type decoder struct {
 	decoder runtime.Decoder
 }
 
-func newManifestDecoder() *manifestDecoder {
-	return &manifestDecoder{decoder: serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()}
+func newDecoder() *decoder {
+	return &decoder{decoder: serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()}
 }
 
 // document is one YAML or JSON document of a file, as JSON.
@@ -68,7 +71,7 @@ type document struct {
 	json []byte
 }
 
-func (d *manifestDecoder) decode(path string, data []byte) ([]runtime.Object, error) {
+func (d *decoder) decode(path string, data []byte) ([]runtime.Object, error) {
 	docs, err := splitDocuments(data)
 	if err != nil {
 		err.Path = path
@@ -78,7 +81,7 @@ func (d *manifestDecoder) decode(path string, data []byte) ([]runtime.Object, er
 	for _, doc := range docs {
 		objs, err := d.decodeDocument(doc.json)
 		if err != nil {
-			return nil, &ManifestError{Path: path, Line: doc.line, Err: err}
+			return nil, &Error{Path: path, Line: doc.line, Err: err}
 		}
 		out = append(out, objs...)
 	}
@@ -86,7 +89,7 @@ func (d *manifestDecoder) decode(path string, data []byte) ([]runtime.Object, er
 }
 
 // decodeDocument decodes one document, expanding a List.
-func (d *manifestDecoder) decodeDocument(data []byte) ([]runtime.Object, error) {
+func (d *decoder) decodeDocument(data []byte) ([]runtime.Object, error) {
 	obj, gvk, err := d.decoder.Decode(data, nil, nil)
 	if err != nil {
 		return nil, err
@@ -105,11 +108,14 @@ func (d *manifestDecoder) decodeDocument(data []byte) ([]runtime.Object, error) 
 	switch o := obj.(type) {
 	case *v1.Service:
 		defaultNamespace(&o.Namespace)
+		defaultService(o)
 		return []runtime.Object{o}, nil
 	case *discovery.EndpointSlice:
 		defaultNamespace(&o.Namespace)
+		defaultEndpointSlice(o)
 		return []runtime.Object{o}, nil
 	case *v1.Node:
+		defaultNode(o)
 		return []runtime.Object{o}, nil
 	}
 	switch gvk.Kind {
@@ -135,14 +141,14 @@ func defaultNamespace(ns *string) {
 // splitDocuments cuts data into documents with their first line. JSON is
 // recognised by its leading brace (as apimachinery's YAMLOrJSONDecoder
 // does); everything else goes through apimachinery's YAML document reader.
-func splitDocuments(data []byte) ([]document, *ManifestError) {
+func splitDocuments(data []byte) ([]document, *Error) {
 	if utilyaml.IsJSONBuffer(data) {
 		return splitJSON(data)
 	}
 	return splitYAML(data)
 }
 
-func splitJSON(data []byte) ([]document, *ManifestError) {
+func splitJSON(data []byte) ([]document, *Error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var docs []document
 	for {
@@ -159,7 +165,7 @@ func splitJSON(data []byte) ([]document, *ManifestError) {
 			if errors.As(err, &syn) {
 				off = int(syn.Offset)
 			}
-			return nil, &ManifestError{Line: lineAt(data, off), Err: err}
+			return nil, &Error{Line: lineAt(data, off), Err: err}
 		}
 		docs = append(docs, document{line: lineAt(data, start), json: raw})
 	}
@@ -169,7 +175,7 @@ func splitJSON(data []byte) ([]document, *ManifestError) {
 // ..." or "line 3: cannot unmarshal ..."), relative to the document.
 var yamlLine = regexp.MustCompile(`line (\d+): `)
 
-func splitYAML(data []byte) ([]document, *ManifestError) {
+func splitYAML(data []byte) ([]document, *Error) {
 	// The reader returns whole lines of each document without the
 	// separators, so each document is found again by its first line to
 	// learn where it starts.
@@ -186,7 +192,7 @@ func splitYAML(data []byte) ([]document, *ManifestError) {
 			return docs, nil
 		}
 		if err != nil {
-			return nil, &ManifestError{Line: min(cursor+1, len(lines)), Err: err}
+			return nil, &Error{Line: min(cursor+1, len(lines)), Err: err}
 		}
 		first, _, _ := strings.Cut(string(doc), "\n")
 		for cursor < len(lines) && lines[cursor] != first {
@@ -210,21 +216,21 @@ func splitYAML(data []byte) ([]document, *ManifestError) {
 
 // yamlError places a go-yaml error, whose line is relative to the document
 // starting at docLine, in the file.
-func yamlError(docLine int, err error) *ManifestError {
+func yamlError(docLine int, err error) *Error {
 	msg := err.Error()
 	m := yamlLine.FindStringSubmatchIndex(msg)
 	if m == nil {
-		return &ManifestError{Line: docLine, Err: err}
+		return &Error{Line: docLine, Err: err}
 	}
 	rel, _ := strconv.Atoi(msg[m[2]:m[3]])
-	return &ManifestError{
+	return &Error{
 		Line: docLine + rel - 1,
 		Err:  &positionedError{msg: msg[:m[0]] + msg[m[1]:], err: err},
 	}
 }
 
 // positionedError is an error whose message had its position moved into
-// ManifestError.Line.
+// Error.Line.
 type positionedError struct {
 	msg string
 	err error

@@ -1,4 +1,4 @@
-package proxykit
+package manifest
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
-	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,7 +68,7 @@ func objectNames(objs []runtime.Object) []string {
 	return out
 }
 
-func TestDecodeManifests(t *testing.T) {
+func TestDecode(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		data string
@@ -88,7 +89,7 @@ func TestDecodeManifests(t *testing.T) {
 		{"empty", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs, err := DecodeManifests("f.yaml", []byte(tc.data))
+			objs, err := Decode("f.yaml", []byte(tc.data))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +100,7 @@ func TestDecodeManifests(t *testing.T) {
 	}
 }
 
-func TestDecodeManifestsErrors(t *testing.T) {
+func TestDecodeErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		data     string
@@ -115,10 +116,10 @@ func TestDecodeManifestsErrors(t *testing.T) {
 		{"no kind", "metadata:\n  name: x\n", 1, "Kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeManifests("dir/f.yaml", []byte(tc.data))
-			var me *ManifestError
+			_, err := Decode("dir/f.yaml", []byte(tc.data))
+			var me *Error
 			if !errors.As(err, &me) {
-				t.Fatalf("error %v is not a *ManifestError", err)
+				t.Fatalf("error %v is not a *Error", err)
 			}
 			if me.Path != "dir/f.yaml" || me.Line != tc.wantLine || !strings.Contains(me.Error(), tc.wantMsg) {
 				t.Errorf("error %q (line %d), want dir/f.yaml line %d containing %q", me.Error(), me.Line, tc.wantLine, tc.wantMsg)
@@ -223,7 +224,7 @@ func writeFile(t *testing.T, path, data string) {
 }
 
 // runSource runs src until the test ends.
-func runSource(t *testing.T, src Source, h Handler) {
+func runSource(t *testing.T, src source.Source, h source.Handler) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -236,7 +237,7 @@ func runSource(t *testing.T, src Source, h Handler) {
 	})
 }
 
-func TestManifestSourceFolder(t *testing.T) {
+func TestSourceFolder(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), svcYAML+"---\n"+sliceYAML)
 	writeFile(t, filepath.Join(dir, "b.yml"), nodeYAML)
@@ -244,9 +245,9 @@ func TestManifestSourceFolder(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "notes.txt"), "not a manifest")
 	var errsMu sync.Mutex
 	var errs []error
-	src := NewManifestSource(dir, ManifestConfig{
+	src := New(dir, Config{
 		Debounce: 20 * time.Millisecond,
-		Logger:   testLogger(t),
+		Logger:   testr.New(t),
 		OnError: func(err error) {
 			errsMu.Lock()
 			defer errsMu.Unlock()
@@ -271,7 +272,7 @@ func TestManifestSourceFolder(t *testing.T) {
 	})
 	waitEvents(t, h, nil)
 	errsMu.Lock()
-	var me *ManifestError
+	var me *Error
 	if !errors.As(errs[0], &me) || me.Path != filepath.Join(dir, "a.yaml") || me.Line != 4 {
 		t.Errorf("error = %v, want %s line 4", errs[0], filepath.Join(dir, "a.yaml"))
 	}
@@ -285,12 +286,12 @@ func TestManifestSourceFolder(t *testing.T) {
 	waitEvents(t, h, []string{"add Service demo/api", "delete Service demo/web"})
 }
 
-func TestManifestSourceFile(t *testing.T) {
+func TestSourceFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "all.yaml")
 	writeFile(t, path, svcYAML)
 	writeFile(t, filepath.Join(dir, "other.yaml"), nodeYAML)
-	src := NewManifestSource(path, ManifestConfig{Debounce: 20 * time.Millisecond, Logger: testLogger(t)})
+	src := New(path, Config{Debounce: 20 * time.Millisecond, Logger: testr.New(t)})
 	h := newRecordingHandler()
 	runSource(t, src, h)
 	<-h.synced
@@ -309,7 +310,7 @@ func TestManifestSourceFile(t *testing.T) {
 	waitEvents(t, h, []string{"add EndpointSlice demo/web-1"})
 }
 
-func TestManifestSourceInitialErrors(t *testing.T) {
+func TestSourceInitialErrors(t *testing.T) {
 	dir := t.TempDir()
 	broken := filepath.Join(dir, "broken.yaml")
 	writeFile(t, broken, svcYAML+"---\nkind: [\n")
@@ -323,10 +324,10 @@ func TestManifestSourceInitialErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRecordingHandler()
-			err := NewManifestSource(tc.path, ManifestConfig{Logger: testLogger(t)}).Run(context.Background(), h)
-			var me *ManifestError
+			err := New(tc.path, Config{Logger: testr.New(t)}).Run(context.Background(), h)
+			var me *Error
 			if !errors.As(err, &me) || me.Path != tc.wantPath || me.Line != tc.wantLine {
-				t.Fatalf("Run = %v, want a ManifestError at %s:%d", err, tc.wantPath, tc.wantLine)
+				t.Fatalf("Run = %v, want an *Error at %s:%d", err, tc.wantPath, tc.wantLine)
 			}
 			if got := h.take(); len(got) != 0 {
 				t.Errorf("delivered %v before failing", got)
@@ -335,11 +336,11 @@ func TestManifestSourceInitialErrors(t *testing.T) {
 	}
 }
 
-func TestManifestDuplicatesFirstWins(t *testing.T) {
+func TestDuplicatesFirstWins(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "1.yaml"), svcYAML)
 	writeFile(t, filepath.Join(dir, "2.yaml"), strings.Replace(svcYAML, "port: 80", "port: 99", 1))
-	src := NewManifestSource(dir, ManifestConfig{Logger: testLogger(t)})
+	src := New(dir, Config{Logger: testr.New(t)})
 	var got []int32
 	h := &funcHandler{onService: func(_, new *v1.Service) { got = append(got, new.Spec.Ports[0].Port) }}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -352,27 +353,24 @@ func TestManifestDuplicatesFirstWins(t *testing.T) {
 	}
 }
 
-// TestProxyManifestEndToEnd runs a proxy on a manifest file and edits it.
-func TestProxyManifestEndToEnd(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "demo.yaml")
-	writeFile(t, path, svcYAML+"---\n"+sliceYAML+"---\n"+nodeYAML)
-	rec := dataplanetest.NewRecorder("rec")
-	h := newProxyHarness(t, Config{
-		NodeName:   dataplanetest.NodeName,
-		Dataplanes: []DataplaneConfig{{Dataplane: rec}},
-		Sources:    []Source{NewManifestSource(path, ManifestConfig{Debounce: 20 * time.Millisecond, Logger: testLogger(t)})},
-	}).start()
-	syncsOf(t, rec, 1)
-	want := []string{"demo/web:http/TCP 172.30.0.1:80/TCP -> 10.0.0.1:8080"}
-	if diff := cmp.Diff(want, stateSummary(rec.Programmed())); diff != "" {
-		t.Errorf("programmed (-want +got):\n%s", diff)
+// waitFor polls cond until it holds or 10s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 1000 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if code, _, _ := serve(t, h.p.HealthzHandler()); code != 200 {
-		t.Errorf("/healthz = %d with the node in the manifest", code)
-	}
-	writeFile(t, path, svcYAML+"---\n"+strings.Replace(sliceYAML, "10.0.0.1", "10.0.0.2", 1))
-	waitFor(t, "the edit programmed", func() bool {
-		got := stateSummary(rec.Programmed())
-		return len(got) == 1 && strings.HasSuffix(got[0], "10.0.0.2:8080")
-	})
+	t.Fatalf("timed out waiting for %s", what)
 }
+
+// funcHandler hands services to a function and ignores everything else.
+type funcHandler struct {
+	onService func(old, new *v1.Service)
+}
+
+func (f *funcHandler) OnService(old, new *v1.Service)                    { f.onService(old, new) }
+func (f *funcHandler) OnEndpointSlice(old, new *discovery.EndpointSlice) {}
+func (f *funcHandler) OnNode(old, new *v1.Node)                          {}
+func (f *funcHandler) Synced()                                           {}

@@ -1,4 +1,4 @@
-package proxykit
+package health
 
 import (
 	"encoding/json"
@@ -13,33 +13,60 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/proxykit/proxykit/dataplane"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-type serviceHealthConfig struct {
-	family   v1.IPFamily
-	nodeName string
-	// addresses, if non-nil, replaces the address choice below.
-	addresses []netip.Addr
-	// nodePorts is Settings.NodePortAddresses.
-	nodePorts []netip.Prefix
-	healthy   func() bool
-	recorder  EventRecorder
-	logger    logr.Logger
-	metrics   *metrics
+// EventRecorder records Kubernetes events; client-go's
+// record.EventRecorder implements it.
+type EventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
+// LocalEndpoints counts a service's ready endpoints on this node;
+// endpoints.Map implements it.
+type LocalEndpoints interface {
+	LocalReadyEndpoints(service types.NamespacedName) int
+}
+
+// NodePortsConfig configures NodePorts. Family is required; every other
+// zero value is documented on its field.
+type NodePortsConfig struct {
+	// Family is the IP family served: v1.IPv4Protocol or v1.IPv6Protocol.
+	Family v1.IPFamily
+	// NodeName names the node in the event recorded for a port that cannot
+	// be opened.
+	NodeName string
+	// Addresses, if non-nil, are the addresses to listen on (those of
+	// Family are used), replacing kube-proxy's choice from
+	// NodePortAddresses.
+	Addresses []netip.Addr
+	// NodePortAddresses are the CIDRs node ports are restricted to
+	// (dataplane.Settings.NodePortAddresses): the ports listen on the
+	// local addresses within those of Family, or on every address when
+	// there are none.
+	NodePortAddresses []netip.Prefix
+	// Healthy reports the proxy's health, answered as serviceProxyHealthy;
+	// nil means always healthy.
+	Healthy func() bool
+	// Recorder, if set, receives a Warning event for each port that cannot
+	// be opened.
+	Recorder EventRecorder
+	// Logger is where the ports log; the zero value discards.
+	Logger logr.Logger
+
 	// interfaceAddrs lists the local addresses; nil means
 	// net.InterfaceAddrs.
 	interfaceAddrs func() ([]net.Addr, error)
 }
 
-// serviceHealthServer serves the health-check node port of every
+// NodePorts serves the health-check node port of every
 // externalTrafficPolicy: Local LoadBalancer service of one family, telling
 // load balancers whether this node has local endpoints for it (kube-proxy's
 // ServiceHealthServer). It is fed after every successful sync.
-type serviceHealthServer struct {
-	cfg serviceHealthConfig
+type NodePorts struct {
+	cfg NodePortsConfig
 	wg  sync.WaitGroup
 
 	mu       sync.RWMutex
@@ -49,28 +76,33 @@ type serviceHealthServer struct {
 type hcInstance struct {
 	port    uint16
 	servers []*http.Server
-	// localEndpoints is guarded by serviceHealthServer.mu.
+	// localEndpoints is guarded by NodePorts.mu.
 	localEndpoints int
 }
 
-func newServiceHealthServer(cfg serviceHealthConfig) *serviceHealthServer {
+// NewNodePorts returns NodePorts serving nothing yet.
+func NewNodePorts(cfg NodePortsConfig) *NodePorts {
 	if cfg.interfaceAddrs == nil {
 		cfg.interfaceAddrs = net.InterfaceAddrs
 	}
-	return &serviceHealthServer{cfg: cfg, services: map[types.NamespacedName]*hcInstance{}}
+	if cfg.Healthy == nil {
+		cfg.Healthy = func() bool { return true }
+	}
+	return &NodePorts{cfg: cfg, services: map[types.NamespacedName]*hcInstance{}}
 }
 
-// sync opens a listener per service in ports not yet served, closes those
+// Sync opens a listener per service in ports not yet served, closes those
 // no longer wanted or whose port changed (a reopened one starts at zero
 // endpoints), and sets every served service's local endpoint count from
-// st. A service whose port cannot be opened is left out and retried at the
-// next sync.
-func (s *serviceHealthServer) sync(ports map[types.NamespacedName]uint16, st *dataplane.State) {
+// local. A service whose port cannot be opened is logged, recorded as an
+// event, left out and retried at the next Sync. It returns how many ports
+// are served and how many failed to open.
+func (s *NodePorts) Sync(ports map[types.NamespacedName]uint16, local LocalEndpoints) (serving, failed int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for nn, inst := range s.services {
 		if port, ok := ports[nn]; !ok || port != inst.port {
-			s.cfg.logger.V(2).Info("Closing health-check node port", "service", nn, "port", inst.port)
+			s.cfg.Logger.V(2).Info("Closing health-check node port", "service", nn, "port", inst.port)
 			inst.close()
 			delete(s.services, nn)
 		}
@@ -85,29 +117,29 @@ func (s *serviceHealthServer) sync(ports map[types.NamespacedName]uint16, st *da
 		}
 		inst, err := s.open(nn, port, addrs)
 		if err != nil {
-			msg := fmt.Sprintf("node %s failed to start healthcheck %q on port %d: %v", s.cfg.nodeName, nn.String(), port, err)
-			s.cfg.logger.Error(err, "Failed to open health-check node port", "service", nn, "port", port)
-			s.cfg.metrics.healthCheckErrors.WithLabelValues(string(s.cfg.family)).Inc()
-			if s.cfg.recorder != nil {
+			failed++
+			msg := fmt.Sprintf("node %s failed to start healthcheck %q on port %d: %v", s.cfg.NodeName, nn.String(), port, err)
+			s.cfg.Logger.Error(err, "Failed to open health-check node port", "service", nn, "port", port)
+			if s.cfg.Recorder != nil {
 				ref := &v1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: nn.Namespace, Name: nn.Name}
-				s.cfg.recorder.Eventf(ref, v1.EventTypeWarning, "FailedToStartServiceHealthcheck", "%s", msg)
+				s.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, "FailedToStartServiceHealthcheck", "%s", msg)
 			}
 			continue
 		}
-		s.cfg.logger.V(2).Info("Opened health-check node port", "service", nn, "port", port, "addresses", addrs)
+		s.cfg.Logger.V(2).Info("Opened health-check node port", "service", nn, "port", port, "addresses", addrs)
 		s.services[nn] = inst
 	}
 	for nn, inst := range s.services {
-		inst.localEndpoints = st.Endpoints.LocalReadyEndpoints(nn)
+		inst.localEndpoints = local.LocalReadyEndpoints(nn)
 	}
-	s.cfg.metrics.healthCheckPorts.WithLabelValues(string(s.cfg.family)).Set(float64(len(s.services)))
+	return len(s.services), failed
 }
 
 // open listens on port at every address; on any failure it closes what it
 // opened, so that the next try (or another owner of the port) starts clean.
-func (s *serviceHealthServer) open(nn types.NamespacedName, port uint16, addrs []netip.Addr) (*hcInstance, error) {
+func (s *NodePorts) open(nn types.NamespacedName, port uint16, addrs []netip.Addr) (*hcInstance, error) {
 	network := "tcp4"
-	if s.cfg.family == v1.IPv6Protocol {
+	if s.cfg.Family == v1.IPv6Protocol {
 		network = "tcp6"
 	}
 	inst := &hcInstance{port: port}
@@ -121,7 +153,7 @@ func (s *serviceHealthServer) open(nn types.NamespacedName, port uint16, addrs [
 		inst.servers = append(inst.servers, srv)
 		s.wg.Go(func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.cfg.logger.Error(err, "Health-check node port stopped", "service", nn, "address", ln.Addr())
+				s.cfg.Logger.Error(err, "Health-check node port stopped", "service", nn, "address", ln.Addr())
 			}
 		})
 	}
@@ -135,8 +167,8 @@ func (inst *hcInstance) close() {
 	inst.servers = nil
 }
 
-// close stops every listener and waits for their goroutines.
-func (s *serviceHealthServer) close() {
+// Close stops every listener and waits for their goroutines.
+func (s *NodePorts) Close() {
 	s.mu.Lock()
 	for nn, inst := range s.services {
 		inst.close()
@@ -150,11 +182,11 @@ func (s *serviceHealthServer) close() {
 // NodePortAddresses restricts this family, in which case the local
 // addresses within those CIDRs (re-read at each opening, where kube-proxy
 // reads them once).
-func (s *serviceHealthServer) listenAddresses() []netip.Addr {
-	is6 := s.cfg.family == v1.IPv6Protocol
-	if s.cfg.addresses != nil {
+func (s *NodePorts) listenAddresses() []netip.Addr {
+	is6 := s.cfg.Family == v1.IPv6Protocol
+	if s.cfg.Addresses != nil {
 		var out []netip.Addr
-		for _, a := range s.cfg.addresses {
+		for _, a := range s.cfg.Addresses {
 			if a.Unmap().Is6() == is6 {
 				out = append(out, a.Unmap())
 			}
@@ -166,7 +198,7 @@ func (s *serviceHealthServer) listenAddresses() []netip.Addr {
 		all = []netip.Addr{netip.IPv6Unspecified()}
 	}
 	var cidrs []netip.Prefix
-	for _, c := range s.cfg.nodePorts {
+	for _, c := range s.cfg.NodePortAddresses {
 		if c.Addr().Unmap().Is6() != is6 {
 			continue
 		}
@@ -180,7 +212,7 @@ func (s *serviceHealthServer) listenAddresses() []netip.Addr {
 	}
 	ifAddrs, err := s.cfg.interfaceAddrs()
 	if err != nil {
-		s.cfg.logger.Error(err, "Failed to list node addresses; health-check node ports listen on all addresses")
+		s.cfg.Logger.Error(err, "Failed to list node addresses; health-check node ports listen on all addresses")
 		return all
 	}
 	out := []netip.Addr{}
@@ -206,7 +238,7 @@ func (s *serviceHealthServer) listenAddresses() []netip.Addr {
 }
 
 type hcHandler struct {
-	s    *serviceHealthServer
+	s    *NodePorts
 	name types.NamespacedName
 	inst *hcInstance
 }
@@ -232,7 +264,7 @@ func (h hcHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	var body hcBody
 	body.Service.Namespace, body.Service.Name = h.name.Namespace, h.name.Name
 	body.LocalEndpoints = count
-	body.ServiceProxyHealthy = h.s.cfg.healthy()
+	body.ServiceProxyHealthy = h.s.cfg.Healthy()
 	out, _ := json.MarshalIndent(body, "", "\t")
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -1,4 +1,4 @@
-package proxykit
+package source
 
 import (
 	"context"
@@ -6,24 +6,23 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Source feeds Kubernetes objects to a Proxy. Built in: InformerSource
-// (a cluster, through client-go), ManifestSource (files) and StaticSource
-// (objects in memory).
+// Source feeds Kubernetes objects to a proxy.
 type Source interface {
 	// Run delivers objects to h until ctx is done, then returns nil. It
 	// calls h.Synced once, after it has delivered its initial state. An
-	// error means the source cannot go on; the Proxy then stops.
+	// error means the source cannot go on; the proxy then stops.
 	Run(ctx context.Context, h Handler) error
 }
 
-// SourceFunc adapts a function to a Source.
-type SourceFunc func(ctx context.Context, h Handler) error
+// Func adapts a function to a Source.
+type Func func(ctx context.Context, h Handler) error
 
 // Run calls f(ctx, h).
-func (f SourceFunc) Run(ctx context.Context, h Handler) error { return f(ctx, h) }
+func (f Func) Run(ctx context.Context, h Handler) error { return f(ctx, h) }
 
 // Handler receives a Source's objects. Its methods may be called from any
 // goroutine and never block on rule programming. For every method old is
@@ -40,41 +39,42 @@ type Handler interface {
 	Synced()
 }
 
-// StaticSource delivers a fixed set of objects once, reports Synced, and
-// then waits for its context to end.
-type StaticSource struct {
-	objects []runtime.Object
-}
-
-// NewStaticSource returns a source of objs, which must be *v1.Service,
-// *discovery.EndpointSlice or *v1.Node values (DecodeManifests returns
-// such a list). objs are shared, not copied.
-func NewStaticSource(objs ...runtime.Object) *StaticSource {
-	return &StaticSource{objects: objs}
-}
+// Static is a Source of a fixed set of objects, each a *v1.Service, a
+// *discovery.EndpointSlice or a *v1.Node (manifest.Decode returns such a
+// list). The objects are shared, not copied.
+type Static []runtime.Object
 
 // Run delivers the objects in order, calls h.Synced and blocks until ctx is
 // done. An object of another type is an error and nothing is delivered.
-func (s *StaticSource) Run(ctx context.Context, h Handler) error {
-	for i, o := range s.objects {
+func (s Static) Run(ctx context.Context, h Handler) error {
+	for _, o := range s {
 		switch o.(type) {
 		case *v1.Service, *discovery.EndpointSlice, *v1.Node:
 		default:
-			return fmt.Errorf("static source: object %d: unsupported type %T", i, o)
+			name := ""
+			if a, err := meta.Accessor(o); err == nil {
+				name = " " + a.GetName()
+			}
+			return fmt.Errorf("static source: %T%s: unsupported type", o, name)
 		}
 	}
-	for _, o := range s.objects {
-		deliver(h, nil, o)
+	for _, o := range s {
+		Deliver(h, nil, o)
 	}
 	h.Synced()
 	<-ctx.Done()
 	return nil
 }
 
-// deliver hands one change of a supported object to h; old and new are of
-// the same type or nil.
-func deliver(h Handler, old, new runtime.Object) {
-	switch firstNonNil(old, new).(type) {
+// Deliver hands one change of a supported object to the matching method of
+// h, for sources that hold their objects as runtime.Objects. old and new are
+// of the same type or nil; an object of another type is ignored.
+func Deliver(h Handler, old, new runtime.Object) {
+	obj := old
+	if obj == nil {
+		obj = new
+	}
+	switch obj.(type) {
 	case *v1.Service:
 		a, _ := old.(*v1.Service)
 		b, _ := new.(*v1.Service)
@@ -88,11 +88,4 @@ func deliver(h Handler, old, new runtime.Object) {
 		b, _ := new.(*v1.Node)
 		h.OnNode(a, b)
 	}
-}
-
-func firstNonNil(a, b runtime.Object) runtime.Object {
-	if a != nil {
-		return a
-	}
-	return b
 }

@@ -1,4 +1,4 @@
-package proxykit
+package manifest
 
 import (
 	"bytes"
@@ -9,21 +9,21 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 )
 
-// FuzzDecodeManifests checks that no input panics the decoder, that what it
+// FuzzDecode checks that no input panics the decoder, that what it
 // returns is only the supported kinds, and that every error is a
-// *ManifestError pointing inside the file.
-func FuzzDecodeManifests(f *testing.F) {
+// *Error pointing inside the file.
+func FuzzDecode(f *testing.F) {
 	f.Add([]byte(svcYAML + "---\n" + sliceYAML + "---\n" + nodeYAML))
 	f.Add([]byte(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}}{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"}}`))
 	f.Add([]byte("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n"))
 	f.Add([]byte("---\n---\n# nothing\n"))
 	f.Add([]byte("kind: [\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		objs, err := DecodeManifests("f.yaml", data)
+		objs, err := Decode("f.yaml", data)
 		if err != nil {
-			var me *ManifestError
+			var me *Error
 			if !errors.As(err, &me) {
-				t.Fatalf("error %v is not a *ManifestError", err)
+				t.Fatalf("error %v is not a *Error", err)
 			}
 			if lines := bytes.Count(data, []byte("\n")) + 1; me.Line < 0 || me.Line > lines {
 				t.Fatalf("error line %d outside the file's %d lines: %v", me.Line, lines, err)

@@ -1,4 +1,4 @@
-package proxykit
+package manifest
 
 import (
 	"cmp"
@@ -13,70 +13,66 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
-// DefaultManifestDebounce is how long a ManifestSource waits after the last
-// file event before re-reading.
-const DefaultManifestDebounce = 200 * time.Millisecond
+// DefaultDebounce is how long a Source waits after the last file event
+// before re-reading.
+const DefaultDebounce = 200 * time.Millisecond
 
-// ManifestConfig configures a ManifestSource. The zero value is usable.
-type ManifestConfig struct {
+// Config configures a Source. The zero value is usable.
+type Config struct {
 	// Debounce is how long to wait after the last file change before
 	// re-reading, so that an editor's burst of writes is read once. Zero
-	// means DefaultManifestDebounce.
+	// means DefaultDebounce.
 	Debounce time.Duration
-	// OnError, if set, is called with the error (a *ManifestError, or
+	// OnError, if set, is called with the error (an *Error, or
 	// several joined) each time a re-read fails. The failing files keep
 	// their last good content meanwhile.
 	OnError func(error)
-	// Logger is where the source logs; the zero value is klog.Background().
+	// Logger is where the source logs; the zero value discards.
 	Logger logr.Logger
 	// Clock times the debounce; nil means the real clock.
 	Clock clock.Clock
 }
 
-// ManifestSource serves the Services, EndpointSlices and Nodes of a YAML or
-// JSON file, or of every *.yaml, *.yml and *.json file directly in a folder
-// (see DecodeManifests for the format), so that a proxy runs without a
-// cluster. It re-reads them when they change and hands the difference to
+// Source serves the Services, EndpointSlices and Nodes of a YAML or JSON
+// file, or of every *.yaml, *.yml and *.json file directly in a folder (see
+// Decode for the format, and for the API server defaults it applies), so
+// that a proxy runs without a cluster. It re-reads them when they change and hands the difference to
 // the handler as adds, updates and deletes. A file that fails to decode is
 // reported with its path and line and keeps its last good content, so what
 // is programmed stays as it was.
-type ManifestSource struct {
+type Source struct {
 	path    string
-	cfg     ManifestConfig
-	decoder *manifestDecoder
+	cfg     Config
+	decoder *decoder
 }
 
-// NewManifestSource returns a source of the manifests at path, a file or a
-// folder.
-func NewManifestSource(path string, cfg ManifestConfig) *ManifestSource {
+// New returns a source of the manifests at path, a file or a folder.
+func New(path string, cfg Config) *Source {
 	if cfg.Debounce <= 0 {
-		cfg.Debounce = DefaultManifestDebounce
-	}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background()
+		cfg.Debounce = DefaultDebounce
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &ManifestSource{path: filepath.Clean(path), cfg: cfg, decoder: newManifestDecoder()}
+	return &Source{path: filepath.Clean(path), cfg: cfg, decoder: newDecoder()}
 }
 
 // Run reads the manifests, delivers them, calls h.Synced and then follows
 // changes until ctx is done. It fails if the first read fails (a missing
 // path or a broken file): there is no last good state to keep yet.
-func (s *ManifestSource) Run(ctx context.Context, h Handler) error {
+func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	info, err := os.Stat(s.path)
 	if err != nil {
-		return &ManifestError{Path: s.path, Err: err}
+		return &Error{Path: s.path, Err: err}
 	}
 	dir := s.path
 	if !info.IsDir() {
@@ -94,7 +90,7 @@ func (s *ManifestSource) Run(ctx context.Context, h Handler) error {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
 
-	st := manifestState{files: map[string][]runtime.Object{}, isDir: info.IsDir()}
+	st := fileState{files: map[string][]runtime.Object{}, isDir: info.IsDir()}
 	if err := st.reload(s); err != nil {
 		return err
 	}
@@ -145,8 +141,8 @@ func (s *ManifestSource) Run(ctx context.Context, h Handler) error {
 	}
 }
 
-// manifestState is the last good content of every manifest file.
-type manifestState struct {
+// fileState is the last good content of every manifest file.
+type fileState struct {
 	isDir bool
 	files map[string][]runtime.Object
 }
@@ -154,7 +150,7 @@ type manifestState struct {
 // reload re-reads every file. A file that fails keeps its previous content
 // (none if it never decoded); a file that is gone is dropped. The errors of
 // all failing files are returned joined.
-func (st *manifestState) reload(s *ManifestSource) error {
+func (st *fileState) reload(s *Source) error {
 	paths, err := s.files(st.isDir)
 	if err != nil {
 		return err
@@ -166,7 +162,7 @@ func (st *manifestState) reload(s *ManifestSource) error {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, &ManifestError{Path: p, Err: err})
+				errs = append(errs, &Error{Path: p, Err: err})
 			} else {
 				delete(st.files, p)
 			}
@@ -190,13 +186,13 @@ func (st *manifestState) reload(s *ManifestSource) error {
 // files lists the manifest files: the path itself, or the regular files
 // (symlinks followed) with a manifest extension directly in the folder,
 // sorted; hidden files are ignored.
-func (s *ManifestSource) files(isDir bool) ([]string, error) {
+func (s *Source) files(isDir bool) ([]string, error) {
 	if !isDir {
 		return []string{s.path}, nil
 	}
 	entries, err := os.ReadDir(s.path)
 	if err != nil {
-		return nil, &ManifestError{Path: s.path, Err: err}
+		return nil, &Error{Path: s.path, Err: err}
 	}
 	var out []string
 	for _, e := range entries {
@@ -260,7 +256,7 @@ func (k objectKey) String() string {
 // merged returns every object by key. When several files (or documents)
 // define one object, the first in path and document order wins, so the
 // outcome never depends on read order.
-func (st *manifestState) merged(log logr.Logger) map[objectKey]runtime.Object {
+func (st *fileState) merged(log logr.Logger) map[objectKey]runtime.Object {
 	paths := make([]string, 0, len(st.files))
 	for p := range st.files {
 		paths = append(paths, p)
@@ -282,7 +278,7 @@ func (st *manifestState) merged(log logr.Logger) map[objectKey]runtime.Object {
 }
 
 // diffObjects hands h what changed from old to new, in a stable order.
-func diffObjects(h Handler, old, new map[objectKey]runtime.Object) {
+func diffObjects(h source.Handler, old, new map[objectKey]runtime.Object) {
 	keys := make([]objectKey, 0, len(old)+len(new))
 	for k := range old {
 		keys = append(keys, k)
@@ -300,6 +296,6 @@ func diffObjects(h Handler, old, new map[objectKey]runtime.Object) {
 		if o != nil && n != nil && equality.Semantic.DeepEqual(o, n) {
 			continue
 		}
-		deliver(h, o, n)
+		source.Deliver(h, o, n)
 	}
 }

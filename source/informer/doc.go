@@ -1,0 +1,15 @@
+// Package informer is a source.Source that watches a cluster through
+// client-go informers, filtered on the API server as kube-proxy filters
+// them (see Source).
+//
+// It takes a Client (a clientset's core/v1 and discovery/v1 typed clients)
+// rather than kubernetes.Interface, and builds its informers from those
+// typed clients rather than through client-go's informer factories, so
+// that only what it watches is linked in.
+//
+// # Differences from kube-proxy
+//
+// With Config.ProxyName set, the source watches services labelled with
+// that name as well as unlabelled ones (two label selectors, merged), so
+// that a second proxy can claim services by label.
+package informer
