@@ -36,8 +36,10 @@ type StaleFlows struct {
 	// endpoint serving the port in State goes: this is kube-proxy's
 	// reconciliation, and it also flushes the flows that bypassed DNAT
 	// because the port had no endpoints when they began. Node ports are
-	// reconciled only while the port has a serving endpoint, as kube-proxy
-	// does, and only DNATed flows.
+	// reconciled by port alone, as kube-proxy does, and only while the
+	// port has a serving endpoint; un-NATed flows to them go too, so that a
+	// client that sent to the node port before the service existed reaches
+	// it without changing its source port.
 	Ports []servicemodel.PortName
 	// State is what every dataplane of Family programs now; nil leaves
 	// Endpoints un-narrowed and Ports skipped.
