@@ -72,6 +72,15 @@ func (d *conntrackDebt) add(c dataplane.Changes) {
 			d.ports.Insert(pn)
 		}
 	}
+	// A port that appeared or changed after its endpoints were known is
+	// reconciled too: flows sent to its node port or addresses before it
+	// existed were refused or answered un-NATed, and nothing else would
+	// flush them while its endpoints stay as they are.
+	for pn := range c.Services.Ports {
+		if conntrackProtocol(pn.Protocol) {
+			d.ports.Insert(pn)
+		}
+	}
 }
 
 func (d *conntrackDebt) len() int {

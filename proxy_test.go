@@ -190,7 +190,7 @@ func TestProxyFailedSyncKeepsCleanup(t *testing.T) {
 	if _, ok := last.State.ChangedSince(good); ok {
 		t.Error("the retry's State tells changes since the last programmed one: the dataplane would not program in full")
 	}
-	want := [][]string{{"IPv4 port ns/b:dns/UDP"}, {"IPv4 frontend 172.30.0.10:53/UDP"}}
+	want := [][]string{{"IPv4 port ns/a:dns/UDP", "IPv4 port ns/b:dns/UDP"}, {"IPv4 frontend 172.30.0.10:53/UDP"}}
 	if diff := cmp.Diff(want, h.cleaner.summaries()); diff != "" {
 		t.Errorf("cleanup (-want +got):\n%s", diff)
 	}

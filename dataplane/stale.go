@@ -30,14 +30,17 @@ type StaleFlows struct {
 	// not in State is left to the port's frontends, which are stale with
 	// it.
 	Endpoints []endpoints.StaleEndpoint
-	// Ports are service ports whose endpoints changed; they need State. A
-	// flow sent to one of the port's frontends in State (cluster IP,
-	// external IPs, VIPs, node port) whose replies do not come from an
-	// endpoint serving the port in State goes: this is kube-proxy's
-	// reconciliation, and it also flushes the flows that bypassed DNAT
-	// because the port had no endpoints when they began. Node ports are
-	// reconciled only while the port has a serving endpoint, as kube-proxy
-	// does, and only DNATed flows.
+	// Ports are service ports whose endpoints changed, or that appeared or
+	// changed themselves; they need State. A flow sent to one of the
+	// port's frontends in State (cluster IP, external IPs, VIPs, node port)
+	// whose replies do not come from an endpoint serving the port in State
+	// goes: this is kube-proxy's reconciliation, and it also flushes the
+	// flows that bypassed DNAT because the port had no endpoints, or did
+	// not exist, when they began. Node ports are
+	// reconciled by port alone, as kube-proxy does, and only while the
+	// port has a serving endpoint; un-NATed flows to them go too, so that a
+	// client that sent to the node port before the service existed reaches
+	// it without changing its source port.
 	Ports []servicemodel.PortName
 	// State is what every dataplane of Family programs now; nil leaves
 	// Endpoints un-narrowed and Ports skipped.

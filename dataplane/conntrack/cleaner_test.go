@@ -25,6 +25,9 @@ var (
 	dnsLBVIP  = netip.MustParseAddrPort("198.51.100.9:53")
 	otherVIP  = netip.MustParseAddrPort("172.30.0.20:53")
 	nodePort  = netip.MustParseAddrPort("192.168.0.1:30053")
+	nodePort2 = netip.MustParseAddrPort("192.168.0.2:30053")
+	nodeOther = netip.MustParseAddrPort("192.168.0.1:30054")
+	nodePort6 = netip.MustParseAddrPort("[fd00::2]:30053")
 	epA       = netip.MustParseAddrPort("10.1.0.1:5353")
 	epB       = netip.MustParseAddrPort("10.1.0.2:5353")
 	sctpVIP   = netip.MustParseAddrPort("172.30.0.30:9000")
@@ -49,10 +52,18 @@ func testFlows() map[string]*netlink.ConntrackFlow {
 		"lb->A":        NewFlow(v1.ProtocolUDP, client, dnsLBVIP, epA),
 		"other->A":     NewFlow(v1.ProtocolUDP, client, otherVIP, epA),
 		"nodeport->A":  NewFlow(v1.ProtocolUDP, client, nodePort, epA),
-		"nodeport-own": NewFlow(v1.ProtocolUDP, client, nodePort, nodePort),
-		"direct->A":    NewFlow(v1.ProtocolUDP, client, epA, epA),
-		"sctp->ep":     NewFlow(v1.ProtocolSCTP, client, sctpVIP, sctpEP),
-		"v6dns->A":     NewFlow(v1.ProtocolUDP, client6, dnsVIP6, epA6),
+		"nodeport->B":  NewFlow(v1.ProtocolUDP, client, nodePort, epB),
+		// Sent to the node port while nothing DNATed it: refused by the
+		// node, or answered by a process listening on that number.
+		"nodeport-own":      NewFlow(v1.ProtocolUDP, client, nodePort, nodePort),
+		"nodeport2-own":     NewFlow(v1.ProtocolUDP, client, nodePort2, nodePort2),
+		"nodeport-tcp-own":  NewFlow(v1.ProtocolTCP, client, nodePort, nodePort),
+		"nodeport-sctp-own": NewFlow(v1.ProtocolSCTP, client, nodePort, nodePort),
+		"other-port-own":    NewFlow(v1.ProtocolUDP, client, nodeOther, nodeOther),
+		"v6nodeport-own":    NewFlow(v1.ProtocolUDP, client6, nodePort6, nodePort6),
+		"direct->A":         NewFlow(v1.ProtocolUDP, client, epA, epA),
+		"sctp->ep":          NewFlow(v1.ProtocolSCTP, client, sctpVIP, sctpEP),
+		"v6dns->A":          NewFlow(v1.ProtocolUDP, client6, dnsVIP6, epA6),
 	}
 }
 
@@ -79,6 +90,31 @@ func testState(servingA bool) *dataplane.State {
 			sctpPort:  {ep(sctpEP, true)},
 		}),
 	}
+}
+
+// testState6 is the IPv6 half of dns, served by A, with the same node port.
+func testState6() *dataplane.State {
+	return &dataplane.State{
+		Family: v1.IPv6Protocol,
+		Services: servicemodel.NewMap(&servicemodel.ServicePort{
+			Name: dnsPort, ClusterIP: dnsVIP6.Addr(), Port: 53, Protocol: v1.ProtocolUDP, NodePort: nodePort.Port(),
+		}),
+		Endpoints: endpoints.NewMap(map[servicemodel.PortName][]*endpoints.Endpoint{
+			dnsPort: {{Addr: epA6, EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}}},
+		}),
+	}
+}
+
+// testStateScaledToZero is testState with dns keeping only endpoints that
+// no longer serve.
+func testStateScaledToZero() *dataplane.State {
+	st := testState(false)
+	st.Endpoints = endpoints.NewMap(map[servicemodel.PortName][]*endpoints.Endpoint{
+		dnsPort:   {{Addr: epA}, {Addr: epB}},
+		otherPort: {{Addr: epA}},
+		sctpPort:  {{Addr: sctpEP, EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}}},
+	})
+	return st
 }
 
 func udp(ip string, port uint16) servicemodel.Frontend {
@@ -123,7 +159,7 @@ func TestClean(t *testing.T) {
 		{
 			name:    "stale node port takes DNATed flows to the port only",
 			stale:   dataplane.StaleFlows{Frontends: []servicemodel.Frontend{udp("", 30053)}},
-			deleted: []string{"nodeport->A"},
+			deleted: []string{"nodeport->A", "nodeport->B"},
 		},
 		{
 			name:  "TCP is left to the kernel",
@@ -163,18 +199,41 @@ func TestClean(t *testing.T) {
 			}, State: testState(false)},
 		},
 		{
-			name:    "changed port: flows not answered by a serving endpoint, un-NATed ones included",
-			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{dnsPort}, State: testState(false)},
-			deleted: []string{"dns->A", "dns-unnatted", "ext->A", "lb->A", "nodeport->A"},
+			// The node port, like kube-proxy's, is matched by protocol
+			// and port alone, on any address: un-NATed flows to it go,
+			// TCP, SCTP, other ports and the other family stay.
+			name:  "changed port: flows not answered by a serving endpoint, un-NATed ones included",
+			stale: dataplane.StaleFlows{Ports: []servicemodel.PortName{dnsPort}, State: testState(false)},
+			deleted: []string{"dns->A", "dns-unnatted", "ext->A", "lb->A",
+				"nodeport->A", "nodeport-own", "nodeport2-own"},
 		},
 		{
 			name:    "changed port whose endpoints all still serve",
 			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{dnsPort}, State: testState(true)},
-			deleted: []string{"dns-unnatted"},
+			deleted: []string{"dns-unnatted", "nodeport-own", "nodeport2-own"},
 		},
 		{
 			name:    "changed port with nothing serving keeps its node port flows",
+			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{dnsPort}, State: testStateScaledToZero()},
+			deleted: []string{"dns->A", "dns->B", "dns-unnatted", "ext->A", "lb->A"},
+		},
+		{
+			name:    "changed port without a node port",
 			stale:   dataplane.StaleFlows{Ports: []servicemodel.PortName{otherPort}, State: testState(false)},
+			deleted: []string{"other->A"},
+		},
+		{
+			name:    "changed port in the IPv6 table reconciles its node port there only",
+			stale:   dataplane.StaleFlows{Family: v1.IPv6Protocol, Ports: []servicemodel.PortName{dnsPort}, State: testState6()},
+			deleted: []string{"v6nodeport-own"},
+		},
+		{
+			name: "stale node port keeps un-NATed flows even when reconciled elsewhere",
+			stale: dataplane.StaleFlows{
+				Frontends: []servicemodel.Frontend{udp("", 30054)},
+				Ports:     []servicemodel.PortName{otherPort},
+				State:     testState(false),
+			},
 			deleted: []string{"other->A"},
 		},
 		{

@@ -23,10 +23,11 @@
 //     address, so the port is all a flow carries);
 //   - every DNATed flow whose reply source is a stale endpoint, for the
 //     endpoint's protocol, sent to a frontend of the port it left;
-//   - for each changed port, every flow sent to one of its frontends whose
-//     replies do not come from an endpoint serving it now: kube-proxy's
-//     reconciliation, which also catches flows that began un-NATed while
-//     the port had no endpoints.
+//   - for each changed port, every flow sent to one of its frontends (its
+//     node port included, while something serves it) whose replies do not
+//     come from an endpoint serving it now: kube-proxy's reconciliation,
+//     which also catches flows that began un-NATed while the port had no
+//     endpoints or the service did not exist yet.
 //
 // # Differences from kube-proxy
 //
@@ -46,10 +47,16 @@
 // kube-proxy restricts it; without it, every DNATed flow to that endpoint
 // goes.
 //
-// Node-port flows are deleted only when they were DNATed: a flow whose
-// replies come from the node address and port it was sent to belongs to a
-// process on the node that listens on that number, not to a service.
-// kube-proxy matches node ports by port alone.
+// A changed port's node port is reconciled as kube-proxy reconciles it: by
+// protocol and destination port alone, in the family's table, and only
+// while the port has a serving endpoint (with none, every flow to that port
+// number would go, whoever owns it). A flow that was not DNATed goes too: a
+// client that sent to the node port before the service existed was refused,
+// or answered by a process on the node, and would stay so for as long as it
+// keeps its source port. A node port that became stale (its service or port
+// deleted) takes only DNATed flows: one whose replies come from the node
+// address and port it was sent to belongs to a process on the node that
+// listens on that number, not to a service.
 //
 // Every call that dumps the table is retried a few times when the kernel
 // reports the dump interrupted (the table changed under it), as kube-proxy

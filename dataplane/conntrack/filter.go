@@ -196,20 +196,25 @@ func (f *staleFilter) match(flow *netlink.ConntrackFlow) bool {
 			return true
 		}
 	}
-	// Past a service's own frontends, a flow whose replies come from where
-	// it was sent was not DNATed, so it is no service's flow: a client
+	// A node port with serving endpoints is reconciled by port alone, as
+	// kube-proxy does: a flow that began while nothing DNATed the port (the
+	// service did not exist yet, so the node refused it or a local process
+	// answered) must go too, or the client stays off the service for as
+	// long as it keeps its source port.
+	if set, ok := f.reconciledNodePort[protoPort{proto, origDst.Port()}]; ok {
+		if _, ok := set[replySrc]; !ok {
+			return true
+		}
+	}
+	// Past what is reconciled, a flow whose replies come from where it was
+	// sent was not DNATed, so it is no stale service's flow: a client
 	// talking to a pod directly, or to a process on the node that listens
-	// on a node port number.
+	// on the number of a node port that is gone.
 	if replySrc == origDst {
 		return false
 	}
 	if _, ok := f.nodePorts[protoPort{proto, origDst.Port()}]; ok {
 		return true
-	}
-	if set, ok := f.reconciledNodePort[protoPort{proto, origDst.Port()}]; ok {
-		if _, ok := set[replySrc]; !ok {
-			return true
-		}
 	}
 	ep := protoAddr{proto, replySrc}
 	if _, ok := f.endpoints[ep]; ok {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/internal/netns"
@@ -304,6 +305,92 @@ func TestKernelStaleFrontends(t *testing.T) {
 	}{{svcIP, 0}, {"10.100.0.1", 0}, {"10.96.0.11", 1}, {"10.100.0.3", 1}} {
 		if e := l.entries(t, "--orig-dst", check.dst); len(e) != check.want {
 			t.Errorf("entries to %s = %q, want %d", check.dst, e, check.want)
+		}
+	}
+}
+
+// TestKernelNodePortBeforeService: clients that sent to a node port before
+// its service existed (one refused by the node, one answered by a process on
+// the node listening on that number) keep their un-NATed entries once the
+// service's DNAT rule appears; reconciling the service's port moves both to
+// the endpoint without either changing its source port.
+func TestKernelNodePortBeforeService(t *testing.T) {
+	l := newLab(t)
+	atA := listen(t, l.podA, fmt.Sprintf("%s:%d", podAIP, podPort))
+	own := listen(t, l.node, "10.100.0.3:30053")
+	// The node already proxies another service, so conntrack tracks its
+	// traffic (a namespace without NAT rules tracks nothing).
+	other := dnat(svcIP, 53, podAIP)
+	l.program(t, other)
+	refused := l.dial(t, 40011, "10.100.0.1:30053")
+	answered := l.dial(t, 40012, "10.100.0.3:30053")
+	var buf [4]byte
+	send := func(conn *net.UDPConn, seq uint32) {
+		t.Helper()
+		binary.BigEndian.PutUint32(buf[:], seq)
+		if _, err := conn.Write(buf[:]); err != nil && !errors.Is(err, unix.ECONNREFUSED) {
+			t.Fatal(err)
+		}
+	}
+	// expectRefused sends seq and waits, bounded, for the node's port
+	// unreachable: the datagram was not DNATed.
+	expectRefused := func(seq uint32, what string) {
+		t.Helper()
+		send(refused, seq)
+		if err := refused.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := refused.Read(make([]byte, 64)); !errors.Is(err, unix.ECONNREFUSED) {
+			t.Fatalf("%s: read = %v, want connection refused", what, err)
+		}
+	}
+
+	expectRefused(1, "before the service")
+	send(answered, 1)
+	waitFor(t, own, 1, "before the service, at the node's own listener")
+
+	// The service appears: node port 30053 on every local address to A,
+	// as kube-proxy's KUBE-NODEPORTS matches it.
+	l.program(t, other, fmt.Sprintf("-A PREROUTING -m addrtype --dst-type LOCAL -p udp --dport 30053 -j DNAT --to-destination %s:%d", podAIP, podPort))
+	expectRefused(2, "after the service appeared, before cleanup")
+	send(answered, 2)
+	waitFor(t, own, 2, "after the service appeared, at the node's own listener")
+	for _, dst := range []string{"10.100.0.1", "10.100.0.3"} {
+		if e := l.entries(t, "--orig-dst", dst, "--orig-port-dst", "30053", "--reply-src", dst); len(e) != 1 {
+			t.Fatalf("un-NATed entries to %s:30053 = %q, want one", dst, e)
+		}
+	}
+
+	pn := servicemodel.PortName{Port: "dns", Protocol: v1.ProtocolUDP}
+	pn.Namespace, pn.Name = "kube-system", "dns"
+	st := &dataplane.State{
+		Family: v1.IPv4Protocol,
+		Services: servicemodel.NewMap(&servicemodel.ServicePort{
+			Name: pn, ClusterIP: netip.MustParseAddr(svcIP), Port: 53, Protocol: v1.ProtocolUDP, NodePort: 30053,
+		}),
+		Endpoints: endpoints.NewMap(map[servicemodel.PortName][]*endpoints.Endpoint{pn: {{
+			Addr:         netip.AddrPortFrom(netip.MustParseAddr(podAIP), podPort),
+			EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true},
+		}}}),
+	}
+	c := New(Config{Netlink: l.nodeHandle(t), Logger: testr.New(t)})
+	n, err := c.CleanStale(context.Background(), dataplane.StaleFlows{Family: v1.IPv4Protocol, Ports: []servicemodel.PortName{pn}, State: st})
+	if err != nil || n != 2 {
+		t.Fatalf("CleanStale = %d, %v; want 2 entries deleted", n, err)
+	}
+
+	send(refused, 3)
+	waitFor(t, atA, 3, "refused client after cleanup, at A")
+	send(answered, 4)
+	waitFor(t, atA, 4, "answered client after cleanup, at A")
+	for _, dst := range []string{"10.100.0.1", "10.100.0.3"} {
+		if e := l.entries(t, "--orig-dst", dst, "--orig-port-dst", "30053", "--reply-src", podAIP); len(e) != 1 {
+			t.Errorf("entries from %s:30053 through A = %q, want one", dst, e)
+		}
+	}
+	for _, port := range []string{"40011", "40012"} {
+		if e := l.entries(t, "--orig-port-src", port); len(e) != 1 {
+			t.Errorf("entries from source port %s = %q, want one: the client kept its port", port, e)
 		}
 	}
 }

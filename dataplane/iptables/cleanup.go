@@ -28,8 +28,9 @@ func (d *Dataplane) ownedChains(table string, save []byte) []string {
 }
 
 // cleanup unhooks the chains and deletes every chain of the prefix, in one
-// restore per table. It goes on after errors so that as much as possible is
-// removed, and returns them all.
+// restore per table, then what iptables-nft left empty (nftables.go). It
+// goes on after errors so that as much as possible is removed, and returns
+// them all.
 func (d *Dataplane) cleanup(ctx context.Context) error {
 	var errs []error
 	for _, j := range d.jumps() {
@@ -43,22 +44,34 @@ func (d *Dataplane) cleanup(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		chains := d.ownedChains(table, save)
-		if len(chains) == 0 {
+		if err := d.deleteOwnedChains(ctx, table, save); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		var b writer
-		b.line("*", table)
-		for _, c := range chains {
-			b.line(":", c, " - [0:0]")
-		}
-		for _, c := range chains {
-			b.line("-X ", c)
-		}
-		b.line("COMMIT")
-		if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
-			errs = append(errs, fmt.Errorf("cleanup %s: %w", table, err))
+		if err := d.removeEmptyNFTables(ctx, table, save); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deleteOwnedChains deletes the chains of the prefix that save lists.
+func (d *Dataplane) deleteOwnedChains(ctx context.Context, table string, save []byte) error {
+	chains := d.ownedChains(table, save)
+	if len(chains) == 0 {
+		return nil
+	}
+	var b writer
+	b.line("*", table)
+	for _, c := range chains {
+		b.line(":", c, " - [0:0]")
+	}
+	for _, c := range chains {
+		b.line("-X ", c)
+	}
+	b.line("COMMIT")
+	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
+		return fmt.Errorf("cleanup %s: %w", table, err)
+	}
+	return nil
 }

@@ -20,7 +20,13 @@
 // hashed PK-SVC-, PK-SVL-, PK-EXT-, PK-FW- and PK-SEP- chains (upstream's
 // hash, at most 28 characters). Built-in chains only get jump rules, added
 // with github.com/coreos/go-iptables; no chain without the prefix is ever
-// flushed, reordered or deleted.
+// flushed, reordered or given a rule. The one exception is Cleanup with
+// iptables-nft, which creates the nftables table behind an iptables table
+// and hooks each built-in chain into the stack when the first rule goes
+// there: Cleanup then also deletes, through sigs.k8s.io/knftables, those
+// the dataplane jumps from that are left empty with an accept policy, and
+// the table once nothing else is in it. Nothing that holds a rule, a drop
+// policy or another program's chain is touched.
 //
 // # Syncs that cost what changed
 //
