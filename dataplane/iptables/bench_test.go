@@ -13,6 +13,7 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/sysctl"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
@@ -83,7 +84,7 @@ func BenchmarkRender(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			_, st := benchBuilder(size.services, benchEndpoints)
-			d, err := New(Config{DryRun: io.Discard, Logger: logr.Discard()})
+			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -107,7 +108,7 @@ func BenchmarkPartialSyncModel(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			c, st := benchBuilder(size.services, benchEndpoints)
-			d, err := New(Config{DryRun: io.Discard, Logger: logr.Discard()})
+			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -162,7 +163,7 @@ func BenchmarkFullSync(b *testing.B) {
 			b.ReportAllocs()
 			bytes, n := 0, 0
 			for b.Loop() {
-				d.Invalidate()
+				forceFull(d.Dataplane)
 				if err := d.Sync(ctx, st); err != nil {
 					b.Fatal(err)
 				}

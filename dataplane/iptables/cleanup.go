@@ -7,19 +7,12 @@ import (
 	"slices"
 )
 
-// ownedChains returns the chains of table that belong to the prefix,
-// static or per-service, as save lists them.
+// ownedChains returns the chains of table that belong to the prefix, as
+// save lists them.
 func (d *Dataplane) ownedChains(table string, save []byte) []string {
-	n := d.names
-	static := []string{n.services, n.nodePorts}
-	if table == "nat" {
-		static = append(static, n.postrouting, n.markMasq)
-	} else {
-		static = append(static, n.externalServices, n.forward, n.proxyFirewall, n.firewall)
-	}
 	var out []string
-	for _, c := range chainsInSave(save) {
-		if slices.Contains(static, c) || table == "nat" && n.isServiceChain(c) {
+	for _, c := range d.parseListing(table, save).chainNames() {
+		if d.names.owned(table, c) {
 			out = append(out, c)
 		}
 	}

@@ -3,21 +3,14 @@ package iptables
 import (
 	"context"
 	"fmt"
-	"io"
 	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/sysctl"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
-
-// DefaultFullSyncPeriod is how often a Sync rewrites everything even when
-// little changed, as kube-proxy does hourly.
-const DefaultFullSyncPeriod = time.Hour
 
 // Config configures a Dataplane. The zero value programs IPv4 through the
 // iptables binaries on PATH, with chains prefixed "PK-" and masquerade mark
@@ -34,28 +27,28 @@ type Config struct {
 	// means 14, kube-proxy's default (so bit 0 cannot be chosen). At most
 	// 31.
 	MasqueradeBit int
-	// Logger receives sync summaries and skip reasons; the zero value is
-	// klog.Background().
+	// Logger receives sync summaries, repairs and skip reasons; the zero
+	// value logs nothing.
 	Logger logr.Logger
-	// Runner executes the restores; nil means an ExecRunner for Family.
-	// Ignored when DryRun is set.
+	// Runner is the dataplane's door to iptables; nil means an ExecRunner
+	// for Family. A FakeRunner is the way to run without a kernel: it
+	// simulates one, records every restore input and can print them.
 	Runner Runner
-	// DryRun, when set, makes Sync write each restore input it would run
-	// to DryRun instead, touching nothing and needing no privileges.
-	DryRun io.Writer
-	// FullSyncPeriod is the longest time between full syncs; 0 means
-	// DefaultFullSyncPeriod, negative never forces one.
-	FullSyncPeriod time.Duration
+	// Sysctl reads nf_conntrack_tcp_be_liberal and sets route_localnet
+	// for localhost node ports. nil means the real /proc/sys (of the
+	// calling thread's network namespace), except with a FakeRunner,
+	// where it means an empty sysctl.Fake: a dataplane on a FakeRunner
+	// touches nothing.
+	Sysctl sysctl.Interface
 	// OnSkip, if set, is called with a short reason for every service
 	// port, endpoint, address or setting left out as invalid.
 	OnSkip func(reason string)
-	// Clock is the time source for FullSyncPeriod; nil means the real
-	// clock.
-	Clock clock.PassiveClock
 	// Registerer receives the dataplane's metrics (see the package
 	// documentation); nil registers none. The IPv4 and IPv6 Dataplanes
 	// may share one: their series differ by the ip_family label.
 	Registerer prometheus.Registerer
+	// MetricsNamespace prefixes the metric names; "" means "proxykit".
+	MetricsNamespace string
 }
 
 // Dataplane programs States into iptables. Its methods are safe for
@@ -69,16 +62,22 @@ type Dataplane struct {
 	runner  Runner
 	metrics *metrics
 
+	sysctl sysctl.Interface
+
 	mu sync.Mutex
 	// prog is what the kernel holds; nil until a full sync succeeded and
 	// after any failure.
-	prog     *programmed
-	lastGen  uint64
-	lastFull time.Time
-	stats    SyncStats
+	prog    *programmed
+	lastGen uint64
+	stats   SyncStats
 }
 
-var _ dataplane.Dataplane = (*Dataplane)(nil)
+var (
+	_ dataplane.Dataplane     = (*Dataplane)(nil)
+	_ dataplane.Reconciler    = (*Dataplane)(nil)
+	_ dataplane.KernelWatcher = (*Dataplane)(nil)
+	_ dataplane.SyncReporter  = (*Dataplane)(nil)
+)
 
 // New checks cfg and returns a Dataplane. Unless cfg.DryRun or cfg.Runner
 // is set it probes the iptables binaries.
@@ -99,16 +98,10 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
 		return nil, fmt.Errorf("iptables: masquerade bit %d out of range [0, 31]", cfg.MasqueradeBit)
 	}
-	if cfg.Logger.GetSink() == nil {
-		cfg.Logger = klog.Background()
+	if cfg.MetricsNamespace == "" {
+		cfg.MetricsNamespace = "proxykit"
 	}
-	if cfg.FullSyncPeriod == 0 {
-		cfg.FullSyncPeriod = DefaultFullSyncPeriod
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
-	m, err := newMetrics(cfg.Registerer, cfg.Family)
+	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
 	if err != nil {
 		return nil, err
 	}
@@ -120,17 +113,21 @@ func New(cfg Config) (*Dataplane, error) {
 		ipv6:    cfg.Family == v1.IPv6Protocol,
 		log:     cfg.Logger.WithValues("dataplane", "iptables", "ipFamily", cfg.Family),
 	}
-	switch {
-	case cfg.DryRun != nil:
-	case cfg.Runner != nil:
-		d.runner = cfg.Runner
-	default:
+	d.runner, d.sysctl = cfg.Runner, cfg.Sysctl
+	if d.runner == nil {
 		r, err := NewExecRunner(ExecConfig{Family: cfg.Family})
 		if err != nil {
 			return nil, err
 		}
 		d.log.V(2).Info("Found iptables", "version", r.Version())
 		d.runner = r
+	}
+	if d.sysctl == nil {
+		if _, fake := d.runner.(*FakeRunner); fake {
+			d.sysctl = sysctl.NewFake(nil)
+		} else {
+			d.sysctl = sysctl.Proc{}
+		}
 	}
 	return d, nil
 }
@@ -140,13 +137,7 @@ func (d *Dataplane) Name() string { return "iptables" }
 
 // SyncStats describes the last Sync.
 type SyncStats struct {
-	// Full reports a full sync.
-	Full bool
-	// Bytes is the size of the restore input; 0 when nothing changed and
-	// no restore ran.
-	Bytes int
-	// Services is the number of services whose rules were rendered.
-	Services int
+	dataplane.SyncReport
 	// Edits is the number of single-rule edits of the shared chains.
 	Edits int
 	// written counts the rules the restore appended or inserted, per
@@ -154,20 +145,15 @@ type SyncStats struct {
 	written [numTables]int
 }
 
-// LastSync returns the statistics of the last successful Sync.
-func (d *Dataplane) LastSync() SyncStats {
+// Stats returns the statistics of the last successful Sync.
+func (d *Dataplane) Stats() SyncStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.stats
 }
 
-// Invalidate makes the next Sync a full one, for callers that learnt that
-// someone else changed the rules (a flushed table, a restarted firewall).
-func (d *Dataplane) Invalidate() {
-	d.mu.Lock()
-	d.prog = nil
-	d.mu.Unlock()
-}
+// LastSync implements dataplane.SyncReporter.
+func (d *Dataplane) LastSync() dataplane.SyncReport { return d.Stats().SyncReport }
 
 func (d *Dataplane) skip(reason string, kv ...any) {
 	d.log.V(1).Info("Skipping invalid input", append([]any{"reason", reason}, kv...)...)
@@ -213,14 +199,12 @@ func (d *Dataplane) writeJumpComments(b *writer) {
 }
 
 // Cleanup implements dataplane.Dataplane: it unhooks and deletes every chain
-// of the prefix, whatever state they are in.
+// of the prefix, whatever state they are in, and with iptables-nft the
+// tables and built-in chains left empty (see the package documentation).
 func (d *Dataplane) Cleanup(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.prog = nil
-	if d.runner == nil {
-		return nil
-	}
 	err := d.cleanup(ctx)
 	if err == nil {
 		for t := range numTables {

@@ -29,7 +29,7 @@ func Example() {
 			name: {{Addr: netip.MustParseAddrPort("10.244.1.5:8080"), EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}}},
 		}),
 	}
-	dp, err := iptables.New(iptables.Config{DryRun: discard{}, Logger: logr.Discard()})
+	dp, err := iptables.New(iptables.Config{Runner: iptables.NewFakeRunner(), Logger: logr.Discard()})
 	if err != nil {
 		panic(err)
 	}
@@ -55,6 +55,3 @@ func Example() {
 	// -A PK-SEP-NW5VICAF3Z2QABHQ -m comment --comment "demo/web:http" -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080
 }
 
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

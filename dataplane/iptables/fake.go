@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"context"
+	"io"
 	"net/netip"
 	"slices"
 	"sync"
@@ -11,22 +12,26 @@ import (
 
 // FakeRunner is a Runner that keeps a simulated kernel: restores apply to a
 // Ruleset with iptables-restore's checks and atomicity, and every input is
-// recorded. It is the recording mode the conformance suite traces through.
+// recorded. It is the dataplane's one way to run without touching the
+// kernel: the conformance suite traces through it, and a dry run prints
+// what it is handed (Output).
 type FakeRunner struct {
-	mu      sync.Mutex
-	rs      *Ruleset
-	sysctls map[string]string
+	mu sync.Mutex
+	rs *Ruleset
 	// restores is every restore input, successful or not.
 	restores [][]byte
 	// Fail, if set, is consulted before each restore; an error it returns
 	// is returned as if iptables-restore had rejected the input, and
 	// nothing is applied.
 	Fail func(data []byte) error
+	// Output, if set, receives every restore input the fake applied, as
+	// iptables-restore would have read it.
+	Output io.Writer
 }
 
 // NewFakeRunner returns a FakeRunner with empty tables.
 func NewFakeRunner() *FakeRunner {
-	return &FakeRunner{rs: NewRuleset(), sysctls: map[string]string{}}
+	return &FakeRunner{rs: NewRuleset()}
 }
 
 // Restore implements Runner.
@@ -48,6 +53,11 @@ func (f *FakeRunner) Restore(_ context.Context, data []byte) error {
 		return &RestoreError{Line: line, Context: extractLines(data, line, contextLines), Output: err.Error(), Err: err}
 	}
 	f.rs = next
+	if f.Output != nil {
+		if _, err := f.Output.Write(data); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -91,17 +101,18 @@ func (f *FakeRunner) DeleteJump(_ context.Context, j Jump) error {
 	return f.rs.Apply([]byte("*" + j.Table + "\n" + "-D " + j.Chain + " " + r.Text + "\nCOMMIT\n"))
 }
 
-// Sysctl implements Runner; unknown sysctls read as "0".
-func (f *FakeRunner) Sysctl(_ context.Context, name, value string) (string, error) {
+// ListChain implements Runner.
+func (f *FakeRunner) ListChain(_ context.Context, table, chain string) ([]string, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if value != "" {
-		f.sysctls[name] = value
+	if !slices.Contains(f.rs.Chains(table), chain) {
+		return nil, false, nil
 	}
-	if v, ok := f.sysctls[name]; ok {
-		return v, nil
+	var out []string
+	for _, r := range f.rs.Rules(table, chain) {
+		out = append(out, "-A "+chain+" "+r)
 	}
-	return "0", nil
+	return out, true, nil
 }
 
 // Restores returns every restore input so far.

@@ -214,3 +214,22 @@ func prefixes(s ...string) []netip.Prefix {
 	}
 	return out
 }
+
+// forceFull makes d's next Sync a full one, as after a failure.
+func forceFull(d *Dataplane) {
+	d.mu.Lock()
+	d.prog = nil
+	d.mu.Unlock()
+}
+
+// discardRunner is a Runner that accepts every restore and keeps nothing,
+// for benchmarks of the rendering alone.
+type discardRunner struct{}
+
+func (discardRunner) Restore(context.Context, []byte) error        { return nil }
+func (discardRunner) Save(context.Context, string) ([]byte, error) { return nil, nil }
+func (discardRunner) EnsureJump(context.Context, Jump) error       { return nil }
+func (discardRunner) DeleteJump(context.Context, Jump) error       { return nil }
+func (discardRunner) ListChain(context.Context, string, string) ([]string, bool, error) {
+	return nil, false, nil
+}

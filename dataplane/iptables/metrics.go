@@ -26,15 +26,16 @@ var tableNames = [numTables]string{tableNAT: "nat", tableFilter: "filter"}
 type metrics struct {
 	fullRestoreFailures    prometheus.Counter
 	partialRestoreFailures prometheus.Counter
+	repairRestoreFailures  prometheus.Counter
 	rules                  [numTables]prometheus.Gauge
 	rulesLastSync          [numTables]prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, family v1.IPFamily) (*metrics, error) {
-	const ns, sub = "proxykit", "iptables"
+func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metrics, error) {
+	const sub = "iptables"
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "restore_failures_total",
-		Help: "iptables-restore runs that failed, by kind of sync (full or partial).",
+		Help: "iptables-restore runs that failed, by kind of sync (full, partial, or repair after a reconcile found drift).",
 	}, []string{"ip_family", "sync"})
 	rules := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "rules",
@@ -60,6 +61,7 @@ func newMetrics(reg prometheus.Registerer, family v1.IPFamily) (*metrics, error)
 	m := &metrics{
 		fullRestoreFailures:    failures.WithLabelValues(fam, "full"),
 		partialRestoreFailures: failures.WithLabelValues(fam, "partial"),
+		repairRestoreFailures:  failures.WithLabelValues(fam, "repair"),
 	}
 	for t, name := range tableNames {
 		m.rules[t] = rules.WithLabelValues(fam, name)
@@ -85,8 +87,9 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 }
 
 // countWritten counts, per table, the rules a restore input appends or
-// inserts.
-func countWritten(data []byte) [numTables]int {
+// inserts, leaving out those of the canary chain (not a service rule).
+func countWritten(data []byte, canary string) [numTables]int {
+	skip := []byte("-A " + canary + " ")
 	var n [numTables]int
 	table := -1
 	for line := range bytes.Lines(data) {
@@ -95,6 +98,7 @@ func countWritten(data []byte) [numTables]int {
 			table = tableNAT
 		case bytes.HasPrefix(line, []byte("*filter")):
 			table = tableFilter
+		case bytes.HasPrefix(line, skip):
 		case table >= 0 && (bytes.HasPrefix(line, []byte("-A ")) || bytes.HasPrefix(line, []byte("-I "))):
 			n[table]++
 		}

@@ -35,6 +35,9 @@ type chainNames struct {
 
 	services, externalServices, nodePorts, postrouting, markMasq string
 	forward, proxyFirewall, firewall                             string
+	// canary is an otherwise unused chain in each table whose loss tells
+	// that someone flushed or replaced the table (KernelChanged).
+	canary string
 }
 
 // longestStatic is the longest fixed-chain suffix; it bounds the prefix.
@@ -63,6 +66,7 @@ func newChainNames(prefix string) (chainNames, error) {
 		forward:          prefix + "FORWARD",
 		proxyFirewall:    prefix + "PROXY-FIREWALL",
 		firewall:         prefix + "FIREWALL",
+		canary:           prefix + "PROXY-CANARY",
 	}, nil
 }
 

@@ -87,15 +87,15 @@ func TestParseRestoreError(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	for _, cfg := range []Config{
-		{Family: "IPv5", DryRun: &strings.Builder{}},
-		{MasqueradeBit: 32, DryRun: &strings.Builder{}},
-		{ChainPrefix: "KUBE-", DryRun: &strings.Builder{}},
+		{Family: "IPv5", Runner: NewFakeRunner()},
+		{MasqueradeBit: 32, Runner: NewFakeRunner()},
+		{ChainPrefix: "KUBE-", Runner: NewFakeRunner()},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
 	}
-	d, err := New(Config{MasqueradeBit: 3, DryRun: &strings.Builder{}})
+	d, err := New(Config{MasqueradeBit: 3, Runner: NewFakeRunner()})
 	if err != nil || d.mark != "0x00000008" {
 		t.Errorf("mark = %q, %v", d.mark, err)
 	}

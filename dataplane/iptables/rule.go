@@ -2,7 +2,9 @@ package iptables
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,11 +31,19 @@ type Rule struct {
 	hasMark, markNeg     bool
 	recentCheck          bool
 	recentSet            bool
+	recentName           string
+	recentSeconds        string
+	recentReap           bool
+	recentMask           string
+	recentDest           bool
 	probabilistic        bool
+	probability          int64
 	Target               string
 	toDestination        string
 	orMark, xorMark      uint32
 	setsMark, clearsMark bool
+	randomFully          bool
+	rejectWith           string
 }
 
 func parseAddr(s string) (netip.Prefix, error) {
@@ -170,15 +180,29 @@ func parseRule(words []string) (*Rule, error) {
 			if v, err = arg(); err == nil && !validChainName(v) {
 				err = fmt.Errorf("bad recent name %q", v)
 			}
+			r.recentName = v
 		case "--rcheck":
 			r.recentCheck = true
 		case "--set":
 			r.recentSet = true
-		case "--reap", "--random-fully":
+		case "--reap":
+			r.recentReap = true
+		case "--rsource":
+		case "--rdest":
+			r.recentDest = true
+		case "--mask":
+			if v, err = arg(); err == nil {
+				r.recentMask = v
+			}
+		case "--random-fully":
+			r.randomFully = true
+		case "--reject-with":
+			r.rejectWith, err = arg()
 		case "--seconds":
 			if v, err = arg(); err == nil {
 				_, err = strconv.ParseUint(v, 10, 32)
 			}
+			r.recentSeconds = v
 		case "--mode":
 			if v, err = arg(); err == nil && v != "random" {
 				err = fmt.Errorf("unsupported statistic mode %q", v)
@@ -189,7 +213,10 @@ func parseRule(words []string) (*Rule, error) {
 				if f, err = strconv.ParseFloat(v, 64); err == nil && (f <= 0 || f > 1) {
 					err = fmt.Errorf("probability %s out of range", v)
 				}
-				r.probabilistic = true
+				// The kernel keeps the probability as a fraction of 2^31
+				// and iptables-save prints it back rounded differently
+				// from what was written: compare what the kernel holds.
+				r.probabilistic, r.probability = true, int64(math.Round(f*(1<<31)))
 			}
 		case "-j":
 			if v, err = arg(); err == nil {
@@ -199,6 +226,22 @@ func parseRule(words []string) (*Rule, error) {
 			if v, err = arg(); err == nil {
 				_, err = netip.ParseAddrPort(v)
 				r.toDestination = v
+			}
+		case "--set-xmark":
+			// iptables-save's spelling of both: --or-mark M is
+			// --set-xmark M/M, --xor-mark M is --set-xmark M/0.
+			if v, err = arg(); err == nil {
+				var val, mask uint32
+				if val, mask, err = parseMark(v); err == nil {
+					switch mask {
+					case val:
+						r.orMark, r.setsMark = val, true
+					case 0:
+						r.xorMark, r.clearsMark = val, true
+					default:
+						err = fmt.Errorf("unsupported --set-xmark %s", v)
+					}
+				}
 			}
 		case "--or-mark", "--xor-mark":
 			if v, err = arg(); err == nil {
@@ -237,4 +280,63 @@ func parseRule(words []string) (*Rule, error) {
 
 func protoFromString(s string) v1.Protocol {
 	return v1.Protocol(strings.ToUpper(s))
+}
+
+// Key returns what r does, independent of how it was spelled: the order of
+// its matches, implicit match modules, address and mark notation, and the
+// options iptables-save adds with their default values. Two rules with
+// one Key behave alike, so a rule written by a restore and the same rule
+// listed back by iptables-save have one Key.
+func (r *Rule) Key() string {
+	var b strings.Builder
+	field := func(name string, v any) {
+		fmt.Fprintf(&b, "%s=%v;", name, v)
+	}
+	field("p", r.proto)
+	for _, m := range []struct {
+		name string
+		a    *addrMatch
+	}{{"s", r.src}, {"d", r.dst}} {
+		if m.a != nil {
+			field(m.name, fmt.Sprint(m.a.neg, m.a.prefix))
+		}
+	}
+	if r.inIface != "" {
+		field("i", fmt.Sprint(r.inNeg, r.inIface))
+	}
+	field("dport", r.dport)
+	field("addrtype", fmt.Sprint(r.srcLocal, r.dstLocal))
+	if len(r.ctstates) > 0 {
+		st := slices.Sorted(slices.Values(r.ctstates))
+		field("ctstate", fmt.Sprint(r.ctNeg, st))
+	}
+	if r.hasMark {
+		field("mark", fmt.Sprint(r.markNeg, r.markVal, r.markMask))
+	}
+	if r.recentCheck || r.recentSet {
+		mask := r.recentMask
+		if mask == "255.255.255.255" || mask == "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff" {
+			mask = ""
+		}
+		field("recent", fmt.Sprint(r.recentCheck, r.recentSet, r.recentName, r.recentSeconds, r.recentReap, mask, r.recentDest))
+	}
+	if r.probabilistic {
+		field("probability", r.probability)
+	}
+	field("comment", r.Comment)
+	field("j", r.Target)
+	field("to", r.toDestination)
+	if r.setsMark || r.clearsMark {
+		field("setmark", fmt.Sprint(r.orMark, r.xorMark, r.setsMark, r.clearsMark))
+	}
+	field("random-fully", r.randomFully)
+	if r.Target == "REJECT" {
+		// Each family's default reason is what a restore gets without one.
+		with := r.rejectWith
+		if with == "icmp-port-unreachable" || with == "icmp6-port-unreachable" {
+			with = ""
+		}
+		field("reject-with", with)
+	}
+	return b.String()
 }

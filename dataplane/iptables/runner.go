@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -28,10 +27,10 @@ type Runner interface {
 	EnsureJump(ctx context.Context, j Jump) error
 	// DeleteJump removes j; a missing rule or chain is not an error.
 	DeleteJump(ctx context.Context, j Jump) error
-	// Sysctl reads a sysctl (name as under /proc/sys, e.g.
-	// "net/ipv4/conf/all/route_localnet") and, when value is not "",
-	// writes value first. It returns the value read.
-	Sysctl(ctx context.Context, name, value string) (string, error)
+	// ListChain returns the rules of one chain as "iptables -S" prints
+	// them ("-A CHAIN ..."), without reading the rest of the table where
+	// the backend allows; exists is false when the chain is missing.
+	ListChain(ctx context.Context, table, chain string) (rules []string, exists bool, err error)
 }
 
 // Jump is a rule in a built-in chain that hooks one of the dataplane's
@@ -54,10 +53,6 @@ type ExecConfig struct {
 	// iptables-restore and iptables-save as found on PATH; "legacy" and
 	// "nft" run iptables-legacy-restore and so on, or iptables-nft-restore.
 	Variant string
-	// ProcSys is the root of the sysctl tree; "" means /proc/sys. It is
-	// read and written by the calling thread, so a runner used inside a
-	// network namespace changes only that namespace's settings.
-	ProcSys string
 }
 
 // ExecRunner runs the iptables binaries. Commands inherit the network
@@ -73,9 +68,6 @@ type ExecRunner struct {
 func NewExecRunner(cfg ExecConfig) (*ExecRunner, error) {
 	if cfg.WaitSeconds == 0 {
 		cfg.WaitSeconds = 5
-	}
-	if cfg.ProcSys == "" {
-		cfg.ProcSys = "/proc/sys"
 	}
 	proto, base := goipt.ProtocolIPv4, "iptables"
 	if cfg.Family == v1.IPv6Protocol {
@@ -170,23 +162,24 @@ func (r *ExecRunner) DeleteJump(ctx context.Context, j Jump) error {
 	return nil
 }
 
-// Sysctl implements Runner.
-func (r *ExecRunner) Sysctl(ctx context.Context, name, value string) (string, error) {
+// ListChain implements Runner.
+func (r *ExecRunner) ListChain(ctx context.Context, table, chain string) ([]string, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return "", err
+		return nil, false, err
 	}
-	if strings.Contains(name, "..") {
-		return "", fmt.Errorf("sysctl %q: invalid name", name)
+	lines, err := r.ipt.List(table, chain)
+	var ie *goipt.Error
+	if errors.As(err, &ie) && ie.IsNotExist() {
+		return nil, false, nil
 	}
-	path := filepath.Join(r.cfg.ProcSys, name)
-	if value != "" {
-		if err := os.WriteFile(path, []byte(value+"\n"), 0o644); err != nil {
-			return "", fmt.Errorf("sysctl %s: %w", name, err)
+	if err != nil {
+		return nil, false, fmt.Errorf("list %s %s: %w", table, chain, err)
+	}
+	var rules []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "-A ") {
+			rules = append(rules, l)
 		}
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("sysctl %s: %w", name, err)
-	}
-	return strings.TrimSpace(string(b)), nil
+	return rules, true, nil
 }

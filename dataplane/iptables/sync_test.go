@@ -7,12 +7,10 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestTraceMatchesLookup is the property test: for random States and
@@ -237,30 +235,8 @@ func fresh(t *testing.T, s *dataplane.State, foreign string) string {
 	return string(fake.Ruleset().Save("nat"))
 }
 
-func TestPeriodicFullSync(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
-	r := rand.New(rand.NewPCG(7, 8))
-	svcs := map[int]genService{0: genSvc(r, 0)}
-	settings := genSettings(r)
-	d, _ := newFake(t, Config{Clock: clk, FullSyncPeriod: time.Minute})
-	ctx := t.Context()
-	for i, tc := range []struct {
-		advance time.Duration
-		full    bool
-	}{{0, true}, {30 * time.Second, false}, {31 * time.Second, true}, {time.Second, false}} {
-		clk.SetTime(clk.Now().Add(tc.advance))
-		svcs[1] = genSvc(r, 1)
-		if err := d.Sync(ctx, makeState(settings, svcs)); err != nil {
-			t.Fatal(err)
-		}
-		if got := d.LastSync().Full; got != tc.full {
-			t.Errorf("sync %d: full = %v, want %v", i, got, tc.full)
-		}
-	}
-}
-
-// TestDryRun: a dry-run Dataplane needs no runner, writes what it would
-// restore, and Render is deterministic and equals that input.
+// TestDryRun: a Dataplane on a FakeRunner prints what it would restore,
+// and Render is deterministic and equals that input.
 func TestDryRun(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	svcs := map[int]genService{}
@@ -269,7 +245,9 @@ func TestDryRun(t *testing.T) {
 	}
 	s := makeState(genSettings(r), svcs)
 	var out bytes.Buffer
-	d, err := New(Config{DryRun: &out})
+	fake := NewFakeRunner()
+	fake.Output = &out
+	d, err := New(Config{Runner: fake})
 	if err != nil {
 		t.Fatal(err)
 	}

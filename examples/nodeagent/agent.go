@@ -162,7 +162,9 @@ func (o *options) runProxy(ctx context.Context, log logr.Logger, src *input, std
 	for _, f := range o.families(log) {
 		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg}
 		if o.dryRun {
-			cfg.DryRun = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
+			fake := iptables.NewFakeRunner()
+			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
+			cfg.Runner = fake
 		}
 		d, err := iptables.New(cfg)
 		if err != nil {

@@ -1,0 +1,263 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/servicemodel"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// renderer returns a renderer for view v.
+func (d *Dataplane) renderer(v *view) *renderer {
+	return &renderer{names: d.names, v: v}
+}
+
+// countEndpoints is upstream's large-cluster measure for one service.
+func (d *Dataplane) countEndpoints(s *dataplane.State, nn types.NamespacedName) int {
+	n := 0
+	for _, sp := range s.Services.Service(nn) {
+		if sp != nil {
+			n += len(s.Endpoints.Get(sp.Name))
+		}
+	}
+	return n
+}
+
+// renderService renders every valid port of service nn.
+func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.NamespacedName) *svcState {
+	ports := s.Services.Service(nn)
+	if len(ports) == 0 {
+		return nil
+	}
+	st := &svcState{}
+	for _, sp := range ports {
+		p, reason := checkPort(sp, d.ipv6, func(r string) { d.skip(r, "service", nn.String()) })
+		if reason != "" {
+			d.skip(reason, "service", nn.String())
+			continue
+		}
+		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, d.selection(s, sp, nn))})
+		st.endpoints += len(s.Endpoints.Get(sp.Name))
+	}
+	slices.SortFunc(st.ports, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	// Two ports with one key would write identical chains; keep the first.
+	st.ports = slices.CompactFunc(st.ports, func(a, b keyed) bool { return a.key == b.key })
+	if len(st.ports) == 0 {
+		return nil
+	}
+	return st
+}
+
+// selection asks the State which endpoints serve sp and drops those that
+// cannot be written into a rule.
+func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, nn types.NamespacedName) selection {
+	sel := s.Select(sp)
+	out := selection{hasAny: sel.HasAny}
+	dropped := 0
+	keep := func(in []*endpoints.Endpoint) []*endpoints.Endpoint {
+		var res []*endpoints.Endpoint
+		for _, e := range in {
+			if usableEndpoint(e, d.ipv6) {
+				res = append(res, e)
+			} else {
+				dropped++
+			}
+		}
+		return res
+	}
+	out.cluster, out.local, out.all = keep(sel.Cluster), keep(sel.Local), keep(sel.AllReachable)
+	if dropped > 0 {
+		d.skip("endpoint address invalid or of another family", "service", nn.String())
+		if len(out.all) == 0 && len(sel.AllReachable) > 0 {
+			out.hasAny = false
+		}
+	}
+	return out
+}
+
+// build renders every service of s.
+func (d *Dataplane) build(s *dataplane.State) *programmed {
+	v := newView(s, d.ipv6, func(r string) { d.skip(r) })
+	prog := &programmed{view: v, services: map[types.NamespacedName]*svcState{}}
+	for nn := range s.Services.Services() {
+		prog.endpoints += d.countEndpoints(s, nn)
+	}
+	v.noComments = prog.endpoints > largeClusterEndpoints
+	r := d.renderer(v)
+	for nn := range s.Services.Services() {
+		if st := d.renderService(s, r, nn); st != nil {
+			prog.services[nn] = st
+		}
+	}
+	for _, k := range prog.sortedPorts() {
+		for sh := range numShared {
+			for i, rule := range k.r.dispatch[sh] {
+				prog.shared[sh] = append(prog.shared[sh], entry{k.key, i, rule})
+			}
+		}
+	}
+	return prog
+}
+
+// sortedPorts returns every rendered port in key order.
+func (p *programmed) sortedPorts() []keyed {
+	var all []keyed
+	for _, st := range p.services {
+		all = append(all, st.ports...)
+	}
+	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	return all
+}
+
+// nodePortJumps are the last rules of the nat services chain.
+func (d *Dataplane) nodePortJumps(v *view) []string {
+	var out []string
+	for _, dst := range v.nodePortDsts {
+		out = append(out, comment("proxykit service nodeports; NOTE: this must be the last rule in this chain")+" "+dst+" -j "+d.names.nodePorts)
+	}
+	return out
+}
+
+// writeFull writes the restore input that replaces every chain of prog and
+// deletes the stale chains.
+func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string) {
+	n := d.names
+	ports := prog.sortedPorts()
+	b.line("*filter")
+	for _, c := range []string{n.services, n.externalServices, n.forward, n.nodePorts, n.proxyFirewall, n.firewall, n.canary} {
+		b.line(":", c, " - [0:0]")
+	}
+	b.line("-A ", n.canary, canaryRule)
+	if prog.view.localhostNodePorts {
+		b.line("-A ", n.firewall, ` -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`)
+	}
+	if !prog.liberal {
+		b.line("-A ", n.forward, " -m conntrack --ctstate INVALID -j DROP")
+	}
+	b.line("-A ", n.forward, ` -m comment --comment "proxykit forwarding rules" -m mark --mark `, d.mark, "/", d.mark, " -j ACCEPT")
+	b.line("-A ", n.forward, ` -m comment --comment "proxykit forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`)
+	for _, sh := range []shared{filterServices, filterExternal, filterNodePorts, filterProxyFirewall} {
+		for _, e := range prog.shared[sh] {
+			b.line("-A ", n.sharedName(sh), " ", e.rule)
+		}
+	}
+	b.line("COMMIT")
+
+	b.line("*nat")
+	for _, c := range []string{n.services, n.nodePorts, n.postrouting, n.markMasq, n.canary} {
+		b.line(":", c, " - [0:0]")
+	}
+	b.line("-A ", n.canary, canaryRule)
+	for _, k := range ports {
+		for _, c := range k.r.chains {
+			b.line(":", c.name, " - [0:0]")
+		}
+	}
+	for _, c := range stale {
+		b.line(":", c, " - [0:0]")
+	}
+	b.line("-A ", n.postrouting, " -m mark ! --mark ", d.mark, "/", d.mark, " -j RETURN")
+	b.line("-A ", n.postrouting, " -j MARK --xor-mark ", d.mark)
+	b.line("-A ", n.postrouting, ` -m comment --comment "proxykit service traffic requiring SNAT" -j MASQUERADE --random-fully`)
+	b.line("-A ", n.markMasq, " -j MARK --or-mark ", d.mark)
+	for _, e := range prog.shared[natServices] {
+		b.line("-A ", n.services, " ", e.rule)
+	}
+	for _, r := range d.nodePortJumps(prog.view) {
+		b.line("-A ", n.services, " ", r)
+	}
+	for _, e := range prog.shared[natNodePorts] {
+		b.line("-A ", n.nodePorts, " ", e.rule)
+	}
+	for _, k := range ports {
+		for _, c := range k.r.chains {
+			for _, r := range c.rules {
+				b.line("-A ", c.name, " ", r)
+			}
+		}
+	}
+	for _, c := range stale {
+		b.line("-X ", c)
+	}
+	b.line("COMMIT")
+}
+
+// fullSync rewrites everything the dataplane owns.
+func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
+	prog := d.build(s)
+	d.applySysctls(prog)
+	saves := map[string]*listing{}
+	for _, table := range tableNames {
+		out, err := d.runner.Save(ctx, table)
+		if err != nil {
+			d.log.Error(err, "Cannot list rules, stale chains stay and every jump is checked", "table", table)
+			continue
+		}
+		saves[table] = d.parseListing(table, out)
+	}
+	stale := d.staleChains(saves["nat"], prog)
+	var b writer
+	d.writeFull(&b, prog, stale)
+	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
+		d.metrics.fullRestoreFailures.Inc()
+		return fmt.Errorf("full sync: %w", err)
+	}
+	// A full sync writes every rule of the own chains, and only those.
+	written := countWritten(b.Bytes(), d.names.canary)
+	prog.rules = written
+	// Each iptables command reads the whole table, seconds on a big node:
+	// only jumps that the listing does not show are checked and added.
+	for _, j := range d.jumps() {
+		if saves[j.Table].hasJump(j) {
+			continue
+		}
+		if err := d.runner.EnsureJump(ctx, j); err != nil {
+			return fmt.Errorf("full sync: %w", err)
+		}
+	}
+	d.prog = prog
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Bytes: b.Len(), Services: len(prog.services)}, written: written}
+	d.log.V(2).Info("Full sync", "services", len(prog.services), "endpoints", prog.endpoints, "bytes", b.Len(), "staleChains", len(stale))
+	return nil
+}
+
+// applySysctls reads whether conntrack is liberal (which makes the INVALID
+// drop unnecessary) and enables route_localnet for localhost node ports.
+func (d *Dataplane) applySysctls(prog *programmed) {
+	if v, err := d.sysctl.Get(sysctlTCPBeLiberal); err == nil {
+		prog.liberal = v != "" && v != "0"
+	} else {
+		d.log.V(2).Info("Cannot read sysctl, keeping the INVALID drop rule", "sysctl", sysctlTCPBeLiberal, "err", err)
+	}
+	if prog.view.localhostNodePorts {
+		if err := d.sysctl.Set(sysctlRouteLocalnet, "1"); err != nil {
+			d.log.Error(err, "Cannot enable node ports on localhost")
+		}
+	}
+}
+
+// staleChains lists the per-service nat chains of the prefix that prog
+// does not use: left over from a previous run or a failed sync.
+func (d *Dataplane) staleChains(nat *listing, prog *programmed) []string {
+	used := map[string]bool{}
+	for _, st := range prog.services {
+		for _, k := range st.ports {
+			for _, c := range k.r.chains {
+				used[c.name] = true
+			}
+		}
+	}
+	var stale []string
+	for _, c := range nat.chainNames() {
+		if d.names.isServiceChain(c) && !used[c] {
+			stale = append(stale, c)
+		}
+	}
+	slices.Sort(stale)
+	return stale
+}

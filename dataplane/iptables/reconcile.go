@@ -1,0 +1,158 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/proxykit/proxykit/dataplane"
+)
+
+// Reconcile implements dataplane.Reconciler. It lists the nat and filter
+// tables once each, compares every chain the dataplane owns, rule by rule
+// and by what each rule does (iptables-save spells rules differently from
+// the restore input), and the jumps into the built-in chains, with what
+// the last Sync programmed. Only what differs is written: one restore that
+// rewrites each chain found missing or changed and deletes chains of the
+// prefix that nothing programmed, then the missing jumps. A reconcile of an
+// untouched kernel runs no restore.
+//
+// The rule-count metric is set from what was read back (plus what the
+// repair wrote), so it tells the kernel's truth, not the model's.
+func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	prog := d.prog
+	if prog == nil {
+		return dataplane.Drift{}, nil
+	}
+	var full writer
+	d.writeFull(&full, prog, nil)
+	var (
+		repaired []string
+		repair   writer
+		jumps    []Jump
+		rules    [numTables]int
+	)
+	for t, table := range tableNames {
+		save, err := d.runner.Save(ctx, table)
+		if err != nil {
+			d.prog = nil
+			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
+		}
+		want, got := d.parseListing(table, full.Bytes()), d.parseListing(table, save)
+		var fix, stale []string
+		for _, c := range want.declared {
+			problem := ""
+			if !got.has(c) {
+				problem = "missing"
+			} else {
+				problem = compareRules(want.rules[c], got.rules[c])
+			}
+			n := len(got.rules[c])
+			if problem != "" {
+				repaired = append(repaired, table+" chain "+c+": "+problem)
+				fix = append(fix, c)
+				n = len(want.rules[c])
+			}
+			if c != d.names.canary {
+				rules[t] += n
+			}
+		}
+		for _, c := range got.declared {
+			if d.names.owned(table, c) && !want.has(c) {
+				repaired = append(repaired, table+" chain "+c+": not programmed, deleted")
+				stale = append(stale, c)
+			}
+		}
+		for _, j := range d.jumps() {
+			if j.Table == table && !got.hasJump(j) {
+				repaired = append(repaired, table+" chain "+j.Chain+": jump to "+j.Rule[len(j.Rule)-1]+" missing")
+				jumps = append(jumps, j)
+			}
+		}
+		if len(fix)+len(stale) > 0 {
+			writeRepair(&repair, table, want, fix, stale)
+		}
+	}
+	if repair.Len() > 0 {
+		if err := d.runner.Restore(ctx, repair.Bytes()); err != nil {
+			d.metrics.repairRestoreFailures.Inc()
+			d.prog = nil
+			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
+		}
+	}
+	for _, j := range jumps {
+		if err := d.runner.EnsureJump(ctx, j); err != nil {
+			d.prog = nil
+			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
+		}
+	}
+	for t := range numTables {
+		d.metrics.rules[t].Set(float64(rules[t]))
+	}
+	slices.Sort(repaired)
+	drift := dataplane.Drift{Repaired: repaired}
+	if !drift.Empty() {
+		d.log.Info("Repaired rules changed by someone else", "repairs", len(repaired), "what", drift.String(), "bytes", repair.Len())
+	}
+	return drift, nil
+}
+
+// compareRules says how a chain's rules differ from what it should hold,
+// or "" when each rule does what the wanted one does, in order.
+func compareRules(want, got []string) string {
+	if len(want) != len(got) {
+		return strconv.Itoa(len(got)) + " rules, want " + strconv.Itoa(len(want))
+	}
+	for i := range want {
+		w, _ := ruleKey(want[i])
+		if g, ok := ruleKey(got[i]); !ok || g != w {
+			return "rule " + strconv.Itoa(i+1) + " changed"
+		}
+	}
+	return ""
+}
+
+// writeRepair writes the restore section that rewrites the chains fix of
+// table as want has them and deletes the chains stale.
+func writeRepair(b *writer, table string, want *listing, fix, stale []string) {
+	b.line("*", table)
+	for _, c := range slices.Concat(fix, stale) {
+		b.line(":", c, " - [0:0]")
+	}
+	for _, c := range fix {
+		for _, r := range want.rules[c] {
+			b.line("-A ", c, " ", r)
+		}
+	}
+	for _, c := range stale {
+		b.line("-X ", c)
+	}
+	b.line("COMMIT")
+}
+
+// KernelChanged implements dataplane.KernelWatcher: it lists the canary
+// chain of the nat and filter tables, which the last full sync or repair
+// created with one rule. A missing chain or rule means someone flushed or
+// replaced the table (a firewall reload, "iptables -F", a restore without
+// --noflush), which takes the dataplane's rules with it.
+func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prog == nil {
+		return false, nil
+	}
+	for _, table := range tableNames {
+		rules, ok, err := d.runner.ListChain(ctx, table, d.names.canary)
+		if err != nil {
+			return false, fmt.Errorf("canary: %w", err)
+		}
+		if !ok || len(rules) != 1 {
+			d.log.V(2).Info("Canary chain disturbed", "table", table, "chain", d.names.canary, "exists", ok, "rules", len(rules))
+			return true, nil
+		}
+	}
+	return false, nil
+}
