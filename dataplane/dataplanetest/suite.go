@@ -153,7 +153,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 
 // RunScenarios runs each scenario as a subtest with a fresh harness from
 // newHarness: Sync the scenario's State, require every packet's Trace to
-// equal its Want and State.Lookup, remove one endpoint and Sync again
+// equal its Want and State.Lookup, check the reconcile contract when the
+// harness is a Drifter (see there), remove one endpoint and Sync again
 // (Trace must follow the new State's Lookup), then Cleanup (nothing is a
 // service any more; a second Cleanup succeeds too).
 func RunScenarios(t *testing.T, scenarios []Scenario, newHarness func(t *testing.T) Harness) {
@@ -179,6 +180,7 @@ func runScenario(t *testing.T, s Scenario, h Harness) {
 			checkTrace(t, h, c.Packet, c.Want)
 		})
 	}
+	checkDrift(t, h, s, st)
 
 	if old, updated, ok := withoutOneEndpoint(s.Slices); ok {
 		b.UpdateEndpointSlice(old, updated)

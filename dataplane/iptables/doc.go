@@ -16,7 +16,8 @@
 // Every chain carries Config.ChainPrefix ("PK-" by default, never kube-
 // proxy's "KUBE-", so both can run on one node): PK-SERVICES,
 // PK-NODEPORTS, PK-EXTERNAL-SERVICES, PK-POSTROUTING, PK-MARK-MASQ,
-// PK-FORWARD, PK-PROXY-FIREWALL, PK-FIREWALL, and per service port the
+// PK-FORWARD, PK-PROXY-FIREWALL, PK-FIREWALL, the canary PK-PROXY-CANARY
+// (in nat and filter, holding one RETURN rule), and per service port the
 // hashed PK-SVC-, PK-SVL-, PK-EXT-, PK-FW- and PK-SEP- chains (upstream's
 // hash, at most 28 characters). Built-in chains only get jump rules, added
 // with github.com/coreos/go-iptables; no chain without the prefix is ever
@@ -43,22 +44,39 @@
 // look at come from State.ChangedSince; when it cannot tell, every service
 // is rendered and compared, and still only differences are written.
 //
-// The first Sync, the first after any failure, one every FullSyncPeriod and
-// one after a change of node addresses or settings are full: every owned
-// chain is rewritten, the jumps re-ensured, and per-service chains of the
-// prefix that nothing uses any more (left by a failed sync or an earlier
-// run of the program) are deleted, found with iptables-save. A restart thus
-// reconciles whatever it finds. A rejected restore changes nothing in the
-// kernel and is returned as a *RestoreError naming the failing line with
-// its context.
+// The first Sync, the first after any failure and one after a change of
+// node addresses or settings are full: every owned chain is rewritten, the
+// jumps re-ensured, and per-service chains of the prefix that nothing uses
+// any more (left by a failed sync or an earlier run of the program) are
+// deleted, found with iptables-save. A restart thus reconciles whatever it
+// finds. A rejected restore changes nothing in the kernel and is returned
+// as a *RestoreError naming the failing line with its context.
 //
-// # Dry run, fake, tracer
+// # Repairing what others change
 //
-// Render returns the exact restore input of a full sync, sorted and
-// deterministic, without privileges; Config.DryRun makes Sync write its
-// inputs to a writer instead of running them. FakeRunner keeps a simulated
-// kernel (a Ruleset that applies restore input with iptables' checks) and
-// records every input; Ruleset.Trace follows a dataplane.Packet through
+// The Dataplane is a dataplane.Reconciler and a dataplane.KernelWatcher.
+// Reconcile lists nat and filter once each and compares every owned chain,
+// rule by rule, and every jump with what the last Sync programmed. Rules
+// are compared by what they do (Rule.Key), because iptables-save spells
+// them differently from the restore input (match order, /32, marks as
+// --set-xmark, the kernel's rounding of probabilities, default options).
+// Only what differs is written: the changed or missing chains, deletion of
+// unknown chains of the prefix, the missing jumps; an untouched kernel
+// costs two listings and no restore. KernelChanged lists the two canary
+// chains ("iptables -S", which iptables-nft answers without reading the
+// whole table): a missing chain or rule means a flush or a firewall reload.
+// The proxykit package calls Reconcile every sync period and whenever
+// KernelChanged says so; there is no periodic blind rewrite.
+//
+// # Without a kernel
+//
+// A FakeRunner is the one way to run the Dataplane without touching the
+// kernel: it keeps a simulated kernel (a Ruleset that applies restore
+// input with iptables' checks), records every input and, with Output set,
+// prints each as iptables-restore would have read it (the node agent's
+// --dry-run); with it, Config.Sysctl defaults to an empty fake. Render
+// returns the exact restore input of a full sync, sorted and deterministic.
+// Ruleset.Trace follows a dataplane.Packet through
 // such tables and answers in State.Lookup's Verdict shape, which is how the
 // tests prove the rules equal the specification. The same conformance suite
 // also runs through the real kernel (dataplanetest/kerneltest), every case
@@ -72,11 +90,14 @@
 // kube-proxy's iptables proxier metrics (sync durations, which every
 // dataplane has, are the proxykit package's):
 //
-//   - proxykit_iptables_restore_failures_total{sync="full"|"partial"}: the
-//     restore and partial-restore failure counters;
+// The namespace ("proxykit") is Config.MetricsNamespace.
+//
+//   - proxykit_iptables_restore_failures_total{sync="full"|"partial"|"repair"}:
+//     the restore and partial-restore failure counters, and failed repairs;
 //   - proxykit_iptables_rules{table}: sync_proxy_rules_iptables_total, the
-//     rules in the dataplane's own chains, kept exact across partial syncs
-//     without listing the kernel;
+//     rules in the dataplane's own chains (the canary's left out), kept
+//     exact across partial syncs without listing the kernel and set from
+//     what Reconcile read back;
 //   - proxykit_iptables_rules_last_sync{table}: sync_proxy_rules_iptables_last,
 //     the rules the last restore appended or inserted.
 //
@@ -88,8 +109,11 @@
 //     lets them leave the node.
 //   - Crossing the large-cluster threshold (more than 1000 endpoints, which
 //     drops per-endpoint comments) forces a full sync, so the kernel always
-//     equals a fresh render; upstream leaves old chains commented. The
-//     hourly full sync is kept in large clusters too.
+//     equals a fresh render; upstream leaves old chains commented.
+//   - No hourly full rewrite: Reconcile reads the kernel back on the
+//     proxy's sync period and repairs only what differs, and the canaries
+//     carry a rule, so "iptables -F" (which deletes no chain) is noticed
+//     too; upstream's canaries are empty chains, checked every sync period.
 //   - The nfacct counters (and the counting-only localhost node-port rule
 //     they need) are not written.
 //   - Invalid ports, addresses and endpoints (wrong family, unparsable,

@@ -54,4 +54,3 @@ func Example() {
 	// -A PK-SEP-NW5VICAF3Z2QABHQ -m comment --comment "demo/web:http" -s 10.244.1.5 -j PK-MARK-MASQ
 	// -A PK-SEP-NW5VICAF3Z2QABHQ -m comment --comment "demo/web:http" -m tcp -p tcp -j DNAT --to-destination 10.244.1.5:8080
 }
-

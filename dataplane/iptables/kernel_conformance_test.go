@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -23,15 +24,20 @@ func TestKernelConformance(t *testing.T) {
 		// Scenarios have namespaces of their own; most of their time is
 		// spent waiting for connections a verdict drops.
 		t.Parallel()
+		var runner *ExecRunner
 		return kerneltest.New(t, kerneltest.Config{
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
 				r, err := NewExecRunner(ExecConfig{Family: family})
 				if err != nil {
 					return nil, err
 				}
+				runner = r
 				return New(Config{Family: family, Runner: r, Logger: funcr.New(func(string, string) {}, funcr.Options{})})
 			},
 			ForgetAffinity: forgetRecent,
+			Disturb: func(d dataplanetest.Disturbance) error {
+				return disturb(context.Background(), runner, d)
+			},
 		})
 	})
 }

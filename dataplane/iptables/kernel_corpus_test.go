@@ -285,6 +285,11 @@ func TestKernelFuzzCorporaAccepted(t *testing.T) {
 			if err := dp.Sync(ctx, s); err != nil || dp.Stats() != (SyncStats{}) {
 				t.Errorf("%s, %s: the same State again: %v, %+v; want a sync doing nothing", what, s.Family, err, dp.LastSync())
 			}
+			// iptables-save spells every rule differently from the
+			// restore input: Reconcile must still see them as equal.
+			if drift, err := dp.Reconcile(ctx); err != nil || !drift.Empty() {
+				t.Errorf("%s, %s: Reconcile of what was just synced: %v, drift %s", what, s.Family, err, drift)
+			}
 			checkKernelServices(t, what, node, s, f.served, &stats)
 			checkRuleGauge(t, what, node, dp.Dataplane, s.Family == v1.IPv6Protocol)
 			if partial {

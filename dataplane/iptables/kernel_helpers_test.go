@@ -55,6 +55,22 @@ func (d *nsDataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	return d.ns.Do(func() error { return d.Dataplane.Sync(ctx, s) })
 }
 
+func (d *nsDataplane) Reconcile(ctx context.Context) (drift dataplane.Drift, err error) {
+	err = d.ns.Do(func() (err error) {
+		drift, err = d.Dataplane.Reconcile(ctx)
+		return err
+	})
+	return drift, err
+}
+
+func (d *nsDataplane) KernelChanged(ctx context.Context) (changed bool, err error) {
+	err = d.ns.Do(func() (err error) {
+		changed, err = d.Dataplane.KernelChanged(ctx)
+		return err
+	})
+	return changed, err
+}
+
 func (d *nsDataplane) Cleanup(ctx context.Context) error {
 	return d.ns.Do(func() error { return d.Dataplane.Cleanup(ctx) })
 }

@@ -153,11 +153,17 @@ func validChainName(s string) bool {
 	return s != "" && len(s) <= maxChainName && !strings.ContainsAny(s, " \t!\"'") && s[0] != '-'
 }
 
-// command applies one -A, -I, -D, -N or -X line.
+// command applies one -A, -I, -D, -F, -N or -X line.
 func (t *rtable) command(line string) error {
 	words, err := splitWords(line)
 	if err != nil {
 		return err
+	}
+	if len(words) == 1 && words[0] == "-F" {
+		for _, ch := range t.chains {
+			ch.rules = nil
+		}
+		return nil
 	}
 	if len(words) < 2 {
 		return fmt.Errorf("short command %q", line)
@@ -198,6 +204,8 @@ func (t *rtable) command(line string) error {
 		return fmt.Errorf("no chain %s", name)
 	}
 	switch op {
+	case "-F":
+		ch.rules = nil
 	case "-A":
 		r, err := parseRule(rest)
 		if err != nil {

@@ -169,7 +169,8 @@ func (r *ExecRunner) ListChain(ctx context.Context, table, chain string) ([]stri
 	}
 	lines, err := r.ipt.List(table, chain)
 	var ie *goipt.Error
-	if errors.As(err, &ie) && ie.IsNotExist() {
+	// iptables-nft 1.8.9 calls a missing chain "incompatible".
+	if errors.As(err, &ie) && (ie.IsNotExist() || strings.Contains(ie.Error(), "is incompatible")) {
 		return nil, false, nil
 	}
 	if err != nil {

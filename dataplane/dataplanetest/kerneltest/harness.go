@@ -33,6 +33,11 @@ type Config struct {
 	// ClientIP affinity shows only the one endpoint a client is pinned to,
 	// so the affinity scenarios fail.
 	ForgetAffinity func() error
+	// Disturb, if set, changes what the dataplane programmed as another
+	// program would (dataplanetest.Drifter); it runs inside the node
+	// namespace. Return dataplanetest.ErrCannotDisturb for a disturbance
+	// it cannot make. Without it the suite's reconcile checks are skipped.
+	Disturb func(d dataplanetest.Disturbance) error
 }
 
 // Harness is a dataplanetest.Harness over a dataplane programmed into a
@@ -99,6 +104,43 @@ func (h *Harness) Cleanup(ctx context.Context) error {
 		return nil
 	}
 	return h.lab.node.ns.Do(func() error { return h.dp.Cleanup(ctx) })
+}
+
+// Disturb runs Config.Disturb inside the node namespace; without one it
+// returns dataplanetest.ErrCannotDisturb.
+func (h *Harness) Disturb(_ context.Context, d dataplanetest.Disturbance) error {
+	if h.cfg.Disturb == nil || h.lab == nil {
+		return dataplanetest.ErrCannotDisturb
+	}
+	return h.lab.node.ns.Do(func() error { return h.cfg.Disturb(d) })
+}
+
+// Reconcile runs the dataplane's Reconcile inside the node namespace, or
+// returns dataplanetest.ErrNotImplemented.
+func (h *Harness) Reconcile(ctx context.Context) (drift dataplane.Drift, err error) {
+	r, ok := h.dp.(dataplane.Reconciler)
+	if !ok {
+		return drift, dataplanetest.ErrNotImplemented
+	}
+	err = h.lab.node.ns.Do(func() (err error) {
+		drift, err = r.Reconcile(ctx)
+		return err
+	})
+	return drift, err
+}
+
+// KernelChanged runs the dataplane's KernelChanged inside the node
+// namespace, or returns dataplanetest.ErrNotImplemented.
+func (h *Harness) KernelChanged(ctx context.Context) (changed bool, err error) {
+	w, ok := h.dp.(dataplane.KernelWatcher)
+	if !ok {
+		return false, dataplanetest.ErrNotImplemented
+	}
+	err = h.lab.node.ns.Do(func() (err error) {
+		changed, err = w.KernelChanged(ctx)
+		return err
+	})
+	return changed, err
 }
 
 // Observable returns v without what a connection cannot show: Service and

@@ -1,0 +1,123 @@
+package iptables
+
+import (
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/internal/netns"
+)
+
+// TestKernelReconcileRepairs changes a real kernel's rules behind the
+// dataplane's back with the iptables command, as an administrator or a
+// firewall reload would, with both backends: the canary notices a flush,
+// Reconcile names what it repaired, and afterwards the tables hold exactly
+// what a fresh full sync of the same State writes into another namespace.
+func TestKernelReconcileRepairs(t *testing.T) {
+	netns.Require(t, "iptables-restore", "iptables-save", "iptables")
+	for _, variant := range []string{"nft", "legacy"} {
+		t.Run(variant, func(t *testing.T) {
+			if _, err := exec.LookPath("iptables-" + variant + "-restore"); err != nil {
+				netns.Require(t, "iptables-"+variant+"-restore")
+			}
+			ipt := "iptables-" + variant
+			r := rand.New(rand.NewPCG(11, 12))
+			svcs := map[int]genService{}
+			for i := range 20 {
+				svcs[i] = genSvc(r, i)
+			}
+			st := makeState(genSettings(r), svcs)
+			node, ref := netns.New(t, "drift"), netns.New(t, "driftref")
+			dp := newNSDataplane(t, node, Config{Runner: mustRunner(t, node, variant)})
+			want := newNSDataplane(t, ref, Config{Runner: mustRunner(t, ref, variant)})
+			ctx := t.Context()
+			for _, d := range []*nsDataplane{dp, want} {
+				if err := d.Sync(ctx, st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			save := func(ns *netns.NS) map[string][]string { return variantRules(t, ns, variant) }
+			svc := ""
+			for key := range save(node) {
+				if c := strings.TrimPrefix(key, "nat "); strings.HasPrefix(c, DefaultChainPrefix+kindSVC) {
+					svc = c
+				}
+			}
+			for _, tc := range []struct {
+				name    string
+				cmds    [][]string
+				changed bool
+			}{
+				{"firewall reload", [][]string{{"-t", "nat", "-F"}, {"-t", "nat", "-X"}, {"-F"}, {"-X"}}, true},
+				{"iptables -F", [][]string{{"-F"}}, true},
+				{"service chain flushed", [][]string{{"-t", "nat", "-F", svc}}, false},
+				{"rule inserted", [][]string{{"-t", "nat", "-I", svc, "1", "-j", "RETURN"}}, false},
+				{"jump deleted", [][]string{{"-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", "proxykit service portals", "-j", DefaultChainPrefix + "SERVICES"}}, false},
+			} {
+				for _, c := range tc.cmds {
+					node.MustRun(ipt, append([]string{"-w", "5"}, c...)...)
+				}
+				if changed, err := dp.KernelChanged(ctx); err != nil || changed != tc.changed {
+					t.Errorf("%s: KernelChanged = %v, %v; want %v", tc.name, changed, err, tc.changed)
+				}
+				drift, err := dp.Reconcile(ctx)
+				if err != nil {
+					t.Fatalf("%s: Reconcile: %v", tc.name, err)
+				}
+				if drift.Empty() {
+					t.Errorf("%s: Reconcile found no drift", tc.name)
+				}
+				t.Logf("%s: %d repairs: %s", tc.name, len(drift.Repaired), drift)
+				if diff := cmpDiff(save(ref), save(node)); diff != "" {
+					t.Errorf("%s: repaired tables differ from a full sync (-full +repaired):\n%s", tc.name, diff)
+				}
+				if drift, err := dp.Reconcile(ctx); err != nil || !drift.Empty() {
+					t.Errorf("%s: second Reconcile: %v, %s", tc.name, err, drift)
+				}
+				kernel := map[string]float64{"nat": 0, "filter": 0}
+				for key, rules := range save(node) {
+					table, chain, _ := strings.Cut(key, " ")
+					if strings.HasPrefix(chain, DefaultChainPrefix) && chain != DefaultChainPrefix+"PROXY-CANARY" {
+						kernel[table] += float64(len(rules))
+					}
+				}
+				if diff := cmp.Diff(kernel, gauges(dp.metrics.rules)); diff != "" {
+					t.Errorf("%s: rules gauge differs from the kernel (-kernel +gauge):\n%s", tc.name, diff)
+				}
+			}
+		})
+	}
+}
+
+func mustRunner(t *testing.T, ns *netns.NS, variant string) Runner {
+	t.Helper()
+	var r *ExecRunner
+	if err := ns.Do(func() (err error) {
+		r, err = NewExecRunner(ExecConfig{Variant: variant})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// variantRules is kernelRules through one backend's iptables-save.
+func variantRules(t *testing.T, ns *netns.NS, variant string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, table := range []string{"filter", "nat"} {
+		for _, line := range strings.Split(ns.MustRun("iptables-"+variant+"-save", "-t", table), "\n") {
+			switch {
+			case strings.HasPrefix(line, ":"):
+				name, _, _ := strings.Cut(line[1:], " ")
+				out[table+" "+name] = append(out[table+" "+name], []string{}...)
+			case strings.HasPrefix(line, "-A "):
+				name, rule, _ := strings.Cut(line[3:], " ")
+				out[table+" "+name] = append(out[table+" "+name], rule)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,193 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/affinity"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// oneServiceState is one ClusterIP service with one endpoint.
+func oneServiceState() *dataplane.State {
+	name := servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "demo", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
+	return &dataplane.State{
+		Family: v1.IPv4Protocol,
+		Node:   dataplane.Node{Name: "node-a", IPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")}},
+		Services: servicemodel.NewMap(&servicemodel.ServicePort{
+			Name: name, ClusterIP: netip.MustParseAddr("10.96.0.10"), Port: 80, Protocol: v1.ProtocolTCP,
+		}),
+		Endpoints: endpoints.NewMap(map[servicemodel.PortName][]*endpoints.Endpoint{
+			name: {{Addr: netip.MustParseAddrPort("10.244.1.5:8080"), EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}}},
+		}),
+	}
+}
+
+// chainOfKind returns the first nat chain named prefix+kind.
+func chainOfKind(t *testing.T, fake *FakeRunner, kind string) string {
+	t.Helper()
+	for _, c := range fake.Ruleset().Chains("nat") {
+		if strings.HasPrefix(c, DefaultChainPrefix+kind) {
+			return c
+		}
+	}
+	t.Fatalf("no %s chain", kind)
+	return ""
+}
+
+// TestReconcile: each change another program makes is reported by name and
+// repaired so that the tables equal what Sync wrote; a second Reconcile
+// finds nothing and writes nothing.
+func TestReconcile(t *testing.T) {
+	jumpOutput := `-m comment --comment "proxykit service portals" -j PK-SERVICES`
+	for _, tc := range []struct {
+		name string
+		// disturb is restore input, with {SVC} and {SEP} standing for
+		// the service's chains.
+		disturb string
+		want    []string
+		changed bool
+		// jumpsOnly is a repair that re-inserts jumps, without a restore.
+		jumpsOnly bool
+	}{{
+		name: "untouched",
+	}, {
+		name:    "service chain flushed",
+		disturb: "*nat\n-F {SVC}\nCOMMIT\n",
+		want:    []string{"nat chain {SVC}: 0 rules, want 1"},
+	}, {
+		name:    "rule inserted into a shared chain",
+		disturb: "*nat\n-I PK-SERVICES 1 -j RETURN\nCOMMIT\n",
+		want:    []string{"nat chain PK-SERVICES: 3 rules, want 2"},
+	}, {
+		name:    "rule changed in place",
+		disturb: "*nat\n-D {SEP} 1\n-I {SEP} 1 -m comment --comment \"demo/web:http\" -s 10.244.1.6 -j PK-MARK-MASQ\nCOMMIT\n",
+		want:    []string{"nat chain {SEP}: rule 1 changed"},
+	}, {
+		name:      "jump deleted from a built-in chain",
+		disturb:   "*nat\n-D OUTPUT " + jumpOutput + "\nCOMMIT\n",
+		want:      []string{"nat chain OUTPUT: jump to PK-SERVICES missing"},
+		jumpsOnly: true,
+	}, {
+		name:    "stale service chain",
+		disturb: "*nat\n:PK-SVC-AAAAAAAAAAAAAAAA - [0:0]\n-A PK-SVC-AAAAAAAAAAAAAAAA -j RETURN\nCOMMIT\n",
+		want:    []string{"nat chain PK-SVC-AAAAAAAAAAAAAAAA: not programmed, deleted"},
+	}, {
+		name:    "table flushed",
+		disturb: "*filter\n-F\nCOMMIT\n",
+		want: []string{
+			"filter chain FORWARD: jump to PK-EXTERNAL-SERVICES missing",
+			"filter chain FORWARD: jump to PK-FORWARD missing",
+			"filter chain FORWARD: jump to PK-PROXY-FIREWALL missing",
+			"filter chain FORWARD: jump to PK-SERVICES missing",
+			"filter chain INPUT: jump to PK-EXTERNAL-SERVICES missing",
+			"filter chain INPUT: jump to PK-FIREWALL missing",
+			"filter chain INPUT: jump to PK-NODEPORTS missing",
+			"filter chain INPUT: jump to PK-PROXY-FIREWALL missing",
+			"filter chain OUTPUT: jump to PK-EXTERNAL-SERVICES missing",
+			"filter chain OUTPUT: jump to PK-FIREWALL missing",
+			"filter chain OUTPUT: jump to PK-PROXY-FIREWALL missing",
+			"filter chain OUTPUT: jump to PK-SERVICES missing",
+			"filter chain PK-FORWARD: 0 rules, want 3",
+			"filter chain PK-PROXY-CANARY: 0 rules, want 1",
+		},
+		changed: true,
+	}, {
+		name:    "canary deleted",
+		disturb: "*nat\n-F PK-PROXY-CANARY\n-X PK-PROXY-CANARY\nCOMMIT\n",
+		want:    []string{"nat chain PK-PROXY-CANARY: missing"},
+		changed: true,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, fake := newFake(t, Config{})
+			ctx := t.Context()
+			if err := d.Sync(ctx, oneServiceState()); err != nil {
+				t.Fatal(err)
+			}
+			svc, sep := chainOfKind(t, fake, kindSVC), chainOfKind(t, fake, kindSEP)
+			name := strings.NewReplacer("{SVC}", svc, "{SEP}", sep)
+			before := string(fake.Ruleset().Save("nat")) + string(fake.Ruleset().Save("filter"))
+			if tc.disturb != "" {
+				if err := fake.Restore(ctx, []byte(name.Replace(tc.disturb))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if changed, err := d.KernelChanged(ctx); err != nil || changed != tc.changed {
+				t.Errorf("KernelChanged = %v, %v; want %v", changed, err, tc.changed)
+			}
+			restores := len(fake.Restores())
+			drift, err := d.Reconcile(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, w := range tc.want {
+				want = append(want, name.Replace(w))
+			}
+			if diff := cmp.Diff(dataplane.Drift{Repaired: want}, drift); diff != "" {
+				t.Errorf("Drift (-want +got):\n%s", diff)
+			}
+			if wrote, want := len(fake.Restores()) > restores, tc.disturb != "" && !tc.jumpsOnly; wrote != want {
+				t.Errorf("Reconcile ran a restore: %v, want %v", wrote, want)
+			}
+			after := string(fake.Ruleset().Save("nat")) + string(fake.Ruleset().Save("filter"))
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Errorf("tables after the repair differ from what Sync wrote (-synced +repaired):\n%s", diff)
+			}
+			if changed, err := d.KernelChanged(ctx); err != nil || changed {
+				t.Errorf("KernelChanged after the repair = %v, %v", changed, err)
+			}
+			restores = len(fake.Restores())
+			if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() || len(fake.Restores()) != restores {
+				t.Errorf("second Reconcile = %v, %v, wrote %v", drift, err, len(fake.Restores()) != restores)
+			}
+		})
+	}
+}
+
+// failingSave fails every Save.
+type failingSave struct{ *FakeRunner }
+
+func (failingSave) Save(context.Context, string) ([]byte, error) {
+	return nil, errors.New("iptables-save: lock held")
+}
+
+// TestReconcileEdges: nothing to compare before the first Sync and after
+// Cleanup; a kernel that cannot be read fails the Reconcile and makes the
+// next Sync a full one.
+func TestReconcileEdges(t *testing.T) {
+	d, fake := newFake(t, Config{})
+	ctx := t.Context()
+	if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+		t.Errorf("Reconcile before Sync = %v, %v", drift, err)
+	}
+	if changed, err := d.KernelChanged(ctx); err != nil || changed {
+		t.Errorf("KernelChanged before Sync = %v, %v", changed, err)
+	}
+	s := oneServiceState()
+	if err := d.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	d.runner = failingSave{fake}
+	if _, err := d.Reconcile(ctx); err == nil || !strings.Contains(err.Error(), "lock held") {
+		t.Errorf("Reconcile with a failing save = %v", err)
+	}
+	d.runner = fake
+	if err := d.Sync(ctx, s); err != nil || !d.LastSync().Full {
+		t.Errorf("Sync after a failed Reconcile: %v, full %v; want a full sync", err, d.LastSync().Full)
+	}
+	if err := d.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+		t.Errorf("Reconcile after Cleanup = %v, %v", drift, err)
+	}
+}
