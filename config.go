@@ -22,6 +22,7 @@ const (
 	DefaultMinSyncPeriod    = 1 * time.Second
 	DefaultSyncPeriod       = 30 * time.Second
 	DefaultRetryPeriod      = 1 * time.Second
+	DefaultCanaryPeriod     = 5 * time.Second
 	DefaultMetricsNamespace = "proxykit"
 )
 
@@ -54,13 +55,22 @@ type Config struct {
 	// start of the next: changes arriving meanwhile coalesce into one sync.
 	// Zero means DefaultMinSyncPeriod (1s); a negative value means none.
 	MinSyncPeriod time.Duration
-	// SyncPeriod is how often every dataplane is re-programmed in full even
-	// without changes, repairing rules someone else removed. Zero means
-	// DefaultSyncPeriod (30s). Upstream iptables and nftables re-program in
-	// full only hourly (FullSyncPeriod) and use syncPeriod for retries;
-	// proxykit retries with backoff (RetryPeriod) instead, so SyncPeriod is
-	// the full-resync interval alone. Large clusters may raise it.
+	// SyncPeriod is the reconcile period: this often, even without
+	// changes, every dataplane.Reconciler reads back what it programmed
+	// and repairs what someone else changed, and every other dataplane is
+	// made to program everything again. Zero means DefaultSyncPeriod
+	// (30s). Upstream re-programs in full only hourly and uses syncPeriod
+	// for retries; proxykit retries with backoff (RetryPeriod) instead.
+	// Reading back costs a listing of the rules: large clusters may raise
+	// it, the canary (CanaryPeriod) still notices a flush within seconds.
 	SyncPeriod time.Duration
+	// CanaryPeriod is how often each dataplane.KernelWatcher is asked
+	// whether someone flushed or replaced its rules (a firewall reload,
+	// "iptables -F"); when one was, the proxy reconciles at once (within
+	// MinSyncPeriod) and /healthz counts the loss as a queued change until
+	// it is repaired. Zero means DefaultCanaryPeriod (5s); a negative
+	// value disables the checks.
+	CanaryPeriod time.Duration
 	// RetryPeriod is the wait after a first failed sync; it doubles with
 	// each further failure up to MaxRetryPeriod, and MinSyncPeriod still
 	// applies. Zero means DefaultRetryPeriod (1s).
@@ -171,6 +181,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MinSyncPeriod > c.SyncPeriod {
 		return c, invalidf("MinSyncPeriod %v exceeds SyncPeriod %v", c.MinSyncPeriod, c.SyncPeriod)
+	}
+	if c.CanaryPeriod == 0 {
+		c.CanaryPeriod = DefaultCanaryPeriod
 	}
 	if c.RetryPeriod == 0 {
 		c.RetryPeriod = DefaultRetryPeriod

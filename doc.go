@@ -44,13 +44,31 @@
 // reports it cannot tell what changed since that dataplane's last
 // programmed State, and the dataplane programs everything. The failed sync
 // is retried after RetryPeriod, doubling per failure up to MaxRetryPeriod.
-// Every SyncPeriod the loop makes every dataplane program in full (the
-// Builder is asked for one extra State so that the chain of changes
-// breaks), which repairs rules someone else removed.
+// Each dataplane's sync is logged, one line at default verbosity when it
+// wrote something (full or partial, as the dataplane reports through
+// dataplane.SyncReporter, services written, duration), at V(2) otherwise.
 //
 // After a family's dataplanes all succeed, the proxy records the family as
 // healthy, feeds the health-check node ports, observes network programming
 // latency and hands the ConntrackCleaner what became stale.
+//
+// # Reconciling with the kernel
+//
+// A dataplane remembers what it programmed and diffs the next State
+// against that memory, which someone else can make wrong (a firewall
+// reload, an administrator's "iptables -F", a script). The proxy owns one
+// schedule for setting that right: every SyncPeriod, the sync that runs
+// also calls Reconcile on each dataplane.Reconciler, which reads back
+// what it owns and repairs only what differs; a dataplane that cannot read
+// back is made to program everything instead (the Builder is asked for one
+// extra State, so that ChangedSince reports it cannot tell). Besides, every
+// CanaryPeriod the proxy asks each dataplane.KernelWatcher whether its
+// canary was disturbed; if so it reconciles at once. Repairs are counted
+// (dataplane_drift_repairs_total) and logged naming what was repaired;
+// detections are counted (dataplane_kernel_changes_detected_total). Drift
+// the canary found counts as a queued change for /healthz until a
+// reconcile repairs it, and a failed Reconcile fails the family's sync
+// (retried with backoff, as a full sync).
 //
 // # Differences from kube-proxy
 //
@@ -59,8 +77,9 @@
 //     clients pinned to deleted endpoints. Frontends of deleted services
 //     and removed ports, node ports and SCTP are cleaned too (dataplane.StaleFlows).
 //   - A failed sync is retried with exponential backoff from RetryPeriod
-//     (1s) instead of after a fixed syncPeriod (30s), and SyncPeriod is a
-//     full resync rather than kube-proxy's hourly FullSyncPeriod.
+//     (1s) instead of after a fixed syncPeriod (30s), and SyncPeriod is the
+//     reconcile period (read back, repair what differs) rather than a
+//     retry interval beside kube-proxy's hourly full rewrite.
 //   - The initial sync counts as a queued change from Run's start, so a
 //     proxy whose sources never sync turns unhealthy after HealthTimeout;
 //     kube-proxy's /healthz answers 200 forever in that case; so it does

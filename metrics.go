@@ -31,6 +31,8 @@ type metrics struct {
 	livez              *prometheus.CounterVec
 	healthCheckPorts   *prometheus.GaugeVec
 	healthCheckErrors  *prometheus.CounterVec
+	driftRepairs       *prometheus.CounterVec
+	kernelChanges      *prometheus.CounterVec
 }
 
 // networkProgrammingBuckets are kube-proxy's: 0.25s steps to 1s, 1s steps to
@@ -117,6 +119,14 @@ func newMetrics(ns string, reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Name: "health_check_node_port_listen_failures_total",
 			Help: "Health-check node ports that could not be opened (retried next sync).",
 		}, family),
+		driftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "dataplane_drift_repairs_total",
+			Help: "Objects (chains, jumps, elements) a dataplane found changed by someone else and repaired.",
+		}, []string{"ip_family", "dataplane"}),
+		kernelChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "dataplane_kernel_changes_detected_total",
+			Help: "Times a dataplane's canary showed that someone else flushed or replaced its rules.",
+		}, []string{"ip_family", "dataplane"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -126,6 +136,7 @@ func newMetrics(ns string, reg prometheus.Registerer) (*metrics, error) {
 		m.changesPending, m.servicePorts, m.serviceEndpoints, m.skippedTotal,
 		m.networkProgramming, m.conntrackDeleted, m.conntrackFailures,
 		m.conntrackPending, m.healthz, m.livez, m.healthCheckPorts, m.healthCheckErrors,
+		m.driftRepairs, m.kernelChanges,
 	}
 	for i, c := range all {
 		if err := reg.Register(c); err != nil {

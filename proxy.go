@@ -45,13 +45,19 @@ type Proxy struct {
 
 	started     atomic.Bool
 	initialized atomic.Bool
+	// kernelChanged is set by the canary watcher and taken by the next
+	// sync, which then reconciles.
+	kernelChanged atomic.Bool
 
 	// Everything below is owned by the sync loop (one sync at a time).
-	once         bool
-	lastFull     time.Time
-	debt         map[v1.IPFamily]*conntrackDebt
-	triggerTimes map[v1.IPFamily][]time.Time
-	hcPorts      map[v1.IPFamily]map[types.NamespacedName]uint16
+	once bool
+	// lastReconcile is when the dataplanes last read back and repaired
+	// what they programmed (or, for those that cannot, programmed it in
+	// full).
+	lastReconcile time.Time
+	debt          map[v1.IPFamily]*conntrackDebt
+	triggerTimes  map[v1.IPFamily][]time.Time
+	hcPorts       map[v1.IPFamily]map[types.NamespacedName]uint16
 }
 
 // plane is one configured dataplane and what it last programmed.
@@ -63,6 +69,9 @@ type plane struct {
 	// programs that State in full.
 	programmed bool
 	lastGen    uint64
+	// mustReconcile is set after a failed Reconcile, so that the repair
+	// is retried with the next sync rather than a period later.
+	mustReconcile bool
 }
 
 // New validates cfg, applies its defaults and returns a Proxy that is not
@@ -183,6 +192,9 @@ func (p *Proxy) Run(ctx context.Context) error {
 		defer close(loopDone)
 		p.runner.loop(ctx)
 	}()
+	if p.cfg.CanaryPeriod > 0 {
+		wg.Go(func() { p.watchKernel(ctx) })
+	}
 	select {
 	case err = <-errs:
 	case <-ctx.Done():
@@ -375,4 +387,39 @@ func (p *Proxy) changed(kind string, due bool) {
 	p.health.Queued(p.families...)
 	p.metrics.lastQueued.Set(float64(p.cfg.Clock.Now().UnixNano()) / 1e9)
 	p.runner.request()
+}
+
+// watchKernel polls every dataplane.KernelWatcher each CanaryPeriod until
+// ctx ends. A disturbed canary counts as a queued change for health (the
+// kernel no longer holds what was synced) and asks for a sync that
+// reconciles.
+func (p *Proxy) watchKernel(ctx context.Context) {
+	for {
+		t := p.cfg.Clock.NewTimer(p.cfg.CanaryPeriod)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		for _, pl := range p.planes {
+			w, ok := pl.Dataplane.(dataplane.KernelWatcher)
+			if !ok {
+				continue
+			}
+			changed, err := w.KernelChanged(ctx)
+			if err != nil {
+				p.log.V(2).Info("Cannot check the kernel for changes", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family, "err", err)
+				continue
+			}
+			if !changed {
+				continue
+			}
+			p.metrics.kernelChanges.WithLabelValues(string(pl.Family), pl.Dataplane.Name()).Inc()
+			p.log.Info("Rules changed by someone else (canary gone); reconciling", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family)
+			p.health.Drifted(pl.Family)
+			p.kernelChanged.Store(true)
+			p.runner.request()
+		}
+	}
 }

@@ -16,7 +16,8 @@ import (
 // failed is returned (joined) so that the loop retries with backoff.
 func (p *Proxy) sync(ctx context.Context) error {
 	start := p.cfg.Clock.Now()
-	full := p.lastFull.IsZero() || start.Sub(p.lastFull) >= p.cfg.SyncPeriod
+	periodic := !p.lastReconcile.IsZero() && start.Sub(p.lastReconcile) >= p.cfg.SyncPeriod
+	reconcile := periodic || p.kernelChanged.Swap(false)
 	// Before Build: a change queued later may miss this sync, so it must
 	// not count as carried by it.
 	p.health.Syncing(p.families...)
@@ -24,10 +25,11 @@ func (p *Proxy) sync(ctx context.Context) error {
 	if err := p.absorb(b); err != nil {
 		return err
 	}
-	if full && p.anyProgrammed() {
-		// A State whose predecessor a dataplane never saw makes
-		// ChangedSince report !ok, which is how a dataplane is told to
-		// program everything: skip one generation.
+	if reconcile && p.anyBlind() {
+		// A dataplane that cannot read back what it programmed is made
+		// to program everything instead: a State whose predecessor it
+		// never saw makes ChangedSince report !ok, so skip one
+		// generation.
 		b = p.builder.Build()
 		if err := p.absorb(b); err != nil {
 			return err
@@ -42,7 +44,11 @@ func (p *Proxy) sync(ctx context.Context) error {
 	failed := map[v1.IPFamily]bool{}
 	var errs []error
 	for _, pl := range p.planes {
-		if err := p.syncPlane(ctx, pl, states[pl.Family]); err != nil {
+		err := p.syncPlane(ctx, pl, states[pl.Family])
+		if err == nil && (reconcile || pl.mustReconcile) {
+			err = p.reconcilePlane(ctx, pl)
+		}
+		if err != nil {
 			failed[pl.Family] = true
 			errs = append(errs, err)
 		}
@@ -65,8 +71,9 @@ func (p *Proxy) sync(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if full && len(failed) == 0 {
-		p.lastFull = start
+	if p.lastReconcile.IsZero() || reconcile && len(failed) == 0 {
+		// The first sync programmed everything: the period starts there.
+		p.lastReconcile = start
 	}
 	return errors.Join(errs...)
 }
@@ -96,27 +103,72 @@ func (p *Proxy) absorb(b dataplane.Build) error {
 	return nil
 }
 
-func (p *Proxy) anyProgrammed() bool {
+// anyBlind reports whether a programmed dataplane is no
+// dataplane.Reconciler.
+func (p *Proxy) anyBlind() bool {
 	for _, pl := range p.planes {
-		if pl.programmed {
+		if _, ok := pl.Dataplane.(dataplane.Reconciler); pl.programmed && !ok {
 			return true
 		}
 	}
 	return false
 }
 
-// syncPlane programs st into one dataplane and records the outcome.
+// reconcilePlane asks a dataplane that can read back what it programmed to
+// repair what someone else changed. A failure fails the family's sync: the
+// dataplane no longer knows what the kernel holds, so the retry programs
+// everything.
+func (p *Proxy) reconcilePlane(ctx context.Context, pl *plane) error {
+	r, ok := pl.Dataplane.(dataplane.Reconciler)
+	if !ok {
+		return nil
+	}
+	name, fam := pl.Dataplane.Name(), string(pl.Family)
+	t0 := p.cfg.Clock.Now()
+	drift, err := r.Reconcile(ctx)
+	p.metrics.syncDuration.WithLabelValues(fam, name, "reconcile").Observe(p.cfg.Clock.Since(t0).Seconds())
+	if err != nil {
+		pl.programmed, pl.mustReconcile = false, true
+		p.metrics.syncFailures.WithLabelValues(fam, name).Inc()
+		return fmt.Errorf("dataplane %s (%s): %w", name, fam, err)
+	}
+	pl.mustReconcile = false
+	if !drift.Empty() {
+		p.metrics.driftRepairs.WithLabelValues(fam, name).Add(float64(len(drift.Repaired)))
+		p.log.Info("Repaired rules someone else changed", "dataplane", name, "ipFamily", fam,
+			"repairs", len(drift.Repaired), "repaired", drift.String())
+	}
+	return nil
+}
+
+// syncPlane programs st into one dataplane and records the outcome. A
+// sync that changed something is logged at default verbosity, one line
+// per dataplane; one that found nothing to do only at V(2).
 func (p *Proxy) syncPlane(ctx context.Context, pl *plane, st *dataplane.State) error {
-	kind := "full"
+	full, changed := true, -1
 	if pl.programmed {
-		if _, ok := st.ChangedSince(pl.lastGen); ok {
-			kind = "partial"
+		if set, ok := st.ChangedSince(pl.lastGen); ok {
+			full, changed = false, set.Len()
 		}
 	}
 	name, fam := pl.Dataplane.Name(), string(pl.Family)
 	t0 := p.cfg.Clock.Now()
 	err := pl.Dataplane.Sync(ctx, st)
 	elapsed := p.cfg.Clock.Since(t0)
+	services := changed
+	if r, ok := pl.Dataplane.(dataplane.SyncReporter); ok && err == nil {
+		// The dataplane knows better: it may have rewritten everything
+		// on its own, or found nothing to write.
+		rep := r.LastSync()
+		full, services = rep.Full, rep.Services
+		if !full && rep.Bytes == 0 {
+			services = 0
+		}
+	}
+	kind := "partial"
+	if full {
+		kind = "full"
+	}
 	p.metrics.syncDuration.WithLabelValues(fam, name, kind).Observe(elapsed.Seconds())
 	if err != nil {
 		p.metrics.syncFailures.WithLabelValues(fam, name).Inc()
@@ -124,8 +176,15 @@ func (p *Proxy) syncPlane(ctx context.Context, pl *plane, st *dataplane.State) e
 	}
 	pl.programmed, pl.lastGen = true, st.Generation
 	p.metrics.lastSync.WithLabelValues(fam, name).Set(float64(p.cfg.Clock.Now().UnixNano()) / 1e9)
-	p.log.V(2).Info("Synced dataplane", "dataplane", name, "ipFamily", fam, "sync", kind,
-		"generation", st.Generation, "servicePorts", st.Services.Len(), "elapsed", elapsed)
+	log := p.log.V(2)
+	if full || services != 0 {
+		log = p.log
+	}
+	kv := []any{"dataplane", name, "ipFamily", fam, "sync", kind, "servicePorts", st.Services.Len(), "elapsed", elapsed}
+	if services >= 0 {
+		kv = append(kv, "services", services)
+	}
+	log.Info("Synced dataplane", kv...)
 	return nil
 }
 

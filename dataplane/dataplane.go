@@ -43,7 +43,8 @@ type Reconciler interface {
 // someone else changed the kernel under it, for instance through canary
 // chains as kube-proxy keeps them: a firewall reload or an "iptables -F"
 // removes the canary with everything else. The proxykit package polls it
-// on a short period and reconciles when it reports a change.
+// on a short period, from its own goroutine (so concurrently with Sync),
+// and reconciles when it reports a change.
 type KernelWatcher interface {
 	// KernelChanged reports whether the dataplane's canary was disturbed
 	// since the last successful Sync or Reconcile, which put it back. It

@@ -97,11 +97,36 @@
 // the set need reprogramming (the frontends of all others are unchanged);
 // otherwise, and always after a failed Sync, it programs everything.
 //
+// # Reconciling
+//
+// What a dataplane remembers having programmed can become wrong: other
+// programs write the same kernel. Who decides and who does what is fixed:
+// the caller (the proxykit package) owns the schedule, one reconcile
+// period plus "the kernel changed under you" signals; a dataplane that can
+// read back what it owns implements Reconciler, whose Reconcile compares
+// the kernel with its last successful Sync and repairs only what differs,
+// returning the Drift it repaired (the caller counts and logs it); one
+// that can tell cheaply that its rules were flushed implements
+// KernelWatcher (a canary), polled on a short period. A dataplane that
+// implements neither is made to program everything once per period. The
+// conformance suite (dataplanetest.Drifter) disturbs every dataplane that
+// lets it and requires the repair.
+//
+// # Without a kernel
+//
+// Each dataplane has one way to run without touching the kernel, its fake
+// backend: iptables.FakeRunner (a simulated iptables that records and can
+// print every restore input; the node agent's --dry-run). Code that drives
+// a dataplane (a sync loop, a proxy) is tested with
+// dataplanetest.Recorder, which stands in for any dataplane and records
+// the States it is given.
+//
 // # Implementing a Dataplane
 //
 // Sync must make forwarding match the State, leaving everything it does
 // not own alone; after an error the previous programming stays and the
-// next Sync is a full one. Endpoint selection is State.Select, never a
+// next Sync is a full one. Implement SyncReporter so that logs and metrics
+// say truthfully whether a Sync rewrote everything. Endpoint selection is State.Select, never a
 // re-implementation of traffic policy or topology. Cleanup removes what
 // the dataplane owns and succeeds when there is nothing to remove. Run
 // dataplanetest.Run against the implementation: it checks, packet by

@@ -79,7 +79,7 @@ var (
 	_ dataplane.SyncReporter  = (*Dataplane)(nil)
 )
 
-// New checks cfg and returns a Dataplane. Unless cfg.DryRun or cfg.Runner
+// New checks cfg and returns a Dataplane. Unless cfg.Runner
 // is set it probes the iptables binaries.
 func New(cfg Config) (*Dataplane, error) {
 	if cfg.Family == "" {
