@@ -8,6 +8,7 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/logtext"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -36,9 +37,9 @@ func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.Name
 	}
 	st := &svcState{}
 	for _, sp := range ports {
-		p, reason := checkPort(sp, d.ipv6, func(r string) { d.skip(r, "service", nn.String()) })
+		p, reason := checkPort(sp, d.ipv6, func(r string) { d.skip(r, "service", logtext.Name(nn)) })
 		if reason != "" {
-			d.skip(reason, "service", nn.String())
+			d.skip(reason, "service", logtext.Name(nn))
 			continue
 		}
 		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, d.selection(s, sp, nn))})
@@ -72,7 +73,7 @@ func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, 
 	}
 	out.cluster, out.local, out.all = keep(sel.Cluster), keep(sel.Local), keep(sel.AllReachable)
 	if dropped > 0 {
-		d.skip("endpoint address invalid or of another family", "service", nn.String())
+		d.skip("endpoint address invalid or of another family", "service", logtext.Name(nn))
 		if len(out.all) == 0 && len(sel.AllReachable) > 0 {
 			out.hasAny = false
 		}
@@ -82,7 +83,10 @@ func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, 
 
 // build renders every service of s.
 func (d *Dataplane) build(s *dataplane.State) *programmed {
-	v := newView(s, d.ipv6, func(r string) { d.skip(r) })
+	v := newView(s, d.ipv6)
+	for _, r := range v.ignored {
+		d.skip(r)
+	}
 	prog := &programmed{view: v, services: map[types.NamespacedName]*svcState{}}
 	for nn := range s.Services.Services() {
 		prog.endpoints += d.countEndpoints(s, nn)

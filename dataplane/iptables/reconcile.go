@@ -95,7 +95,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	slices.Sort(repaired)
 	drift := dataplane.Drift{Repaired: repaired}
 	if !drift.Empty() {
-		d.log.Info("Repaired rules changed by someone else", "repairs", len(repaired), "what", drift.String(), "bytes", repair.Len())
+		d.log.V(2).Info("Repaired rules changed by someone else", "repairs", len(repaired), "what", drift.String(), "bytes", repair.Len())
 	}
 	return drift, nil
 }

@@ -191,3 +191,23 @@ func TestReconcileEdges(t *testing.T) {
 		t.Errorf("Reconcile after Cleanup = %v, %v", drift, err)
 	}
 }
+
+// TestSettingSkipsReportedOncePerChange: a setting the dataplane cannot use
+// (here a cluster-CIDR detector without a CIDR of the family) is reported
+// when the settings take effect, not on every partial sync after.
+func TestSettingSkipsReportedOncePerChange(t *testing.T) {
+	var skips []string
+	d, _ := newFake(t, Config{OnSkip: func(r string) { skips = append(skips, r) }})
+	s := oneServiceState()
+	s.Settings.LocalDetector = dataplane.LocalDetector{Mode: dataplane.LocalModeClusterCIDR}
+	for i := range 3 {
+		next := *s
+		next.Generation = uint64(i + 1)
+		if err := d.Sync(t.Context(), &next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff([]string{"local traffic detector has no CIDR of this family"}, skips); diff != "" {
+		t.Errorf("skips (-want +got):\n%s", diff)
+	}
+}

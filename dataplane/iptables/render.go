@@ -65,6 +65,10 @@ type view struct {
 	localhostNodePorts bool
 	// noComments is large-cluster mode.
 	noComments bool
+	// ignored says why settings were left out. It follows from the
+	// compared fields' inputs, so it is reported only when the view
+	// changes (a full sync), not on every sync.
+	ignored []string
 }
 
 func (v *view) equal(o *view) bool {
@@ -74,9 +78,10 @@ func (v *view) equal(o *view) bool {
 		v.noComments == o.noComments
 }
 
-// newView derives the view of s. skip is told why a setting was ignored.
-func newView(s *dataplane.State, ipv6 bool, skip func(string)) *view {
+// newView derives the view of s.
+func newView(s *dataplane.State, ipv6 bool) *view {
 	v := &view{ipv6: ipv6, masqueradeAll: s.Settings.MasqueradeAll}
+	skip := func(reason string) { v.ignored = append(v.ignored, reason) }
 	for _, a := range s.Node.IPs {
 		if ofFamily(a, ipv6) {
 			v.nodeIPs = append(v.nodeIPs, a)

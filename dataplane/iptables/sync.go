@@ -124,7 +124,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 			}
 			return nil
 		}
-		v = newView(s, d.ipv6, func(r string) { d.skip(r) })
+		v = newView(s, d.ipv6)
 		v.noComments = prog.view.noComments
 		full = !v.equal(prog.view)
 	}
