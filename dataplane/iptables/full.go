@@ -213,7 +213,7 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 	}
 	// A full sync writes every rule of the own chains, and only those.
 	written := countWritten(b.Bytes(), d.names.canary)
-	prog.rules = written
+	prog.rules, prog.size = written, b.Len()
 	// Each iptables command reads the whole table, seconds on a big node:
 	// only jumps that the listing does not show are checked and added.
 	for _, j := range d.jumps() {

@@ -2,7 +2,6 @@ package iptables
 
 import (
 	"bytes"
-	"slices"
 	"strings"
 )
 
@@ -17,6 +16,7 @@ const canaryRule = " -j RETURN"
 type listing struct {
 	table    string
 	declared []string
+	isChain  map[string]bool
 	rules    map[string][]string
 }
 
@@ -25,7 +25,7 @@ type listing struct {
 // chains are listed by name only: their rules may use matches this
 // package does not parse, and are none of its business.
 func (d *Dataplane) parseListing(table string, data []byte) *listing {
-	l := &listing{table: table, rules: map[string][]string{}}
+	l := &listing{table: table, isChain: map[string]bool{}, rules: map[string][]string{}}
 	hooked := map[string]bool{}
 	for _, j := range d.jumps() {
 		if j.Table == table {
@@ -44,6 +44,7 @@ func (d *Dataplane) parseListing(table string, data []byte) *listing {
 		case strings.HasPrefix(line, ":"):
 			if name, _, ok := strings.Cut(line[1:], " "); ok {
 				l.declared = append(l.declared, name)
+				l.isChain[name] = true
 			}
 		case strings.HasPrefix(line, "-A "):
 			chain, rule, _ := strings.Cut(line[len("-A "):], " ")
@@ -65,7 +66,7 @@ func (l *listing) chainNames() []string {
 }
 
 func (l *listing) has(chain string) bool {
-	return l != nil && slices.Contains(l.declared, chain)
+	return l != nil && l.isChain[chain]
 }
 
 // hasJump reports whether the listing holds j, compared by what the rule

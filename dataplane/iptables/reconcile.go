@@ -28,6 +28,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		return dataplane.Drift{}, nil
 	}
 	var full writer
+	full.Grow(prog.size)
 	d.writeFull(&full, prog, nil)
 	var (
 		repaired []string
@@ -107,6 +108,9 @@ func compareRules(want, got []string) string {
 		return strconv.Itoa(len(got)) + " rules, want " + strconv.Itoa(len(want))
 	}
 	for i := range want {
+		if want[i] == got[i] {
+			continue
+		}
 		w, _ := ruleKey(want[i])
 		if g, ok := ruleKey(got[i]); !ok || g != w {
 			return "rule " + strconv.Itoa(i+1) + " changed"

@@ -198,12 +198,11 @@ func TestReconcileEdges(t *testing.T) {
 func TestSettingSkipsReportedOncePerChange(t *testing.T) {
 	var skips []string
 	d, _ := newFake(t, Config{OnSkip: func(r string) { skips = append(skips, r) }})
-	s := oneServiceState()
-	s.Settings.LocalDetector = dataplane.LocalDetector{Mode: dataplane.LocalModeClusterCIDR}
 	for i := range 3 {
-		next := *s
+		next := oneServiceState()
+		next.Settings.LocalDetector = dataplane.LocalDetector{Mode: dataplane.LocalModeClusterCIDR}
 		next.Generation = uint64(i + 1)
-		if err := d.Sync(t.Context(), &next); err != nil {
+		if err := d.Sync(t.Context(), next); err != nil {
 			t.Fatal(err)
 		}
 	}

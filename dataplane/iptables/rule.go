@@ -288,55 +288,80 @@ func protoFromString(s string) v1.Protocol {
 // one Key behave alike, so a rule written by a restore and the same rule
 // listed back by iptables-save have one Key.
 func (r *Rule) Key() string {
-	var b strings.Builder
-	field := func(name string, v any) {
-		fmt.Fprintf(&b, "%s=%v;", name, v)
+	b := make([]byte, 0, 64+len(r.Comment)+len(r.Target)+len(r.toDestination))
+	str := func(name, v string) {
+		b = append(b, name...)
+		b = append(b, '=')
+		b = append(b, v...)
+		b = append(b, ';')
 	}
-	field("p", r.proto)
-	for _, m := range []struct {
-		name string
-		a    *addrMatch
-	}{{"s", r.src}, {"d", r.dst}} {
-		if m.a != nil {
-			field(m.name, fmt.Sprint(m.a.neg, m.a.prefix))
+	num := func(name string, v int64) {
+		b = append(b, name...)
+		b = append(b, '=')
+		b = strconv.AppendInt(b, v, 10)
+		b = append(b, ';')
+	}
+	flag := func(name string, v bool) {
+		if v {
+			str(name, "1")
 		}
 	}
-	if r.inIface != "" {
-		field("i", fmt.Sprint(r.inNeg, r.inIface))
+	addr := func(name string, m *addrMatch) {
+		if m != nil {
+			flag("!"+name, m.neg)
+			str(name, m.prefix.String())
+		}
 	}
-	field("dport", r.dport)
-	field("addrtype", fmt.Sprint(r.srcLocal, r.dstLocal))
+	str("p", r.proto)
+	addr("s", r.src)
+	addr("d", r.dst)
+	if r.inIface != "" {
+		flag("!i", r.inNeg)
+		str("i", r.inIface)
+	}
+	num("dport", int64(r.dport))
+	flag("src-local", r.srcLocal)
+	flag("dst-local", r.dstLocal)
 	if len(r.ctstates) > 0 {
-		st := slices.Sorted(slices.Values(r.ctstates))
-		field("ctstate", fmt.Sprint(r.ctNeg, st))
+		flag("!ctstate", r.ctNeg)
+		str("ctstate", strings.Join(slices.Sorted(slices.Values(r.ctstates)), ","))
 	}
 	if r.hasMark {
-		field("mark", fmt.Sprint(r.markNeg, r.markVal, r.markMask))
+		flag("!mark", r.markNeg)
+		num("mark", int64(r.markVal))
+		num("mask", int64(r.markMask))
 	}
 	if r.recentCheck || r.recentSet {
 		mask := r.recentMask
 		if mask == "255.255.255.255" || mask == "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff" {
 			mask = ""
 		}
-		field("recent", fmt.Sprint(r.recentCheck, r.recentSet, r.recentName, r.recentSeconds, r.recentReap, mask, r.recentDest))
+		flag("rcheck", r.recentCheck)
+		flag("set", r.recentSet)
+		str("name", r.recentName)
+		str("seconds", r.recentSeconds)
+		flag("reap", r.recentReap)
+		str("rmask", mask)
+		flag("rdest", r.recentDest)
 	}
 	if r.probabilistic {
-		field("probability", r.probability)
+		num("probability", r.probability)
 	}
-	field("comment", r.Comment)
-	field("j", r.Target)
-	field("to", r.toDestination)
-	if r.setsMark || r.clearsMark {
-		field("setmark", fmt.Sprint(r.orMark, r.xorMark, r.setsMark, r.clearsMark))
+	str("comment", r.Comment)
+	str("j", r.Target)
+	str("to", r.toDestination)
+	if r.setsMark {
+		num("or-mark", int64(r.orMark))
 	}
-	field("random-fully", r.randomFully)
+	if r.clearsMark {
+		num("xor-mark", int64(r.xorMark))
+	}
+	flag("random-fully", r.randomFully)
 	if r.Target == "REJECT" {
 		// Each family's default reason is what a restore gets without one.
-		with := r.rejectWith
-		if with == "icmp-port-unreachable" || with == "icmp6-port-unreachable" {
-			with = ""
+		if with := r.rejectWith; with != "" && with != "icmp-port-unreachable" && with != "icmp6-port-unreachable" {
+			str("reject-with", with)
 		}
-		field("reject-with", with)
 	}
-	return b.String()
+	return string(b)
 }

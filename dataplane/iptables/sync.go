@@ -35,6 +35,9 @@ type programmed struct {
 	state *dataplane.State
 	// rules counts the rules of the dataplane's own chains, per table.
 	rules [numTables]int
+	// size is the length of the last full restore input, a good guess
+	// for the next full rendering's buffer.
+	size int
 }
 
 // writer accumulates restore input.
