@@ -10,7 +10,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 )
 
 // MaxAttempts is how many times one Clean dumps the table when the kernel
@@ -36,7 +35,7 @@ type Config struct {
 	// its socket in the calling thread's network namespace.
 	Netlink Netlink
 	// Logger receives skipped items and, at V(5), every deleted flow; the
-	// zero value is klog's default logger.
+	// zero value logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called once per skipped stale item with a short,
 	// bounded reason (for a metric label).
@@ -56,9 +55,6 @@ func New(cfg Config) *Cleaner {
 	c := &Cleaner{nl: cfg.Netlink, log: cfg.Logger, onSkip: cfg.OnSkip}
 	if c.nl == nil {
 		c.nl = &netlink.Handle{}
-	}
-	if c.log.GetSink() == nil {
-		c.log = klog.Background()
 	}
 	return c
 }
