@@ -396,7 +396,7 @@ func (p *Proxy) warnMissingNode() {
 	if p.cfg.NodeName == "" || len(p.cfg.Sources) == 0 || p.nodeSeen.Load() {
 		return
 	}
-	p.log.Info("No Node of this proxy's node name came from the sources: /healthz answers 503 and topology is unknown until it does; check the node name",
+	p.log.Info("Sources synced without this proxy's Node: /healthz answers 503 and topology is unknown until it appears; check the node name",
 		"node", logtext.String(p.cfg.NodeName))
 }
 

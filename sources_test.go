@@ -126,7 +126,7 @@ func (l *lineLog) with(msgs ...string) []string {
 func TestStartupLog(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: dataplanetest.NodeName}}
 	svc := udpService("ns", "a", "172.30.0.10", 53)
-	const noNode = `"level"=0 "msg"="No Node of this proxy's node name came from the sources: /healthz answers 503 and topology is unknown until it does; check the node name" "node"="` + dataplanetest.NodeName + `"`
+	const noNode = `"level"=0 "msg"="Sources synced without this proxy's Node: /healthz answers 503 and topology is unknown until it appears; check the node name" "node"="` + dataplanetest.NodeName + `"`
 	for _, tc := range []struct {
 		name     string
 		nodeName string
@@ -183,7 +183,7 @@ func TestStartupLog(t *testing.T) {
 			if err := h.p.RunOnce(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, log.with("Starting proxy", "No Node")); diff != "" {
+			if diff := cmp.Diff(tc.want, log.with("Starting proxy", "Sources synced without")); diff != "" {
 				t.Errorf("log lines (-want +got):\n%s", diff)
 			}
 		})
