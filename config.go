@@ -13,7 +13,6 @@ import (
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -106,9 +105,9 @@ type Config struct {
 	// MetricsNamespace prefixes every metric name; "" means
 	// DefaultMetricsNamespace ("proxykit").
 	MetricsNamespace string
-	// Logger is where the proxy logs; the zero value is klog.Background().
-	// logr.Discard() is indistinguishable from the zero value: to silence
-	// the proxy, pass a logger whose sink drops everything instead.
+	// Logger is where the proxy logs; the zero value (like logr.Discard())
+	// logs nothing. At verbosity 0 it gets a start-up line, warnings of
+	// likely misconfiguration and failures; more detail at V(2) and up.
 	Logger logr.Logger
 	// Clock drives every timer; nil means the real clock. Tests pass a
 	// k8s.io/utils/clock/testing.FakeClock.
@@ -204,9 +203,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MetricsNamespace == "" {
 		c.MetricsNamespace = DefaultMetricsNamespace
-	}
-	if c.Logger.GetSink() == nil {
-		c.Logger = klog.Background()
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}

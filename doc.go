@@ -70,6 +70,15 @@
 // reconcile repairs it, and a failed Reconcile fails the family's sync
 // (retried with backoff, as a full sync).
 //
+// # Logging
+//
+// The proxy logs through Config.Logger, which logs nothing when zero. At
+// verbosity 0 an operator gets one start-up line (node, IP families,
+// dataplanes, sources, cluster CIDRs, NodePort addresses), a warning when
+// the sources synced without the Node of NodeName, and failures; detail
+// starts at V(2). A source that implements fmt.Stringer is named in its
+// own words in that line and in its errors.
+//
 // # Differences from kube-proxy
 //
 //   - Conntrack cleanup owed by a failed sync is kept (de-duplicated) until

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/health"
+	"github.com/proxykit/proxykit/internal/logtext"
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -48,6 +50,8 @@ type Proxy struct {
 	// kernelChanged is set by the canary watcher and taken by the next
 	// sync, which then reconciles.
 	kernelChanged atomic.Bool
+	// nodeSeen is whether a Node named NodeName is currently delivered.
+	nodeSeen atomic.Bool
 
 	// Everything below is owned by the sync loop (one sync at a time).
 	once bool
@@ -174,6 +178,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}
 
 	p.health.Start(p.families...)
+	p.logStart()
 	synced := p.startSources(ctx, &wg, errs)
 
 	select {
@@ -183,6 +188,7 @@ func (p *Proxy) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
+	p.warnMissingNode()
 	p.initialized.Store(true)
 	p.log.V(2).Info("Sources synced, starting sync loop")
 	p.runner.request()
@@ -217,6 +223,7 @@ func (p *Proxy) RunOnce(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(p.cfg.Sources))
+	p.logStart()
 	synced := p.startSources(ctx, &wg, errs)
 	defer wg.Wait()
 	defer cancel()
@@ -227,6 +234,7 @@ func (p *Proxy) RunOnce(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	p.warnMissingNode()
 	p.initialized.Store(true)
 	p.once = true
 	return p.sync(ctx)
@@ -316,7 +324,7 @@ func (p *Proxy) listen() ([]namedServer, error) {
 func (p *Proxy) startSources(ctx context.Context, wg *sync.WaitGroup, errs chan<- error) <-chan struct{} {
 	all := make(chan struct{})
 	var pending sync.WaitGroup
-	for i, src := range p.cfg.Sources {
+	for _, src := range p.cfg.Sources {
 		h := &sourceHandler{proxyHandler: p.handler, done: pending.Done}
 		pending.Add(1)
 		wg.Go(func() {
@@ -325,7 +333,7 @@ func (p *Proxy) startSources(ctx context.Context, wg *sync.WaitGroup, errs chan<
 				// Reported before (and instead of) counting as synced,
 				// so that a waiter never mistakes a failed source for
 				// one that delivered everything.
-				errs <- fmt.Errorf("source %d: %w", i, err)
+				errs <- fmt.Errorf("%s: %w", describe(src), err)
 				return
 			}
 			h.Synced()
@@ -336,6 +344,72 @@ func (p *Proxy) startSources(ctx context.Context, wg *sync.WaitGroup, errs chan<
 		close(all)
 	}()
 	return all
+}
+
+// describe names a source in logs and errors: in its own words when it
+// implements fmt.Stringer (the sources of this module do), else by its type.
+func describe(s source.Source) string {
+	if d, ok := s.(fmt.Stringer); ok {
+		return logtext.String(d.String())
+	}
+	return fmt.Sprintf("%T", s)
+}
+
+// logStart tells an operator, at default verbosity, what the proxy is
+// about to do, with the settings that are most often wrong.
+func (p *Proxy) logStart() {
+	planes := make([]string, len(p.planes))
+	for i, pl := range p.planes {
+		planes[i] = fmt.Sprintf("%s (%s)", pl.Dataplane.Name(), pl.Family)
+	}
+	sources := make([]string, len(p.cfg.Sources))
+	for i, s := range p.cfg.Sources {
+		sources[i] = describe(s)
+	}
+	set := p.cfg.Settings
+	kv := []any{"node", logtext.String(p.cfg.NodeName), "ipFamilies", p.families,
+		"dataplanes", planes, "sources", sources}
+	switch set.LocalDetector.Mode {
+	case dataplane.LocalModeClusterCIDR:
+		kv = append(kv, "clusterCIDRs", prefixStrings(set.LocalDetector.CIDRs))
+	case "":
+		kv = append(kv, "clusterCIDRs", []string{})
+	default:
+		kv = append(kv, "localTrafficDetection", set.LocalDetector.Mode)
+	}
+	npa := prefixStrings(set.NodePortAddresses)
+	if set.NodePortPrimary {
+		npa = append(npa, "primary")
+	}
+	if len(npa) == 0 {
+		npa = []string{"all"}
+	}
+	kv = append(kv, "nodePortAddresses", npa)
+	if set.MasqueradeAll {
+		kv = append(kv, "masqueradeAll", true)
+	}
+	p.log.Info("Starting proxy", kv...)
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// warnMissingNode warns, once the sources have synced, when none of them
+// delivered this proxy's Node: a misspelt node name or a source that
+// cannot see Nodes. Without it /healthz answers 503 and endpoints carry no
+// zone to route by. A proxy fed only through Handler has no source to
+// blame and is not warned.
+func (p *Proxy) warnMissingNode() {
+	if p.cfg.NodeName == "" || len(p.cfg.Sources) == 0 || p.nodeSeen.Load() {
+		return
+	}
+	p.log.Info("Sources synced without this proxy's Node: /healthz answers 503 and topology is unknown until it appears; check the node name",
+		"node", logtext.String(p.cfg.NodeName))
 }
 
 // proxyHandler feeds the Builder and asks for a sync when a change is due.
@@ -360,6 +434,7 @@ func (h *proxyHandler) OnNode(old, new *v1.Node) {
 	if n == nil || n.Name != p.cfg.NodeName {
 		return
 	}
+	p.nodeSeen.Store(new != nil)
 	p.health.SetNode(new)
 	p.changed("Node", p.builder.UpdateNode(new))
 }

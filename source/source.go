@@ -10,7 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Source feeds Kubernetes objects to a proxy.
+// Source feeds Kubernetes objects to a proxy. A Source that also
+// implements fmt.Stringer describes itself in the proxy's start-up line and
+// in the errors it returns ("manifests /etc/proxy"); the sources of this
+// module do.
 type Source interface {
 	// Run delivers objects to h until ctx is done, then returns nil. It
 	// calls h.Synced once, after it has delivered its initial state. An
@@ -65,6 +68,9 @@ func (s Static) Run(ctx context.Context, h Handler) error {
 	<-ctx.Done()
 	return nil
 }
+
+// String implements fmt.Stringer.
+func (s Static) String() string { return "static objects" }
 
 // Deliver hands one change of a supported object to the matching method of
 // h, for sources that hold their objects as runtime.Objects. old and new are

@@ -7,10 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 )
 
@@ -36,6 +40,38 @@ import (
 // the exit code. Everything it prints goes to stdout (what was asked for:
 // rules, explanations) or stderr (logs, errors).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runOn(ctx, machine(), args, stdout, stderr)
+}
+
+// host is the agent's door to the machine: each family's iptables tools
+// and the conntrack table. Tests replace it with fakes.
+type host struct {
+	// runner returns family's iptables Runner, or why its tools cannot be
+	// used.
+	runner func(family v1.IPFamily) (iptables.Runner, error)
+	// conntrack returns the stale-flow cleaner; nil cleans nothing.
+	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
+}
+
+// machine is the host the agent runs on.
+func machine() host {
+	return host{
+		runner: func(f v1.IPFamily) (iptables.Runner, error) {
+			r, err := iptables.NewExecRunner(iptables.ExecConfig{Family: f})
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		},
+		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
+			return conntrack.New(conntrack.Config{Logger: log})
+		},
+	}
+}
+
+func runOn(ctx context.Context, h host, args []string, stdout, stderr io.Writer) int {
+	// Logs come from many goroutines: the proxy's, the dataplanes', client-go's.
+	stderr = &syncWriter{w: stderr}
 	o, err := parse(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -49,6 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o.dryRun, o.once = true, true
 	}
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(stderr)))
+	defer routeKlog(log, o.verbosity)()
 	// explain asks the model, which every mode implements alike.
 	if o.explain == nil {
 		if err := checkMode(o.proxyMode); err != nil {
@@ -65,7 +102,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.explain != nil {
 		return explain(ctx, o, log, src, stdout, stderr)
 	}
-	if err := o.runProxy(ctx, log, src, stdout); err != nil {
+	if err := o.runProxy(ctx, h, log, src, stdout); err != nil {
 		fmt.Fprintf(stderr, "nodeagent: %v\n", err)
 		return exitFailure
 	}
@@ -79,9 +116,28 @@ func checkMode(mode string) error {
 	return nil
 }
 
+// routeKlog makes klog's global logger, which client-go logs through, write
+// to log, and sets klog's verbosity to v, as kube-proxy's -v does: client-go's
+// own lines (caches populated at 2, relists at 3, watches closed at 4, a
+// watch ended with an error at 0) appear at the levels they do in
+// kube-proxy. The returned function undoes both.
+func routeKlog(log logr.Logger, v int) (undo func()) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", strconv.Itoa(v))
+	klog.SetLoggerWithOptions(log, klog.ContextualLogger(true))
+	return func() {
+		klog.ClearLogger()
+		_ = fs.Set("v", "0")
+	}
+}
+
 // input is where the objects come from, and what goes with it.
 type input struct {
 	source.Source
+	// what describes the source as the command line chose it, for the
+	// proxy's start-up line and errors.
+	what string
 	// nodeName is this node's name.
 	nodeName string
 	// demo is set for the bundled demo manifests, which never change.
@@ -90,27 +146,42 @@ type input struct {
 	close    func()
 }
 
+// String implements fmt.Stringer.
+func (s *input) String() string { return s.what }
+
 func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, error) {
 	s := &input{nodeName: o.hostnameOverride, close: func() {}}
 	var cfg *rest.Config
 	var err error
 	switch {
 	case o.manifests != "":
+		// Checked here so that the error names the flag; the source
+		// reports later failures itself.
+		if _, err := os.Stat(o.manifests); err != nil {
+			if pe, ok := errors.AsType[*fs.PathError](err); ok {
+				err = pe.Err
+			}
+			return nil, fmt.Errorf("--manifests %s: %w", o.manifests, err)
+		}
 		s.Source = manifest.New(o.manifests, manifest.Config{Logger: log})
+		s.what = "manifests " + o.manifests
 	case o.kubeconfig != "":
 		if cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
 			return nil, fmt.Errorf("--kubeconfig: %w", err)
 		}
+		s.what = "cluster via " + o.kubeconfig
 	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
 		if cfg, err = rest.InClusterConfig(); err != nil {
 			return nil, fmt.Errorf("in-cluster config: %w", err)
 		}
+		s.what = "cluster via in-cluster config"
 	default:
 		objs, err := demoObjects()
 		if err != nil {
 			return nil, err
 		}
 		s.Source, s.demo = source.Static(objs), true
+		s.what = "demo manifests (built in)"
 		if s.nodeName == "" {
 			s.nodeName = demoNodeName
 		}
@@ -141,43 +212,58 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 	return s, nil
 }
 
-// families returns the IP families to proxy. A dry run shows both. A real
-// run always programs IPv4 and adds IPv6 when ip6tables works, as
+// dataplanes returns one iptables dataplane per IP family to proxy, each
+// with its Runner (nil for a dry run). A dry run shows both families. A
+// real run always programs IPv4 and adds IPv6 when ip6tables works, as
 // kube-proxy goes dual-stack when both families' tools do.
-func (o *options) families(log logr.Logger) []v1.IPFamily {
-	if o.dryRun {
-		return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
-	}
-	if _, err := iptables.NewExecRunner(iptables.ExecConfig{Family: v1.IPv6Protocol}); err != nil {
-		log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
-		return []v1.IPFamily{v1.IPv4Protocol}
-	}
-	return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
-}
-
-func (o *options) runProxy(ctx context.Context, log logr.Logger, src *input, stdout io.Writer) error {
-	out := &syncWriter{w: stdout}
-	reg := prometheus.NewRegistry()
-	var planes []proxykit.DataplaneConfig
-	for _, f := range o.families(log) {
+func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer, out io.Writer) ([]plane, error) {
+	var planes []plane
+	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg}
 		if o.dryRun {
 			fake := iptables.NewFakeRunner()
 			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
 			cfg.Runner = fake
+		} else {
+			r, err := h.runner(f)
+			switch {
+			case err != nil && f == v1.IPv6Protocol:
+				log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
+				continue
+			case err != nil:
+				return nil, err
+			}
+			cfg.Runner = r
 		}
 		d, err := iptables.New(cfg)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		planes = append(planes, proxykit.DataplaneConfig{Family: f, Dataplane: d})
+		planes = append(planes, plane{recorded: &recorded{Dataplane: d}, family: f, runner: cfg.Runner})
+	}
+	return planes, nil
+}
+
+// plane is one family's dataplane and the Runner it programs through.
+type plane struct {
+	*recorded
+	family v1.IPFamily
+	runner iptables.Runner
+}
+
+func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *input, stdout io.Writer) error {
+	start := time.Now()
+	reg := prometheus.NewRegistry()
+	planes, err := o.dataplanes(h, log, reg, &syncWriter{w: stdout})
+	if err != nil {
+		return err
 	}
 	if o.cleanup {
-		return o.runCleanup(ctx, planes)
+		return o.runCleanup(ctx, log, planes)
 	}
+	o.warnMisconfiguration(log)
 	cfg := proxykit.Config{
 		NodeName:      src.nodeName,
-		Dataplanes:    planes,
 		Sources:       []source.Source{src},
 		Settings:      o.settings(),
 		MinSyncPeriod: o.minSyncPeriod,
@@ -185,6 +271,9 @@ func (o *options) runProxy(ctx context.Context, log logr.Logger, src *input, std
 		Registerer:    reg,
 		Logger:        log,
 		Recorder:      src.recorder,
+	}
+	for _, pl := range planes {
+		cfg.Dataplanes = append(cfg.Dataplanes, proxykit.DataplaneConfig{Family: pl.family, Dataplane: pl.recorded})
 	}
 	if o.minSyncPeriod == 0 {
 		cfg.MinSyncPeriod = -1
@@ -201,8 +290,8 @@ func (o *options) runProxy(ctx context.Context, log logr.Logger, src *input, std
 		// Nothing was programmed, so nothing is stale, and health-check
 		// node ports would bind ports of the machine.
 		cfg.DisableHealthCheckNodePorts = true
-	} else {
-		cfg.Conntrack = conntrack.New(conntrack.Config{Logger: log})
+	} else if h.conntrack != nil {
+		cfg.Conntrack = h.conntrack(log)
 	}
 	p, err := proxykit.New(cfg)
 	if err != nil {
@@ -211,28 +300,25 @@ func (o *options) runProxy(ctx context.Context, log logr.Logger, src *input, std
 	// The demo manifests never change: one sync shows everything.
 	if o.once || (o.dryRun && src.demo) {
 		if err := p.RunOnce(ctx); err != nil {
-			return fmt.Errorf("sync failed: %w", err)
+			return err
 		}
+		o.logOnce(log, planes, time.Since(start))
 		return nil
 	}
 	return p.Run(ctx)
 }
 
-func (o *options) runCleanup(ctx context.Context, planes []proxykit.DataplaneConfig) error {
-	if o.dryRun {
-		return errors.New("--cleanup with --dry-run: a dry run programs nothing, so there is nothing to remove")
+// warnMisconfiguration warns, once at start, about settings that are
+// allowed but most likely wrong. A dual-stack agent with a cluster CIDR of
+// one family is warned about by the proxy's Builder.
+func (o *options) warnMisconfiguration(log logr.Logger) {
+	if len(o.clusterCIDRs) == 0 && !o.masqueradeAll {
+		log.Info("No --cluster-cidr: traffic from outside the cluster to cluster IPs is not masqueraded, so its replies may bypass this node; set --cluster-cidr to the pods' CIDRs")
 	}
-	var errs []error
-	for _, pl := range planes {
-		if err := pl.Dataplane.Cleanup(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("cleanup %s (%s): %w", pl.Dataplane.Name(), pl.Family, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
-// syncWriter serializes the dry-run output of the dataplanes, which may
-// sync from different goroutines.
+// syncWriter serializes writes from several goroutines: the dry-run
+// output of the dataplanes, log lines.
 type syncWriter struct {
 	mu sync.Mutex
 	w  io.Writer

@@ -13,8 +13,9 @@ import (
 
 // agentIn runs the agent as a whole process inside ns: every thread, every
 // iptables-restore it forks and every sysctl it writes are the namespace's,
-// which running it in-process on one locked thread would not guarantee.
-func agentIn(t *testing.T, ns *netns.NS, args ...string) {
+// which running it in-process on one locked thread would not guarantee. It
+// returns what the agent printed.
+func agentIn(t *testing.T, ns *netns.NS, args ...string) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -26,9 +27,11 @@ func agentIn(t *testing.T, ns *netns.NS, args ...string) {
 	}
 	cmd := ns.Command(self)
 	cmd.Env = append(os.Environ(), agentArgsEnv+"="+string(enc), "KUBERNETES_SERVICE_HOST=")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("nodeagent %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+	return string(out)
 }
 
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
@@ -77,7 +80,11 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 	}
 	before, _ := saved(t, ns)
 
-	agentIn(t, ns, "--proxy-mode", "iptables", "--once")
+	out := agentIn(t, ns, "--proxy-mode", "iptables", "--once")
+	wantLog := []string{noClusterCIDR, demoStart + `clusterCIDRs=[] nodePortAddresses=["all"]`, programmed}
+	if diff := cmp.Diff(wantLog, logLines(out)); diff != "" {
+		t.Errorf("--once said (-want +got):\n%s", diff)
+	}
 	v4, v6 := saved(t, ns)
 	for _, want := range []string{
 		":PK-SERVICES - [0:0]",
@@ -103,12 +110,22 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 		t.Errorf("a second --once changed the rules (-first +second):\n%s", diff)
 	}
 
-	agentIn(t, ns, "--cleanup")
+	out = agentIn(t, ns, "--cleanup")
+	wantLog = []string{
+		`I "Removed the agent's rules" ipFamily="IPv4" filterChains=7 natChains=28`,
+		`I "Removed the agent's rules" ipFamily="IPv6" filterChains=7 natChains=9`,
+	}
+	if diff := cmp.Diff(wantLog, logLines(out)); diff != "" {
+		t.Errorf("--cleanup said (-want +got):\n%s", diff)
+	}
 	after4, after6 := saved(t, ns)
 	if diff := cmp.Diff(before, after4); diff != "" {
 		t.Errorf("--cleanup did not restore the IPv4 ruleset (-before +after):\n%s", diff)
 	}
 	if strings.Contains(after6, "PK-") {
 		t.Errorf("--cleanup left IPv6 rules:\n%s", after6)
+	}
+	if diff := cmp.Diff([]string{`I "Nothing to clean up: no PK- chains found"`}, logLines(agentIn(t, ns, "--cleanup"))); diff != "" {
+		t.Errorf("a second --cleanup said (-want +got):\n%s", diff)
 	}
 }

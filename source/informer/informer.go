@@ -72,6 +72,9 @@ func New(client Client, cfg Config) *Source {
 	return &Source{client: client, cfg: cfg}
 }
 
+// String implements fmt.Stringer.
+func (s *Source) String() string { return "informers" }
+
 // Run starts the informers, calls h.Synced once every informer has
 // delivered its initial list, and returns nil when ctx is done (after the
 // informers stopped).

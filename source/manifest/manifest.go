@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,13 +67,25 @@ func New(path string, cfg Config) *Source {
 	return &Source{path: filepath.Clean(path), cfg: cfg, decoder: newDecoder()}
 }
 
+// fileError reports err, met reading path, without the operation and the
+// path an *fs.PathError repeats ("x.yaml: no such file or directory").
+func fileError(path string, err error) *Error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		err = pe.Err
+	}
+	return &Error{Path: path, Err: err}
+}
+
+// String describes the source as "manifests PATH".
+func (s *Source) String() string { return "manifests " + s.path }
+
 // Run reads the manifests, delivers them, calls h.Synced and then follows
 // changes until ctx is done. It fails if the first read fails (a missing
 // path or a broken file): there is no last good state to keep yet.
 func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	info, err := os.Stat(s.path)
 	if err != nil {
-		return &Error{Path: s.path, Err: err}
+		return fileError(s.path, err)
 	}
 	dir := s.path
 	if !info.IsDir() {
@@ -162,7 +175,7 @@ func (st *fileState) reload(s *Source) error {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, &Error{Path: p, Err: err})
+				errs = append(errs, fileError(p, err))
 			} else {
 				delete(st.files, p)
 			}
@@ -192,7 +205,7 @@ func (s *Source) files(isDir bool) ([]string, error) {
 	}
 	entries, err := os.ReadDir(s.path)
 	if err != nil {
-		return nil, &Error{Path: s.path, Err: err}
+		return nil, fileError(s.path, err)
 	}
 	var out []string
 	for _, e := range entries {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -333,6 +334,19 @@ func TestSourceInitialErrors(t *testing.T) {
 				t.Errorf("delivered %v before failing", got)
 			}
 		})
+	}
+}
+
+// TestSourceMessages: a source names itself, and a missing path is said
+// once, in the words of the file system.
+func TestSourceMessages(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope")
+	s := New(missing, Config{})
+	err := s.Run(context.Background(), newRecordingHandler())
+	got := []string{s.String(), fmt.Sprint(err), fmt.Sprint(errors.Is(err, fs.ErrNotExist))}
+	want := []string{"manifests " + missing, missing + ": no such file or directory", "true"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 

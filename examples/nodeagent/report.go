@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/iptables"
+	v1 "k8s.io/api/core/v1"
+)
+
+// recorded is an iptables dataplane that keeps the last State it
+// programmed, for --once's summary. Embedding keeps every method of the
+// dataplane visible to the proxy.
+type recorded struct {
+	*iptables.Dataplane
+	last atomic.Pointer[dataplane.State]
+}
+
+// Sync implements dataplane.Dataplane.
+func (r *recorded) Sync(ctx context.Context, s *dataplane.State) error {
+	if err := r.Dataplane.Sync(ctx, s); err != nil {
+		return err
+	}
+	r.last.Store(s)
+	return nil
+}
+
+// logOnce says what one sync programmed, in kube-proxy's terms: service
+// ports (a KUBE-SVC chain each) and endpoints (a KUBE-SEP chain each).
+func (o *options) logOnce(log logr.Logger, planes []plane, elapsed time.Duration) {
+	var families []v1.IPFamily
+	var ports, eps int
+	for _, pl := range planes {
+		s := pl.last.Load()
+		if s == nil {
+			continue
+		}
+		families = append(families, pl.family)
+		for sp := range s.Services.All() {
+			ports++
+			eps += len(s.Endpoints.Get(sp.Name))
+		}
+	}
+	msg := "Programmed the rules once"
+	if o.dryRun {
+		msg = "Printed the rules of one sync (dry run: nothing was programmed)"
+	}
+	log.Info(msg, "mode", o.proxyMode, "ipFamilies", families, "servicePorts", ports, "endpoints", eps,
+		"elapsed", elapsed.Round(time.Millisecond))
+}
+
+// runCleanup removes what every dataplane owns and says what that was.
+func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plane) error {
+	if o.dryRun {
+		return errors.New("--cleanup with --dry-run: a dry run programs nothing, so there is nothing to remove")
+	}
+	var errs []error
+	removed := false
+	for _, pl := range planes {
+		// Counted first: Cleanup removes whatever it finds and says
+		// nothing of it.
+		counts, countErr := ownedChains(ctx, pl.runner)
+		if err := pl.Cleanup(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("cleanup %s (%s): %w", pl.Name(), pl.family, err))
+			continue
+		}
+		switch {
+		case countErr != nil:
+			log.Info("Removed the agent's rules", "ipFamily", pl.family, "countErr", countErr)
+			removed = true
+		case counts["filter"]+counts["nat"] > 0:
+			log.Info("Removed the agent's rules", "ipFamily", pl.family,
+				"filterChains", counts["filter"], "natChains", counts["nat"])
+			removed = true
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if !removed {
+		log.Info("Nothing to clean up: no " + iptables.DefaultChainPrefix + " chains found")
+	}
+	return nil
+}
+
+// ownedChains counts the chains of the agent's prefix in the filter and
+// nat tables.
+func ownedChains(ctx context.Context, r iptables.Runner) (map[string]int, error) {
+	counts := map[string]int{}
+	for _, table := range []string{"filter", "nat"} {
+		saved, err := r.Save(ctx, table)
+		if err != nil {
+			return nil, err
+		}
+		for line := range bytes.Lines(saved) {
+			if bytes.HasPrefix(line, []byte(":"+iptables.DefaultChainPrefix)) {
+				counts[table]++
+			}
+		}
+	}
+	return counts, nil
+}
