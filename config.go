@@ -151,23 +151,28 @@ func (c Config) withDefaults() (Config, error) {
 	for i := range c.Dataplanes {
 		d := &c.Dataplanes[i]
 		if d.Dataplane == nil {
-			return c, invalidf("dataplane %d is nil", i)
+			return c, invalidf("Dataplanes[%d] is nil", i)
 		}
 		switch d.Family {
 		case "":
 			d.Family = v1.IPv4Protocol
 		case v1.IPv4Protocol, v1.IPv6Protocol:
 		default:
-			return c, invalidf("dataplane %d (%s): unknown IP family %q", i, d.Dataplane.Name(), d.Family)
+			return c, invalidf("Dataplanes[%d] (%s): unknown IP family %q", i, d.Dataplane.Name(), d.Family)
 		}
 	}
 	for i, s := range c.Sources {
 		if s == nil {
-			return c, invalidf("source %d is nil", i)
+			return c, invalidf("Sources[%d] is nil", i)
 		}
 	}
-	if c.SyncPeriod < 0 || c.RetryPeriod < 0 || c.MaxRetryPeriod < 0 || c.HealthTimeout < 0 {
-		return c, invalidf("negative period")
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"SyncPeriod", c.SyncPeriod}, {"RetryPeriod", c.RetryPeriod}, {"MaxRetryPeriod", c.MaxRetryPeriod}, {"HealthTimeout", c.HealthTimeout}} {
+		if p.d < 0 {
+			return c, invalidf("%s %v is negative", p.name, p.d)
+		}
 	}
 	if c.SyncPeriod == 0 {
 		c.SyncPeriod = DefaultSyncPeriod

@@ -110,7 +110,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	})
 	fs.BoolVar(&o.masqueradeAll, "masquerade-all", false, "SNAT all traffic sent through service cluster IPs")
 	fs.DurationVar(&o.minSyncPeriod, "min-sync-period", time.Second, "the least time between two syncs of the rules")
-	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "the longest time between two full syncs of the rules")
+	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "the longest time between two syncs; each reads the rules back and repairs what someone else changed")
 	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:10256", "host:port to serve /healthz and /livez on; empty to disable")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:10249", "host:port to serve /metrics on; empty to disable")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be programmed (the iptables-restore input) and touch nothing; needs no privileges")
