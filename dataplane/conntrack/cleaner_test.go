@@ -460,8 +460,8 @@ func TestDefaults(t *testing.T) {
 	// The zero Config talks to the kernel through a handle of the calling
 	// thread's namespace; that it is usable is what the kernel tests show.
 	c := New(Config{})
-	if _, ok := c.nl.(*netlink.Handle); !ok || c.log.GetSink() == nil {
-		t.Errorf("New(Config{}) = %+v, want a netlink handle and klog", c)
+	if _, ok := c.nl.(*netlink.Handle); !ok || c.log.GetSink() != nil {
+		t.Errorf("New(Config{}) = %+v, want a netlink handle and the silent zero Logger", c)
 	}
 }
 
