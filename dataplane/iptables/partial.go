@@ -105,6 +105,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 			}
 			return false, fmt.Errorf("partial sync: %w", err)
 		}
+		prog.forget(b.Bytes())
 	}
 	for nn, st := range next {
 		rules[tableNAT] += ruleCount(st) - ruleCount(prog.services[nn])

@@ -1,10 +1,13 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
 )
@@ -35,6 +38,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		repair   writer
 		jumps    []Jump
 		rules    [numTables]int
+		verified = make(map[string]uint64, len(prog.verified))
 	)
 	for t, table := range tableNames {
 		save, err := d.runner.Save(ctx, table)
@@ -45,11 +49,13 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		want, got := d.parseListing(table, full.Bytes()), d.parseListing(table, save)
 		var fix, stale []string
 		for _, c := range want.declared {
-			problem := ""
+			problem, key := "", table+" "+c
 			if !got.has(c) {
 				problem = "missing"
-			} else {
-				problem = compareRules(want.rules[c], got.rules[c])
+			} else if h := hashRules(got.rules[c]); prog.verified[key] == h {
+				verified[key] = h
+			} else if problem = compareRules(want.rules[c], got.rules[c]); problem == "" {
+				verified[key] = h
 			}
 			n := len(got.rules[c])
 			if problem != "" {
@@ -90,6 +96,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
 		}
 	}
+	prog.verified = verified
 	for t := range numTables {
 		d.metrics.rules[t].Set(float64(rules[t]))
 	}
@@ -159,4 +166,36 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// hashRules fingerprints the rules of one chain as a listing shows them;
+// never 0, which stands for "not verified".
+func hashRules(rules []string) uint64 {
+	h := fnv.New64a()
+	for _, r := range rules {
+		h.Write([]byte(r))
+		h.Write([]byte{'\n'})
+	}
+	return h.Sum64() | 1
+}
+
+// forget drops the verification of every chain a restore input writes.
+func (p *programmed) forget(data []byte) {
+	if len(p.verified) == 0 {
+		return
+	}
+	table := ""
+	for raw := range bytes.Lines(data) {
+		line := string(bytes.TrimSpace(raw))
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			delete(p.verified, table+" "+name)
+		case len(line) > 3 && line[0] == '-':
+			name, _, _ := strings.Cut(line[3:], " ")
+			delete(p.verified, table+" "+name)
+		}
+	}
 }

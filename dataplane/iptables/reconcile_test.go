@@ -3,7 +3,9 @@ package iptables
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,6 +117,11 @@ func TestReconcile(t *testing.T) {
 			svc, sep := chainOfKind(t, fake, kindSVC), chainOfKind(t, fake, kindSEP)
 			name := strings.NewReplacer("{SVC}", svc, "{SEP}", sep)
 			before := string(fake.Ruleset().Save("nat")) + string(fake.Ruleset().Save("filter"))
+			// A first Reconcile remembers every chain as verified: the
+			// disturbance must be found all the same.
+			if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+				t.Fatalf("Reconcile after Sync = %v, %v", drift, err)
+			}
 			if tc.disturb != "" {
 				if err := fake.Restore(ctx, []byte(name.Replace(tc.disturb))); err != nil {
 					t.Fatal(err)
@@ -208,5 +215,38 @@ func TestSettingSkipsReportedOncePerChange(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"local traffic detector has no CIDR of this family"}, skips); diff != "" {
 		t.Errorf("skips (-want +got):\n%s", diff)
+	}
+}
+
+// TestReconcileAfterPartialSync: a chain a partial sync rewrote is compared
+// again rule by rule, not trusted from an earlier Reconcile.
+func TestReconcileAfterPartialSync(t *testing.T) {
+	d, fake := newFake(t, Config{})
+	ctx := t.Context()
+	r := rand.New(rand.NewPCG(3, 4))
+	svcs := map[int]genService{0: genSvc(r, 0), 1: genSvc(r, 1)}
+	settings := genSettings(r)
+	if err := d.Sync(ctx, makeState(settings, svcs)); err != nil {
+		t.Fatal(err)
+	}
+	if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+		t.Fatalf("Reconcile = %v, %v", drift, err)
+	}
+	svcs[1] = genSvc(r, 1)
+	if err := d.Sync(ctx, makeState(settings, svcs)); err != nil {
+		t.Fatal(err)
+	}
+	if d.LastSync().Full {
+		t.Fatal("the change was a full sync")
+	}
+	d.mu.Lock()
+	for key := range d.prog.verified {
+		if !slices.Contains(fake.Ruleset().Chains(strings.Fields(key)[0]), strings.Fields(key)[1]) {
+			t.Errorf("chain %s is gone but still verified", key)
+		}
+	}
+	d.mu.Unlock()
+	if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+		t.Errorf("Reconcile after the partial sync = %v, %v", drift, err)
 	}
 }

@@ -38,6 +38,11 @@ type programmed struct {
 	// size is the length of the last full restore input, a good guess
 	// for the next full rendering's buffer.
 	size int
+	// verified maps "table chain" to a hash of the rules a Reconcile
+	// read back for that chain and found as programmed. Until the
+	// dataplane writes the chain again, the same listing needs no
+	// comparing rule by rule; every write forgets the chain.
+	verified map[string]uint64
 }
 
 // writer accumulates restore input.
