@@ -18,6 +18,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/health"
+	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
@@ -144,21 +145,17 @@ func TestProxyHealthCheckNodePort(t *testing.T) {
 // TestProxyHealthMetrics counts /healthz and /livez answers by code, and
 // the health-check node ports served and failed, on the proxy's metrics.
 func TestProxyHealthMetrics(t *testing.T) {
-	rec := dataplanetest.NewRecorder("rec")
-	h := newProxyHarness(t, Config{
-		NodeName:             dataplanetest.NodeName,
-		Dataplanes:           []DataplaneConfig{{Dataplane: rec}},
-		HealthCheckAddresses: loopback,
-	}).start()
-	h.settle()
 	busy, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
 	free := freePort(t)
+	// Both services reach the first sync together, so that the busy port
+	// fails once.
+	var objs source.Static
 	for i, port := range []uint16{uint16(busy.Addr().(*net.TCPAddr).Port), free} {
-		h.p.Handler().OnService(nil, dataplanetest.MakeService("ns", fmt.Sprint("lb", i), func(s *v1.Service) {
+		objs = append(objs, dataplanetest.MakeService("ns", fmt.Sprint("lb", i), func(s *v1.Service) {
 			s.Spec.Type = v1.ServiceTypeLoadBalancer
 			s.Spec.ClusterIP = fmt.Sprint("172.30.0.", i+5)
 			s.Spec.ClusterIPs = []string{s.Spec.ClusterIP}
@@ -167,6 +164,13 @@ func TestProxyHealthMetrics(t *testing.T) {
 			s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("http", v1.ProtocolTCP, 80, int32(30080+i), 8080)}
 		}))
 	}
+	rec := dataplanetest.NewRecorder("rec")
+	h := newProxyHarness(t, Config{
+		NodeName:             dataplanetest.NodeName,
+		Dataplanes:           []DataplaneConfig{{Dataplane: rec}},
+		HealthCheckAddresses: loopback,
+		Sources:              []source.Source{objs},
+	}).start()
 	h.settle()
 	serve(t, h.p.HealthzHandler()) // no Node: 503
 	serve(t, h.p.LivezHandler())

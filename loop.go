@@ -17,7 +17,10 @@ type runnerConfig struct {
 	// maxRetry.
 	min, period, retry, maxRetry time.Duration
 	sync                         func(context.Context) error
-	logger                       logr.Logger
+	// next, if set, is how long the loop may wait after a successful
+	// sync before the next one is owed; at most period.
+	next   func() time.Duration
+	logger logr.Logger
 	// onSleep, if set, is told each wait the loop starts (its length and
 	// whether a request ends it), so that tests know when the loop is
 	// parked and a fake clock may be stepped.
@@ -76,6 +79,9 @@ func (r *runner) loop(ctx context.Context) {
 		}
 		if err == nil {
 			failures, wait = 0, r.period
+			if r.next != nil {
+				wait = min(wait, r.next())
+			}
 			continue
 		}
 		failures++

@@ -54,14 +54,10 @@ type Proxy struct {
 	nodeSeen atomic.Bool
 
 	// Everything below is owned by the sync loop (one sync at a time).
-	once bool
-	// lastReconcile is when the dataplanes last read back and repaired
-	// what they programmed (or, for those that cannot, programmed it in
-	// full).
-	lastReconcile time.Time
-	debt          map[v1.IPFamily]*conntrackDebt
-	triggerTimes  map[v1.IPFamily][]time.Time
-	hcPorts       map[v1.IPFamily]map[types.NamespacedName]uint16
+	once         bool
+	debt         map[v1.IPFamily]*conntrackDebt
+	triggerTimes map[v1.IPFamily][]time.Time
+	hcPorts      map[v1.IPFamily]map[types.NamespacedName]uint16
 }
 
 // plane is one configured dataplane and what it last programmed.
@@ -76,6 +72,13 @@ type plane struct {
 	// mustReconcile is set after a failed Reconcile, so that the repair
 	// is retried with the next sync rather than a period later.
 	mustReconcile bool
+	// lastReconcile is when the dataplane last read back and repaired
+	// what it programmed (or, if it cannot, programmed it in full).
+	lastReconcile time.Time
+	// canaryReported is set by the canary watcher when it reported a
+	// disturbance, and cleared by the next successful Reconcile: one
+	// report per disturbance, however long the repair takes.
+	canaryReported atomic.Bool
 }
 
 // New validates cfg, applies its defaults and returns a Proxy that is not
@@ -134,6 +137,7 @@ func New(cfg Config) (*Proxy, error) {
 		retry:    cfg.RetryPeriod,
 		maxRetry: cfg.MaxRetryPeriod,
 		sync:     p.sync,
+		next:     p.untilReconcile,
 		logger:   cfg.Logger,
 	})
 	return p, nil
@@ -487,13 +491,15 @@ func (p *Proxy) watchKernel(ctx context.Context) {
 				p.log.V(2).Info("Cannot check the kernel for changes", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family, "err", err)
 				continue
 			}
-			if !changed {
+			if !changed || pl.canaryReported.Swap(true) {
 				continue
 			}
 			p.metrics.kernelChanges.WithLabelValues(string(pl.Family), pl.Dataplane.Name()).Inc()
 			p.log.Info("Rules changed by someone else (canary gone); reconciling", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family)
-			p.health.Drifted(pl.Family)
+			// The flag first: a sync that misses it started after the
+			// drift is recorded, so cannot clear it from /healthz.
 			p.kernelChanged.Store(true)
+			p.health.Drifted(pl.Family)
 			p.runner.request()
 		}
 	}

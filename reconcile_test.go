@@ -152,12 +152,56 @@ func TestProxyUnrepairedDriftIsUnhealthy(t *testing.T) {
 	if h.p.Health().Healthy {
 		t.Error("healthy after 150s of unrepaired drift (timeout 1m)")
 	}
+	if n := metricValue(h.p.metrics.kernelChanges.WithLabelValues("IPv4", "canary")); n != 1 {
+		t.Errorf("the canary reported one disturbance %v times while its repair failed", n)
+	}
 	plane.mu.Lock()
 	plane.reconcileErr = nil
 	plane.mu.Unlock()
-	h.clock.Step(5 * time.Second)
+	h.clock.Step(5 * time.Minute) // past the retry backoff
 	h.settle()
 	if !h.p.Health().Healthy {
 		t.Error("unhealthy after the drift was repaired")
+	}
+}
+
+// TestProxyReconcileDueDespiteChanges: a change synced shortly before the
+// period ends does not postpone the periodic reconcile by a whole period.
+func TestProxyReconcileDueDespiteChanges(t *testing.T) {
+	h, fake := iptablesHarness(t, Config{CanaryPeriod: -1})
+	h.clock.Step(DefaultSyncPeriod - 5*time.Second)
+	h.p.Handler().OnEndpointSlice(udpSlice("ns", "dns", "10.0.1.1", "10.0.1.2"), udpSlice("ns", "dns", "10.0.1.1"))
+	h.settle()
+	synced := tables(fake)
+	if err := fake.Restore(t.Context(), []byte("*nat\n-F "+svcChain(t, fake)+"\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Step(5 * time.Second)
+	h.settle()
+	if diff := cmp.Diff(synced, tables(fake)); diff != "" {
+		t.Errorf("not repaired one period after the last reconcile (-synced +now):\n%s", diff)
+	}
+}
+
+// TestProxyFailingPeriodicReconcileIsUnhealthy: a periodic Reconcile that
+// keeps failing, with no change queued and no canary, turns /healthz
+// unhealthy after HealthTimeout: what the kernel holds is unknown.
+func TestProxyFailingPeriodicReconcileIsUnhealthy(t *testing.T) {
+	plane := &canaryPlane{Recorder: dataplanetest.NewRecorder("canary")}
+	plane.reconcileErr = errors.New("iptables-save: lock held")
+	h := newProxyHarness(t, Config{
+		Dataplanes:    []DataplaneConfig{{Dataplane: plane}},
+		SyncPeriod:    time.Minute,
+		HealthTimeout: time.Minute,
+		CanaryPeriod:  -1,
+		Logger:        logr.Discard(),
+	}).start()
+	h.settle()
+	for range 10 {
+		h.clock.Step(time.Minute)
+		h.settle()
+	}
+	if h.p.Health().Healthy {
+		t.Error("healthy while every periodic Reconcile fails")
 	}
 }

@@ -16,16 +16,26 @@ import (
 // failed is returned (joined) so that the loop retries with backoff.
 func (p *Proxy) sync(ctx context.Context) error {
 	start := p.cfg.Clock.Now()
-	periodic := !p.lastReconcile.IsZero() && start.Sub(p.lastReconcile) >= p.cfg.SyncPeriod
-	reconcile := periodic || p.kernelChanged.Swap(false)
 	// Before Build: a change queued later may miss this sync, so it must
-	// not count as carried by it.
+	// not count as carried by it. The canary flag is taken after, so that
+	// drift the watcher reported before this point is repaired by this
+	// sync, and drift reported later stays owed.
 	p.health.Syncing(p.families...)
+	kernelChanged := p.kernelChanged.Swap(false)
+	reconcile := map[*plane]bool{}
+	forceFull := false
+	for _, pl := range p.planes {
+		if kernelChanged || pl.mustReconcile || pl.reconcileDue(start, p.cfg.SyncPeriod) {
+			reconcile[pl] = true
+			_, canRead := pl.Dataplane.(dataplane.Reconciler)
+			forceFull = forceFull || pl.programmed && !canRead
+		}
+	}
 	b := p.builder.Build()
 	if err := p.absorb(b); err != nil {
 		return err
 	}
-	if reconcile && p.anyBlind() {
+	if forceFull {
 		// A dataplane that cannot read back what it programmed is made
 		// to program everything instead: a State whose predecessor it
 		// never saw makes ChangedSince report !ok, so skip one
@@ -44,13 +54,20 @@ func (p *Proxy) sync(ctx context.Context) error {
 	failed := map[v1.IPFamily]bool{}
 	var errs []error
 	for _, pl := range p.planes {
+		first := !pl.programmed
 		err := p.syncPlane(ctx, pl, states[pl.Family])
-		if err == nil && (reconcile || pl.mustReconcile) {
+		if err == nil && reconcile[pl] {
 			err = p.reconcilePlane(ctx, pl)
 		}
 		if err != nil {
 			failed[pl.Family] = true
 			errs = append(errs, err)
+			continue
+		}
+		if first || reconcile[pl] {
+			// A first sync programmed everything: the period starts
+			// there.
+			pl.lastReconcile = start
 		}
 	}
 	for _, f := range p.families {
@@ -70,10 +87,6 @@ func (p *Proxy) sync(ctx context.Context) error {
 		if err := p.cleanConntrack(ctx, f, st); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if p.lastReconcile.IsZero() || reconcile && len(failed) == 0 {
-		// The first sync programmed everything: the period starts there.
-		p.lastReconcile = start
 	}
 	return errors.Join(errs...)
 }
@@ -103,15 +116,23 @@ func (p *Proxy) absorb(b dataplane.Build) error {
 	return nil
 }
 
-// anyBlind reports whether a programmed dataplane is no
-// dataplane.Reconciler.
-func (p *Proxy) anyBlind() bool {
+// reconcileDue reports whether a sync at now owes the plane its periodic
+// reconcile.
+func (pl *plane) reconcileDue(now time.Time, period time.Duration) bool {
+	return !pl.lastReconcile.IsZero() && now.Sub(pl.lastReconcile) >= period
+}
+
+// untilReconcile is how long the loop may wait before a plane owes its
+// periodic reconcile: never more than period.
+func (p *Proxy) untilReconcile() time.Duration {
+	wait := p.cfg.SyncPeriod
+	now := p.cfg.Clock.Now()
 	for _, pl := range p.planes {
-		if _, ok := pl.Dataplane.(dataplane.Reconciler); pl.programmed && !ok {
-			return true
+		if !pl.lastReconcile.IsZero() {
+			wait = min(wait, max(pl.lastReconcile.Add(p.cfg.SyncPeriod).Sub(now), 0))
 		}
 	}
-	return false
+	return wait
 }
 
 // reconcilePlane asks a dataplane that can read back what it programmed to
@@ -130,9 +151,12 @@ func (p *Proxy) reconcilePlane(ctx context.Context, pl *plane) error {
 	if err != nil {
 		pl.programmed, pl.mustReconcile = false, true
 		p.metrics.syncFailures.WithLabelValues(fam, name).Inc()
+		// What the kernel holds is unknown until a retry succeeds.
+		p.health.Drifted(pl.Family)
 		return fmt.Errorf("dataplane %s (%s): %w", name, fam, err)
 	}
 	pl.mustReconcile = false
+	pl.canaryReported.Store(false)
 	if !drift.Empty() {
 		p.metrics.driftRepairs.WithLabelValues(fam, name).Add(float64(len(drift.Repaired)))
 		p.log.Info("Repaired rules someone else changed", "dataplane", name, "ipFamily", fam,
