@@ -10,9 +10,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/health"
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 )
 
@@ -68,7 +68,10 @@ type Config struct {
 	// "iptables -F"); when one was, the proxy reconciles at once (within
 	// MinSyncPeriod) and /healthz counts the loss as a queued change until
 	// it is repaired. Zero means DefaultCanaryPeriod (5s); a negative
-	// value disables the checks.
+	// value disables the checks. Each check is cheap but not free: the
+	// iptables dataplane lists its two canary chains, which
+	// iptables-legacy does by reading the whole table under the xtables
+	// lock (kube-proxy polls once per its syncPeriod).
 	CanaryPeriod time.Duration
 	// RetryPeriod is the wait after a first failed sync; it doubles with
 	// each further failure up to MaxRetryPeriod, and MinSyncPeriod still
@@ -130,9 +133,7 @@ type DataplaneConfig struct {
 
 // EventRecorder records Kubernetes events; client-go's
 // record.EventRecorder implements it.
-type EventRecorder interface {
-	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
-}
+type EventRecorder = health.EventRecorder
 
 // ErrInvalidConfig is wrapped by every configuration error New returns.
 var ErrInvalidConfig = errors.New("invalid proxykit config")

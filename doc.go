@@ -3,8 +3,8 @@
 //
 //	source ──► dataplane.Builder ──► bounded-frequency loop ──► dataplane(s) ──► conntrack cleanup
 //	(informers,  (servicemodel and     (min period, periodic     (dual-stack, or
-//	 manifests,   endpoints trackers)   full resync, retry        two side by side)
-//	 your own)                          with backoff)
+//	 manifests,   endpoints trackers)   reconcile, canary,        two side by side)
+//	 your own)                          retry with backoff)
 //
 // New(Config) builds a Proxy and Run(ctx) runs it until ctx ends: every
 // Source is started, the first sync waits until all have synced (as

@@ -51,7 +51,7 @@ func newMetrics(ns string, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "sync_proxy_rules_duration_seconds",
-			Help:    "Time one dataplane took to program a State, by full or partial sync.",
+			Help:    "Time one dataplane took to program a State (sync full or partial), or to read back and repair what it programmed (sync reconcile).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}, []string{"ip_family", "dataplane", "sync"}),
 		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{

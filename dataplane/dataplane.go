@@ -46,8 +46,9 @@ type Reconciler interface {
 // on a short period, from its own goroutine (so concurrently with Sync),
 // and reconciles when it reports a change.
 type KernelWatcher interface {
-	// KernelChanged reports whether the dataplane's canary was disturbed
-	// since the last successful Sync or Reconcile, which put it back. It
+	// KernelChanged reports whether the dataplane's canary is disturbed:
+	// it was put in place by a full Sync or a Reconcile and is missing or
+	// changed now. It
 	// returns false before the first Sync and after Cleanup. An error
 	// means the check itself failed (a busy lock, a missing binary), not
 	// that the kernel changed.

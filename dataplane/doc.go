@@ -108,7 +108,7 @@
 // returning the Drift it repaired (the caller counts and logs it); one
 // that can tell cheaply that its rules were flushed implements
 // KernelWatcher (a canary), polled on a short period. A dataplane that
-// implements neither is made to program everything once per period. The
+// is no Reconciler is made to program everything once per period. The
 // conformance suite (dataplanetest.Drifter) disturbs every dataplane that
 // lets it and requires the repair.
 //

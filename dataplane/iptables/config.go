@@ -200,7 +200,9 @@ func (d *Dataplane) writeJumpComments(b *writer) {
 
 // Cleanup implements dataplane.Dataplane: it unhooks and deletes every chain
 // of the prefix, whatever state they are in, and with iptables-nft the
-// tables and built-in chains left empty (see the package documentation).
+// tables and built-in chains left empty (see the package documentation):
+// an empty, accepting built-in chain is removed whoever created it, which
+// changes no packet's fate.
 func (d *Dataplane) Cleanup(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -88,16 +88,15 @@
 // Given a Config.Registerer, a Dataplane exports (labelled ip_family, so
 // that both families' Dataplanes share one registry) the counterparts of
 // kube-proxy's iptables proxier metrics (sync durations, which every
-// dataplane has, are the proxykit package's):
-//
-// The namespace ("proxykit") is Config.MetricsNamespace.
+// dataplane has, are the proxykit package's), under
+// Config.MetricsNamespace ("proxykit" by default):
 //
 //   - proxykit_iptables_restore_failures_total{sync="full"|"partial"|"repair"}:
 //     the restore and partial-restore failure counters, and failed repairs;
 //   - proxykit_iptables_rules{table}: sync_proxy_rules_iptables_total, the
 //     rules in the dataplane's own chains (the canary's left out), kept
-//     exact across partial syncs without listing the kernel and set from
-//     what Reconcile read back;
+//     exact across partial syncs without listing the kernel, and set from
+//     what was read back at each Reconcile (so drift shows there first);
 //   - proxykit_iptables_rules_last_sync{table}: sync_proxy_rules_iptables_last,
 //     the rules the last restore appended or inserted.
 //
