@@ -38,7 +38,7 @@ func TestKernelReconcileRepairs(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			save := func(ns *netns.NS) map[string][]string { return variantRules(t, ns, variant) }
+			save := func(ns *netns.NS) map[string][]string { return savedRules(t, ns, "iptables-"+variant+"-save") }
 			svc := ""
 			for key := range save(node) {
 				if c := strings.TrimPrefix(key, "nat "); strings.HasPrefix(c, DefaultChainPrefix+kindSVC) {
@@ -101,23 +101,4 @@ func mustRunner(t *testing.T, ns *netns.NS, variant string) Runner {
 		t.Fatal(err)
 	}
 	return r
-}
-
-// variantRules is kernelRules through one backend's iptables-save.
-func variantRules(t *testing.T, ns *netns.NS, variant string) map[string][]string {
-	t.Helper()
-	out := map[string][]string{}
-	for _, table := range []string{"filter", "nat"} {
-		for _, line := range strings.Split(ns.MustRun("iptables-"+variant+"-save", "-t", table), "\n") {
-			switch {
-			case strings.HasPrefix(line, ":"):
-				name, _, _ := strings.Cut(line[1:], " ")
-				out[table+" "+name] = append(out[table+" "+name], []string{}...)
-			case strings.HasPrefix(line, "-A "):
-				name, rule, _ := strings.Cut(line[3:], " ")
-				out[table+" "+name] = append(out[table+" "+name], rule)
-			}
-		}
-	}
-	return out
 }

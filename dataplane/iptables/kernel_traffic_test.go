@@ -213,13 +213,19 @@ func TestKernelServices(t *testing.T) {
 // in ns.
 func kernelRules(t *testing.T, ns *netns.NS, v6 bool) map[string][]string {
 	t.Helper()
-	cmd := "iptables-save"
 	if v6 {
-		cmd = "ip6tables-save"
+		return savedRules(t, ns, "ip6tables-save")
 	}
+	return savedRules(t, ns, "iptables-save")
+}
+
+// savedRules lists the filter and nat rules by "table chain" through the
+// save command given (iptables-save, iptables-legacy-save, ...).
+func savedRules(t *testing.T, ns *netns.NS, save string) map[string][]string {
+	t.Helper()
 	out := map[string][]string{}
 	for _, table := range []string{"filter", "nat"} {
-		for _, line := range strings.Split(ns.MustRun(cmd, "-t", table), "\n") {
+		for _, line := range strings.Split(ns.MustRun(save, "-t", table), "\n") {
 			switch {
 			case strings.HasPrefix(line, ":"):
 				name, _, _ := strings.Cut(line[1:], " ")
