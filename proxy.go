@@ -47,9 +47,6 @@ type Proxy struct {
 
 	started     atomic.Bool
 	initialized atomic.Bool
-	// kernelChanged is set by the canary watcher and taken by the next
-	// sync, which then reconciles.
-	kernelChanged atomic.Bool
 	// nodeSeen is whether a Node named NodeName is currently delivered.
 	nodeSeen atomic.Bool
 
@@ -76,8 +73,9 @@ type plane struct {
 	// what it programmed (or, if it cannot, programmed it in full).
 	lastReconcile time.Time
 	// canaryReported is set by the canary watcher when it reported a
-	// disturbance, and cleared by the next successful Reconcile: one
-	// report per disturbance, however long the repair takes.
+	// disturbance, which makes every sync reconcile the dataplane until a
+	// Reconcile succeeds and clears it: one report per disturbance,
+	// however long the repair takes.
 	canaryReported atomic.Bool
 }
 
@@ -496,9 +494,10 @@ func (p *Proxy) watchKernel(ctx context.Context) {
 			}
 			p.metrics.kernelChanges.WithLabelValues(string(pl.Family), pl.Dataplane.Name()).Inc()
 			p.log.Info("Rules changed by someone else (canary gone); reconciling", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family)
-			// The flag first: a sync that misses it started after the
-			// drift is recorded, so cannot clear it from /healthz.
-			p.kernelChanged.Store(true)
+			// canaryReported, set above, is what makes the next sync
+			// reconcile; set before the drift is recorded, a sync that
+			// misses it started after, so cannot clear the drift from
+			// /healthz.
 			p.health.Drifted(pl.Family)
 			p.runner.request()
 		}

@@ -17,15 +17,14 @@ import (
 func (p *Proxy) sync(ctx context.Context) error {
 	start := p.cfg.Clock.Now()
 	// Before Build: a change queued later may miss this sync, so it must
-	// not count as carried by it. The canary flag is taken after, so that
+	// not count as carried by it. The canary flags are read after, so that
 	// drift the watcher reported before this point is repaired by this
 	// sync, and drift reported later stays owed.
 	p.health.Syncing(p.families...)
-	kernelChanged := p.kernelChanged.Swap(false)
 	reconcile := map[*plane]bool{}
 	forceFull := false
 	for _, pl := range p.planes {
-		if kernelChanged || pl.mustReconcile || pl.reconcileDue(start, p.cfg.SyncPeriod) {
+		if pl.canaryReported.Load() || pl.mustReconcile || pl.reconcileDue(start, p.cfg.SyncPeriod) {
 			reconcile[pl] = true
 			_, canRead := pl.Dataplane.(dataplane.Reconciler)
 			forceFull = forceFull || pl.programmed && !canRead
@@ -66,8 +65,10 @@ func (p *Proxy) sync(ctx context.Context) error {
 		}
 		if first || reconcile[pl] {
 			// A first sync programmed everything: the period starts
-			// there.
+			// there. A reconcile (or, for a dataplane that cannot read
+			// back, a full program) answers the canary.
 			pl.lastReconcile = start
+			pl.canaryReported.Store(false)
 		}
 	}
 	for _, f := range p.families {
@@ -156,7 +157,6 @@ func (p *Proxy) reconcilePlane(ctx context.Context, pl *plane) error {
 		return fmt.Errorf("dataplane %s (%s): %w", name, fam, err)
 	}
 	pl.mustReconcile = false
-	pl.canaryReported.Store(false)
 	if !drift.Empty() {
 		p.metrics.driftRepairs.WithLabelValues(fam, name).Add(float64(len(drift.Repaired)))
 		p.log.Info("Repaired rules someone else changed", "dataplane", name, "ipFamily", fam,
