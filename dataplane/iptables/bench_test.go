@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -251,6 +252,59 @@ func BenchmarkReconcileUntouched(b *testing.B) {
 				drift, err := d.Reconcile(ctx)
 				if err != nil || !drift.Empty() {
 					b.Fatal(err, drift)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFirstSync is the first sync of a node (fresh tables, jumps
+// included) through the real kernel, beside the floor: one bare restore of
+// the same input (Render's) into fresh tables.
+func BenchmarkFirstSync(b *testing.B) {
+	netns.Require(b, "iptables-restore", "iptables-save", "iptables")
+	variant := benchVariant()
+	restore := "iptables-restore"
+	if variant != "" {
+		restore = "iptables-" + variant + "-restore"
+	}
+	for _, size := range benchSizes {
+		_, st := benchBuilder(size.services, benchEndpoints)
+		b.Run(size.name+"/proxykit", func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				d := kernelBench(b)
+				b.StartTimer()
+				if err := d.Sync(ctx, st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(size.name+"/bare-restore", func(b *testing.B) {
+			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			input, err := d.Render(st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				ns := netns.New(b, "floor")
+				b.StartTimer()
+				if err := ns.Do(func() error {
+					cmd := exec.Command(restore, "-w", "5", "--noflush")
+					cmd.Stdin = bytes.NewReader(input)
+					out, err := cmd.CombinedOutput()
+					if err != nil {
+						return fmt.Errorf("%v: %s", err, out)
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

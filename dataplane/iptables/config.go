@@ -177,25 +177,17 @@ func (d *Dataplane) checkState(s *dataplane.State) error {
 	return nil
 }
 
-// Render returns the complete restore input that a full sync of s would
-// run, deterministic and sorted, preceded by comment lines naming the jumps
-// that hook the chains into the built-in ones. It needs no privileges and
-// changes nothing.
+// Render returns the complete restore input that the first full sync of s
+// into empty tables would run, jumps from the built-in chains included,
+// deterministic and sorted. It needs no privileges and changes nothing.
 func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 	if err := d.checkState(s); err != nil {
 		return nil, err
 	}
 	prog := d.build(s)
 	var b writer
-	d.writeJumpComments(&b)
-	d.writeFull(&b, prog, nil)
+	d.writeFull(&b, prog, nil, d.jumps())
 	return b.Bytes(), nil
-}
-
-func (d *Dataplane) writeJumpComments(b *writer) {
-	for _, j := range d.jumps() {
-		b.line("# -t ", j.Table, " -I ", j.Chain, " ", joinRule(j.Rule))
-	}
 }
 
 // Cleanup implements dataplane.Dataplane: it unhooks and deletes every chain

@@ -127,9 +127,9 @@ func (d *Dataplane) nodePortJumps(v *view) []string {
 	return out
 }
 
-// writeFull writes the restore input that replaces every chain of prog and
-// deletes the stale chains.
-func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string) {
+// writeFull writes the restore input that replaces every chain of prog,
+// deletes the stale chains and inserts jumps.
+func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string, jumps []Jump) {
 	n := d.names
 	ports := prog.sortedPorts()
 	b.line("*filter")
@@ -150,6 +150,7 @@ func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string) {
 			b.line("-A ", n.sharedName(sh), " ", e.rule)
 		}
 	}
+	writeJumps(b, "filter", jumps)
 	b.line("COMMIT")
 
 	b.line("*nat")
@@ -188,6 +189,7 @@ func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string) {
 	for _, c := range stale {
 		b.line("-X ", c)
 	}
+	writeJumps(b, "nat", jumps)
 	b.line("COMMIT")
 }
 
@@ -205,21 +207,29 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 		saves[table] = d.parseListing(table, out)
 	}
 	stale := d.staleChains(saves["nat"], prog)
+	// Jumps the listing lacks go into the restore itself: an iptables
+	// command per jump would read the whole, now full, table each time.
+	// Only where the table could not be listed is each one checked.
+	var inRestore, checked []Jump
+	for _, j := range d.jumps() {
+		switch l := saves[j.Table]; {
+		case l == nil:
+			checked = append(checked, j)
+		case !l.hasJump(j):
+			inRestore = append(inRestore, j)
+		}
+	}
 	var b writer
-	d.writeFull(&b, prog, stale)
+	b.Grow(d.sizeHint())
+	d.writeFull(&b, prog, stale, inRestore)
 	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
 		d.metrics.fullRestoreFailures.Inc()
 		return fmt.Errorf("full sync: %w", err)
 	}
 	// A full sync writes every rule of the own chains, and only those.
-	written := countWritten(b.Bytes(), d.names.canary)
+	written := countWritten(b.Bytes(), d.names)
 	prog.rules, prog.size = written, b.Len()
-	// Each iptables command reads the whole table, seconds on a big node:
-	// only jumps that the listing does not show are checked and added.
-	for _, j := range d.jumps() {
-		if saves[j.Table].hasJump(j) {
-			continue
-		}
+	for _, j := range checked {
 		if err := d.runner.EnsureJump(ctx, j); err != nil {
 			return fmt.Errorf("full sync: %w", err)
 		}
@@ -264,4 +274,23 @@ func (d *Dataplane) staleChains(nat *listing, prog *programmed) []string {
 	}
 	slices.Sort(stale)
 	return stale
+}
+
+// writeJumps inserts the jumps of table at the top of their built-in
+// chains, in order, so that the last ends up first (as kube-proxy orders
+// them).
+func writeJumps(b *writer, table string, jumps []Jump) {
+	for _, j := range jumps {
+		if j.Table == table {
+			b.line("-I ", j.Chain, " 1 ", joinRule(j.Rule))
+		}
+	}
+}
+
+// sizeHint guesses the size of a full restore input from the last one.
+func (d *Dataplane) sizeHint() int {
+	if d.prog != nil {
+		return d.prog.size + d.prog.size/8
+	}
+	return 0
 }

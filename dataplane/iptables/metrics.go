@@ -87,9 +87,9 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 }
 
 // countWritten counts, per table, the rules a restore input appends or
-// inserts, leaving out those of the canary chain (not a service rule).
-func countWritten(data []byte, canary string) [numTables]int {
-	skip := []byte("-A " + canary + " ")
+// inserts into the dataplane's own chains: neither the jumps from built-in
+// chains nor the canary's rule are service rules.
+func countWritten(data []byte, names chainNames) [numTables]int {
 	var n [numTables]int
 	table := -1
 	for line := range bytes.Lines(data) {
@@ -98,9 +98,11 @@ func countWritten(data []byte, canary string) [numTables]int {
 			table = tableNAT
 		case bytes.HasPrefix(line, []byte("*filter")):
 			table = tableFilter
-		case bytes.HasPrefix(line, skip):
 		case table >= 0 && (bytes.HasPrefix(line, []byte("-A ")) || bytes.HasPrefix(line, []byte("-I "))):
-			n[table]++
+			chain, _, _ := bytes.Cut(line[3:], []byte(" "))
+			if bytes.HasPrefix(chain, []byte(names.prefix)) && string(chain) != names.canary {
+				n[table]++
+			}
 		}
 	}
 	return n

@@ -60,7 +60,7 @@ func TestMetricsCountRules(t *testing.T) {
 		}
 		var written [numTables]int
 		if all := fake.Restores(); len(all) > restores {
-			written, restores = countWritten(all[len(all)-1], "PK-PROXY-CANARY"), len(all)
+			written, restores = countWritten(all[len(all)-1], mustNames()), len(all)
 		}
 		if d := cmp.Diff(map[string]float64{"nat": float64(written[tableNAT]), "filter": float64(written[tableFilter])},
 			gauges(d.metrics.rulesLastSync)); d != "" {

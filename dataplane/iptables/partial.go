@@ -116,7 +116,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 		}
 	}
 	prog.endpoints, prog.rules = total, rules
-	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Bytes: b.Len(), Services: rendered}, Edits: edits, written: countWritten(b.Bytes(), d.names.canary)}
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Bytes: b.Len(), Services: rendered}, Edits: edits, written: countWritten(b.Bytes(), d.names)}
 	d.log.V(4).Info("Partial sync", "services", rendered, "edits", edits, "bytes", b.Len())
 	return false, nil
 }

@@ -18,8 +18,8 @@ import (
 // the restore input), and the jumps into the built-in chains, with what
 // the last Sync programmed. Only what differs is written: one restore that
 // rewrites each chain found missing or changed and deletes chains of the
-// prefix that nothing programmed, then the missing jumps. A reconcile of an
-// untouched kernel runs no restore.
+// prefix that nothing programmed and re-inserts the missing jumps. A
+// reconcile of an untouched kernel runs no restore.
 //
 // The rule-count metric is set from what was read back (plus what the
 // repair wrote), so it tells the kernel's truth, not the model's.
@@ -32,11 +32,10 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	}
 	var full writer
 	full.Grow(prog.size)
-	d.writeFull(&full, prog, nil)
+	d.writeFull(&full, prog, nil, nil)
 	var (
 		repaired []string
 		repair   writer
-		jumps    []Jump
 		rules    [numTables]int
 		verified = make(map[string]uint64, len(prog.verified))
 	)
@@ -73,25 +72,20 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 				stale = append(stale, c)
 			}
 		}
+		var jumps []Jump
 		for _, j := range d.jumps() {
 			if j.Table == table && !got.hasJump(j) {
 				repaired = append(repaired, table+" chain "+j.Chain+": jump to "+j.Rule[len(j.Rule)-1]+" missing")
 				jumps = append(jumps, j)
 			}
 		}
-		if len(fix)+len(stale) > 0 {
-			writeRepair(&repair, table, want, fix, stale)
+		if len(fix)+len(stale)+len(jumps) > 0 {
+			writeRepair(&repair, table, want, fix, stale, jumps)
 		}
 	}
 	if repair.Len() > 0 {
 		if err := d.runner.Restore(ctx, repair.Bytes()); err != nil {
 			d.metrics.repairRestoreFailures.Inc()
-			d.prog = nil
-			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
-		}
-	}
-	for _, j := range jumps {
-		if err := d.runner.EnsureJump(ctx, j); err != nil {
 			d.prog = nil
 			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
 		}
@@ -127,8 +121,8 @@ func compareRules(want, got []string) string {
 }
 
 // writeRepair writes the restore section that rewrites the chains fix of
-// table as want has them and deletes the chains stale.
-func writeRepair(b *writer, table string, want *listing, fix, stale []string) {
+// table as want has them, deletes the chains stale and inserts jumps.
+func writeRepair(b *writer, table string, want *listing, fix, stale []string, jumps []Jump) {
 	b.line("*", table)
 	for _, c := range slices.Concat(fix, stale) {
 		b.line(":", c, " - [0:0]")
@@ -141,6 +135,7 @@ func writeRepair(b *writer, table string, want *listing, fix, stale []string) {
 	for _, c := range stale {
 		b.line("-X ", c)
 	}
+	writeJumps(b, table, jumps)
 	b.line("COMMIT")
 }
 
