@@ -220,7 +220,7 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 		}
 	}
 	var b writer
-	b.Grow(d.sizeHint())
+	b.Grow(sizeHint(d.prog, prog))
 	d.writeFull(&b, prog, stale, inRestore)
 	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
 		d.metrics.fullRestoreFailures.Inc()
@@ -287,10 +287,12 @@ func writeJumps(b *writer, table string, jumps []Jump) {
 	}
 }
 
-// sizeHint guesses the size of a full restore input from the last one.
-func (d *Dataplane) sizeHint() int {
-	if d.prog != nil {
-		return d.prog.size + d.prog.size/8
+// sizeHint guesses the size of the full restore input of next: the last
+// one's, or, on a first sync, what a port and an endpoint usually take
+// (generous, so that the buffer is not copied as it grows).
+func sizeHint(last, next *programmed) int {
+	if last != nil {
+		return last.size + last.size/8
 	}
-	return 0
+	return 1<<12 + next.endpoints*320 + len(next.services)*640
 }
