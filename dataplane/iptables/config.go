@@ -70,6 +70,8 @@ type Dataplane struct {
 	prog    *programmed
 	lastGen uint64
 	stats   SyncStats
+	// warnedSlow is set once the slow-backend warning was logged.
+	warnedSlow bool
 }
 
 var (

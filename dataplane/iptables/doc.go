@@ -48,9 +48,16 @@
 // node addresses or settings are full: every owned chain is rewritten, the
 // jumps re-ensured, and per-service chains of the prefix that nothing uses
 // any more (left by a failed sync or an earlier run of the program) are
-// deleted, found with iptables-save. A restart thus reconciles whatever it
-// finds. A rejected restore changes nothing in the kernel and is returned
-// as a *RestoreError naming the failing line with its context.
+// deleted, found with iptables-save. The jumps from the built-in chains
+// that the listing lacks are inserted by the same restore (an iptables
+// process per jump would each read the whole, by then full, table), so a
+// first sync costs about one bare restore of its input: 1.07× at 10k
+// services with iptables-legacy here, 1.22× at 1k. A restart thus
+// reconciles whatever it finds. A rejected restore changes nothing in the
+// kernel and is returned as a *RestoreError naming the failing line with
+// its context; one that outlives the deadline its size allows is killed
+// and says so, and a large ruleset on the nft backend of iptables (slow
+// to restore) is warned about once.
 //
 // # Repairing what others change
 //
@@ -93,6 +100,8 @@
 //
 //   - proxykit_iptables_restore_failures_total{sync="full"|"partial"|"repair"}:
 //     the restore and partial-restore failure counters, and failed repairs;
+//   - proxykit_iptables_restore_timeouts_total: restores killed at the
+//     deadline their size allows (ExecConfig.RestoreTimeout);
 //   - proxykit_iptables_rules{table}: sync_proxy_rules_iptables_total, the
 //     rules in the dataplane's own chains (the canary's left out), kept
 //     exact across partial syncs without listing the kernel, and set from

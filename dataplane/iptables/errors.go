@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RestoreError is a rejected iptables-restore input. The kernel state is
@@ -24,6 +25,10 @@ type RestoreError struct {
 	Output string
 	// Partial reports that the input was a partial sync.
 	Partial bool
+	// Timeout is set when iptables-restore did not finish within the
+	// deadline its input's size allows (ExecConfig.RestoreTimeout) and
+	// was killed; Err then wraps context.DeadlineExceeded.
+	Timeout time.Duration
 	// Err is the underlying exec error, if any.
 	Err error
 }
@@ -31,6 +36,10 @@ type RestoreError struct {
 func (e *RestoreError) Error() string {
 	var b strings.Builder
 	b.WriteString("iptables-restore failed")
+	if e.Timeout > 0 {
+		fmt.Fprintf(&b, ": did not finish within %v, the deadline for its input; with the nft backend large rulesets restore very slowly (consider the nftables dataplane)", e.Timeout)
+		return b.String()
+	}
 	if e.Line > 0 {
 		fmt.Fprintf(&b, " at line %d", e.Line)
 	}

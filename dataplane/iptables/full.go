@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -222,8 +223,10 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 	var b writer
 	b.Grow(sizeHint(d.prog, prog))
 	d.writeFull(&b, prog, stale, inRestore)
+	d.warnSlowBackend(prog)
 	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
 		d.metrics.fullRestoreFailures.Inc()
+		d.countTimeout(err)
 		return fmt.Errorf("full sync: %w", err)
 	}
 	// A full sync writes every rule of the own chains, and only those.
@@ -295,4 +298,30 @@ func sizeHint(last, next *programmed) int {
 		return last.size + last.size/8
 	}
 	return 1<<12 + next.endpoints*320 + len(next.services)*640
+}
+
+// nftSlowEndpoints is where iptables-nft becomes slow enough to warn about:
+// here its restore of 10k endpoints' rules took 4.5 s where
+// iptables-legacy took 0.2 s, and 100k endpoints' did not finish in 44
+// minutes.
+const nftSlowEndpoints = 5000
+
+// warnSlowBackend says once, at the first full sync that is large enough,
+// that the nft backend of iptables will be slow.
+func (d *Dataplane) warnSlowBackend(prog *programmed) {
+	r, ok := d.runner.(*ExecRunner)
+	if d.warnedSlow || !ok || r.Backend() != "nft" || prog.endpoints < nftSlowEndpoints {
+		return
+	}
+	d.warnedSlow = true
+	d.log.Info("Large ruleset on the nft backend of iptables: restores will be slow and may hit their deadline; the nftables dataplane (--proxy-mode nftables) suits large clusters",
+		"endpoints", prog.endpoints)
+}
+
+// countTimeout counts a restore killed at its deadline.
+func (d *Dataplane) countTimeout(err error) {
+	var re *RestoreError
+	if errors.As(err, &re) && re.Timeout > 0 {
+		d.metrics.restoreTimeouts.Inc()
+	}
 }

@@ -1,12 +1,17 @@
 package iptables
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/proxykit/proxykit/internal/netns"
 )
 
@@ -101,4 +106,37 @@ func mustRunner(t *testing.T, ns *netns.NS, variant string) Runner {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestKernelRestoreDeadline: a restore that outlives the deadline its size
+// allows is killed, fails the sync with a *RestoreError saying so, is
+// counted, and leaves the kernel as it was.
+func TestKernelRestoreDeadline(t *testing.T) {
+	netns.Require(t, "iptables-restore", "iptables-save", "iptables")
+	node := netns.New(t, "deadline")
+	var r *ExecRunner
+	if err := node.Do(func() (err error) {
+		r, err = NewExecRunner(ExecConfig{RestoreTimeout: func(int) time.Duration { return time.Nanosecond }})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	dp := newNSDataplane(t, node, Config{Runner: r, Registerer: reg})
+	err := dp.Sync(t.Context(), oneServiceState())
+	var re *RestoreError
+	if !errors.As(err, &re) || re.Timeout != time.Nanosecond || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Sync = %v, want a RestoreError with Timeout 1ns", err)
+	}
+	if !strings.Contains(err.Error(), "did not finish within 1ns") {
+		t.Errorf("error %q does not say what happened", err)
+	}
+	if got := testutil.ToFloat64(dp.metrics.restoreTimeouts); got != 1 {
+		t.Errorf("restore timeouts = %v, want 1", got)
+	}
+	for key := range kernelRules(t, node, false) {
+		if strings.Contains(key, DefaultChainPrefix) {
+			t.Errorf("the killed restore left %s", key)
+		}
+	}
 }

@@ -27,6 +27,7 @@ type metrics struct {
 	fullRestoreFailures    prometheus.Counter
 	partialRestoreFailures prometheus.Counter
 	repairRestoreFailures  prometheus.Counter
+	restoreTimeouts        prometheus.Counter
 	rules                  [numTables]prometheus.Gauge
 	rulesLastSync          [numTables]prometheus.Gauge
 }
@@ -37,6 +38,10 @@ func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metr
 		Namespace: ns, Subsystem: sub, Name: "restore_failures_total",
 		Help: "iptables-restore runs that failed, by kind of sync (full, partial, or repair after a reconcile found drift).",
 	}, []string{"ip_family", "sync"})
+	timeouts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "restore_timeouts_total",
+		Help: "iptables-restore runs killed at the deadline their input's size allows (also counted as failures).",
+	}, []string{"ip_family"})
 	rules := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "rules",
 		Help: "Rules in the dataplane's own chains, by table; kube-proxy's sync_proxy_rules_iptables_total.",
@@ -48,6 +53,9 @@ func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metr
 	if reg != nil {
 		var err error
 		if failures, err = register(reg, failures); err != nil {
+			return nil, err
+		}
+		if timeouts, err = register(reg, timeouts); err != nil {
 			return nil, err
 		}
 		if rules, err = register(reg, rules); err != nil {
@@ -62,6 +70,7 @@ func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metr
 		fullRestoreFailures:    failures.WithLabelValues(fam, "full"),
 		partialRestoreFailures: failures.WithLabelValues(fam, "partial"),
 		repairRestoreFailures:  failures.WithLabelValues(fam, "repair"),
+		restoreTimeouts:        timeouts.WithLabelValues(fam),
 	}
 	for t, name := range tableNames {
 		m.rules[t] = rules.WithLabelValues(fam, name)

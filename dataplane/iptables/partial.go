@@ -100,6 +100,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 	if b.Len() > 0 {
 		if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
 			d.metrics.partialRestoreFailures.Inc()
+			d.countTimeout(err)
 			if re, ok := err.(*RestoreError); ok {
 				re.Partial = true
 			}

@@ -86,6 +86,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if repair.Len() > 0 {
 		if err := d.runner.Restore(ctx, repair.Bytes()); err != nil {
 			d.metrics.repairRestoreFailures.Inc()
+			d.countTimeout(err)
 			d.prog = nil
 			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
@@ -245,5 +246,26 @@ func TestReconcileAfterPartialSync(t *testing.T) {
 	d.mu.Unlock()
 	if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
 		t.Errorf("Reconcile after the partial sync = %v, %v", drift, err)
+	}
+}
+
+// TestWarnSlowBackend: a large ruleset on iptables-nft is warned about
+// once; legacy, or a small ruleset, is not.
+func TestWarnSlowBackend(t *testing.T) {
+	for _, tc := range []struct {
+		backend   string
+		endpoints int
+		want      int
+	}{{"nft", 6000, 1}, {"nft", 100, 0}, {"legacy", 6000, 0}} {
+		var lines []string
+		log := funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{})
+		d, _ := newFake(t, Config{Logger: log})
+		d.runner = &ExecRunner{backend: tc.backend}
+		for range 2 {
+			d.warnSlowBackend(&programmed{endpoints: tc.endpoints})
+		}
+		if len(lines) != tc.want {
+			t.Errorf("%s, %d endpoints: %d warnings, want %d: %q", tc.backend, tc.endpoints, len(lines), tc.want, lines)
+		}
 	}
 }

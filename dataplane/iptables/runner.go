@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
 	v1 "k8s.io/api/core/v1"
@@ -53,6 +54,19 @@ type ExecConfig struct {
 	// iptables-restore and iptables-save as found on PATH; "legacy" and
 	// "nft" run iptables-legacy-restore and so on, or iptables-nft-restore.
 	Variant string
+	// RestoreTimeout is the deadline of a restore of n bytes; nil means
+	// DefaultRestoreTimeout. A restore past it is killed (the kernel keeps
+	// the tables as they were) and fails with a *RestoreError whose
+	// Timeout is set, so that a sync never hangs on a restore that will
+	// not finish.
+	RestoreTimeout func(n int) time.Duration
+}
+
+// DefaultRestoreTimeout allows a restore a minute plus 20 seconds per MiB
+// of input: iptables-legacy restores about 7 MiB/s and iptables-nft,
+// here, 0.7 MiB/s for 3 MiB, far less for more.
+func DefaultRestoreTimeout(n int) time.Duration {
+	return time.Minute + time.Duration(n)*20*time.Second/(1<<20)
 }
 
 // ExecRunner runs the iptables binaries. Commands inherit the network
@@ -62,12 +76,16 @@ type ExecRunner struct {
 	restore string
 	save    string
 	ipt     *goipt.IPTables
+	backend string
 }
 
 // NewExecRunner finds the binaries and probes the iptables version.
 func NewExecRunner(cfg ExecConfig) (*ExecRunner, error) {
 	if cfg.WaitSeconds == 0 {
 		cfg.WaitSeconds = 5
+	}
+	if cfg.RestoreTimeout == nil {
+		cfg.RestoreTimeout = DefaultRestoreTimeout
 	}
 	proto, base := goipt.ProtocolIPv4, "iptables"
 	if cfg.Family == v1.IPv6Protocol {
@@ -89,7 +107,10 @@ func NewExecRunner(cfg ExecConfig) (*ExecRunner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}
-	r := &ExecRunner{cfg: cfg, ipt: ipt}
+	r := &ExecRunner{cfg: cfg, ipt: ipt, backend: "legacy"}
+	if out, err := exec.Command(bin, "--version").Output(); err == nil && bytes.Contains(out, []byte("nf_tables")) {
+		r.backend = "nft"
+	}
 	if r.restore, err = exec.LookPath(restore); err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}
@@ -107,14 +128,23 @@ func (r *ExecRunner) Version() string {
 
 // Restore implements Runner.
 func (r *ExecRunner) Restore(ctx context.Context, data []byte) error {
+	limit := r.cfg.RestoreTimeout(len(data))
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, r.restore, "-w", fmt.Sprint(r.cfg.WaitSeconds), "--noflush")
 	cmd.Stdin = bytes.NewReader(data)
 	out, err := cmd.CombinedOutput()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &RestoreError{Output: string(out), Timeout: limit, Err: fmt.Errorf("%w: %w", context.DeadlineExceeded, err)}
+	}
 	if err != nil {
 		return parseRestoreError(data, out, err)
 	}
 	return nil
 }
+
+// Backend returns "nft" or "legacy", as "iptables --version" said.
+func (r *ExecRunner) Backend() string { return r.backend }
 
 // Save implements Runner.
 func (r *ExecRunner) Save(ctx context.Context, table string) ([]byte, error) {
