@@ -310,3 +310,31 @@ func BenchmarkFirstSync(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkForcedFullModel is a full sync of a State that is mostly what
+// was programmed before (a failure or a changed setting forced it), no
+// kernel: one endpoint changes between syncs.
+func BenchmarkForcedFullModel(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			c, st := benchBuilder(size.services, benchEndpoints)
+			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := d.Sync(ctx, st); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				forceFull(d)
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -72,6 +72,11 @@ type Dataplane struct {
 	stats   SyncStats
 	// warnedSlow is set once the slow-backend warning was logged.
 	warnedSlow bool
+	// cache is the last full rendering, kept across failures: it says
+	// nothing about the kernel, only about what States render to.
+	cache *renderCache
+	// buf holds full restore inputs; see fullBuffer.
+	buf writer
 }
 
 var (
@@ -186,7 +191,7 @@ func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 	if err := d.checkState(s); err != nil {
 		return nil, err
 	}
-	prog := d.build(s)
+	prog, _ := d.build(s, nil)
 	var b writer
 	d.writeFull(&b, prog, nil, d.jumps())
 	return b.Bytes(), nil

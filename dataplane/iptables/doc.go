@@ -44,6 +44,13 @@
 // look at come from State.ChangedSince; when it cannot tell, every service
 // is rendered and compared, and still only differences are written.
 //
+// A full sync re-renders only the services whose inputs changed since the
+// last full rendering (States share unchanged services and endpoint lists
+// by pointer, so that is a pointer comparison) and writes into a buffer kept
+// between syncs: a forced full sync of 10k services × 10 endpoints costs
+// about 0.1 s and 16 MB of allocations here, against 0.3 s and 162 MB when
+// everything was rendered again (BenchmarkForcedFullModel).
+//
 // The first Sync, the first after any failure and one after a change of
 // node addresses or settings are full: every owned chain is rewritten, the
 // jumps re-ensured, and per-service chains of the prefix that nothing uses

@@ -82,8 +82,9 @@ func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, 
 	return out
 }
 
-// build renders every service of s.
-func (d *Dataplane) build(s *dataplane.State) *programmed {
+// build renders every service of s, reusing what cache holds for services
+// whose inputs are unchanged, and returns the cache of this rendering.
+func (d *Dataplane) build(s *dataplane.State, cache *renderCache) (*programmed, *renderCache) {
 	v := newView(s, d.ipv6)
 	for _, r := range v.ignored {
 		d.skip(r)
@@ -94,8 +95,16 @@ func (d *Dataplane) build(s *dataplane.State) *programmed {
 	}
 	v.noComments = prog.endpoints > largeClusterEndpoints
 	r := d.renderer(v)
+	old := cache.usable(s, v)
+	next := &renderCache{view: v, node: s.Node, settings: s.Settings, services: make(map[types.NamespacedName]cachedService, s.Services.Len())}
 	for nn := range s.Services.Services() {
-		if st := d.renderService(s, r, nn); st != nil {
+		ports, eps := inputs(s, nn)
+		st, ok := old.lookup(nn, ports, eps)
+		if !ok {
+			st = d.renderService(s, r, nn)
+		}
+		next.services[nn] = cachedService{ports: ports, eps: eps, st: st}
+		if st != nil {
 			prog.services[nn] = st
 		}
 	}
@@ -106,7 +115,7 @@ func (d *Dataplane) build(s *dataplane.State) *programmed {
 			}
 		}
 	}
-	return prog
+	return prog, next
 }
 
 // sortedPorts returns every rendered port in key order.
@@ -196,7 +205,8 @@ func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string, jumps
 
 // fullSync rewrites everything the dataplane owns.
 func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
-	prog := d.build(s)
+	prog, cache := d.build(s, d.cache)
+	d.cache = cache
 	d.applySysctls(prog)
 	saves := map[string]*listing{}
 	for _, table := range tableNames {
@@ -220,9 +230,8 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 			inRestore = append(inRestore, j)
 		}
 	}
-	var b writer
-	b.Grow(sizeHint(d.prog, prog))
-	d.writeFull(&b, prog, stale, inRestore)
+	b := d.fullBuffer(sizeHint(d.prog, prog))
+	d.writeFull(b, prog, stale, inRestore)
 	d.warnSlowBackend(prog)
 	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
 		d.metrics.fullRestoreFailures.Inc()
@@ -324,4 +333,14 @@ func (d *Dataplane) countTimeout(err error) {
 	if errors.As(err, &re) && re.Timeout > 0 {
 		d.metrics.restoreTimeouts.Inc()
 	}
+}
+
+// fullBuffer returns the dataplane's buffer for full restore inputs, empty
+// and with room for n bytes. It is kept between syncs: allocating (and
+// zeroing) tens of megabytes per full sync cost more than rendering them.
+// Runners must not keep the slice they are handed past the call.
+func (d *Dataplane) fullBuffer(n int) *writer {
+	d.buf.Reset()
+	d.buf.Grow(n)
+	return &d.buf
 }

@@ -30,9 +30,8 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if prog == nil {
 		return dataplane.Drift{}, nil
 	}
-	var full writer
-	full.Grow(prog.size)
-	d.writeFull(&full, prog, nil, nil)
+	full := d.fullBuffer(prog.size)
+	d.writeFull(full, prog, nil, nil)
 	var (
 		repaired []string
 		repair   writer

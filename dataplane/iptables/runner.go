@@ -20,7 +20,8 @@ import (
 type Runner interface {
 	// Restore feeds data to iptables-restore --noflush: only the chains
 	// data names are touched, each table is committed atomically. A
-	// rejected input returns a *RestoreError.
+	// rejected input returns a *RestoreError. data is reused after the
+	// call returns: copy it to keep it.
 	Restore(ctx context.Context, data []byte) error
 	// Save returns the iptables-save text of table.
 	Save(ctx context.Context, table string) ([]byte, error)
