@@ -3,6 +3,7 @@ package manifest
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,7 +55,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // and so on), so that a manifest means what it would mean applied to a
 // cluster. The error, if any, is an *Error.
 func Decode(path string, data []byte) ([]runtime.Object, error) {
-	return newDecoder().decode(path, data)
+	objs, _, err := newDecoder().decode(path, data, nil)
+	return objs, err
 }
 
 type decoder struct {
@@ -65,27 +67,71 @@ func newDecoder() *decoder {
 	return &decoder{decoder: serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()}
 }
 
-// document is one YAML or JSON document of a file, as JSON.
+// document is one YAML or JSON document of a file.
 type document struct {
 	line int
-	json []byte
+	// raw is the document as written; yaml is set when it is YAML, to be
+	// converted to JSON, and lines is then the file's line count.
+	raw   []byte
+	yaml  bool
+	lines int
 }
 
-func (d *decoder) decode(path string, data []byte) ([]runtime.Object, error) {
+// docKey identifies a document by its bytes.
+type docKey [sha256.Size]byte
+
+// decode decodes a file. Documents whose bytes are in known (what the last
+// decode of the file returned as its documents) are not decoded again:
+// their objects are reused, so that an edit of one object in a file of
+// thousands costs one document's decoding. It returns the objects and the
+// documents of this decode.
+func (d *decoder) decode(path string, data []byte, known map[docKey][]runtime.Object) ([]runtime.Object, map[docKey][]runtime.Object, error) {
 	docs, err := splitDocuments(data)
 	if err != nil {
 		err.Path = path
-		return nil, err
+		return nil, nil, err
 	}
 	var out []runtime.Object
+	seen := make(map[docKey][]runtime.Object, len(docs))
 	for _, doc := range docs {
-		objs, err := d.decodeDocument(doc.json)
-		if err != nil {
-			return nil, &Error{Path: path, Line: doc.line, Err: err}
+		key := docKey(sha256.Sum256(doc.raw))
+		objs, ok := known[key]
+		if !ok {
+			if objs, err = d.decodeRaw(doc); err != nil {
+				return nil, nil, err.withPath(path)
+			}
 		}
+		seen[key] = objs
 		out = append(out, objs...)
 	}
-	return out, nil
+	return out, seen, nil
+}
+
+// decodeRaw converts a YAML document to JSON and decodes it.
+func (d *decoder) decodeRaw(doc document) ([]runtime.Object, *Error) {
+	js := doc.raw
+	if doc.yaml {
+		var err error
+		if js, err = sigyaml.YAMLToJSON(doc.raw); err != nil {
+			me := yamlError(doc.line, err)
+			// go-yaml may point past a last line the reader ended for it.
+			me.Line = min(me.Line, doc.lines)
+			return nil, me
+		}
+		if t := bytes.TrimSpace(js); bytes.Equal(t, []byte("null")) || len(t) == 0 {
+			return nil, nil // only comments or blank lines
+		}
+	}
+	objs, err := d.decodeDocument(js)
+	if err != nil {
+		return nil, &Error{Line: doc.line, Err: err}
+	}
+	return objs, nil
+}
+
+func (e *Error) withPath(path string) *Error {
+	e.Path = path
+	return e
 }
 
 // decodeDocument decodes one document, expanding a List.
@@ -167,7 +213,7 @@ func splitJSON(data []byte) ([]document, *Error) {
 			}
 			return nil, &Error{Line: lineAt(data, off), Err: err}
 		}
-		docs = append(docs, document{line: lineAt(data, start), json: raw})
+		docs = append(docs, document{line: lineAt(data, start), raw: raw})
 	}
 }
 
@@ -200,17 +246,7 @@ func splitYAML(data []byte) ([]document, *Error) {
 		}
 		line := cursor + 1
 		cursor += bytes.Count(doc, []byte("\n"))
-		js, err := sigyaml.YAMLToJSON(doc)
-		if err != nil {
-			me := yamlError(line, err)
-			// go-yaml may point past a last line the reader ended for it.
-			me.Line = min(me.Line, len(lines))
-			return nil, me
-		}
-		if t := bytes.TrimSpace(js); bytes.Equal(t, []byte("null")) || len(t) == 0 {
-			continue // only comments or blank lines
-		}
-		docs = append(docs, document{line: line, json: js})
+		docs = append(docs, document{line: line, raw: doc, yaml: true, lines: len(lines)})
 	}
 }
 

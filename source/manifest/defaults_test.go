@@ -234,3 +234,33 @@ endpoints:
 		t.Errorf("Lookup = %v %v, want DNAT to %v", v.Action, v.Endpoints, want)
 	}
 }
+
+// TestDecodeReusesUnchangedDocuments: decoding a file again with the
+// documents of the last decode known decodes only the documents whose bytes
+// changed; the others' objects are the very objects decoded before.
+func TestDecodeReusesUnchangedDocuments(t *testing.T) {
+	svc := func(name, port string) string {
+		return "apiVersion: v1\nkind: Service\nmetadata:\n  name: " + name + "\nspec:\n  clusterIP: 10.96.0.1\n  ports:\n  - port: " + port + "\n"
+	}
+	d := newDecoder()
+	first, known, err := d.decode("f.yaml", []byte(svc("a", "80")+"---\n"+svc("b", "80")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := d.decode("f.yaml", []byte(svc("a", "80")+"---\n"+svc("b", "81")), known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 2 || len(second) != 2 {
+		t.Fatalf("decoded %d and %d objects, want 2 each", len(first), len(second))
+	}
+	if first[0] != second[0] {
+		t.Error("the unchanged document was decoded again")
+	}
+	if first[1] == second[1] {
+		t.Error("the changed document was not decoded again")
+	}
+	if got := second[1].(*v1.Service).Spec.Ports[0].Port; got != 81 {
+		t.Errorf("changed port = %d, want 81", got)
+	}
+}
