@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -336,5 +338,35 @@ func BenchmarkForcedFullModel(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkPeakRSS10k reports the process's peak resident memory after
+// building 10k services × 10 endpoints and syncing them in full twice (the
+// second reusing the first's renderings), compute only. Run it alone
+// (-bench PeakRSS10k) so that nothing else raised the peak.
+func BenchmarkPeakRSS10k(b *testing.B) {
+	for b.Loop() {
+		_, st := benchBuilder(10000, benchEndpoints)
+		d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range 2 {
+			forceFull(d)
+			if err := d.Sync(context.Background(), st); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skip("no /proc/self/status:", err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmHWM:" {
+			kb, _ := strconv.Atoi(f[1])
+			b.ReportMetric(float64(kb)/1024, "peak-RSS-MB")
+		}
 	}
 }
