@@ -87,10 +87,7 @@ func BenchmarkRender(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			_, st := benchBuilder(size.services, benchEndpoints)
-			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
-			if err != nil {
-				b.Fatal(err)
-			}
+			d := modelDataplane(b, nil)
 			b.ReportAllocs()
 			var n int
 			for b.Loop() {
@@ -111,14 +108,7 @@ func BenchmarkPartialSyncModel(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			c, st := benchBuilder(size.services, benchEndpoints)
-			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			if err := d.Sync(ctx, st); err != nil {
-				b.Fatal(err)
-			}
+			d, ctx := modelDataplane(b, st), context.Background()
 			b.ReportAllocs()
 			bytes, i := 0, 0
 			for b.Loop() {
@@ -285,10 +275,7 @@ func BenchmarkFirstSync(b *testing.B) {
 			}
 		})
 		b.Run(size.name+"/bare-restore", func(b *testing.B) {
-			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
-			if err != nil {
-				b.Fatal(err)
-			}
+			d := modelDataplane(b, nil)
 			input, err := d.Render(st)
 			if err != nil {
 				b.Fatal(err)
@@ -320,14 +307,7 @@ func BenchmarkForcedFullModel(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			c, st := benchBuilder(size.services, benchEndpoints)
-			d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx := context.Background()
-			if err := d.Sync(ctx, st); err != nil {
-				b.Fatal(err)
-			}
+			d, ctx := modelDataplane(b, st), context.Background()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -348,10 +328,7 @@ func BenchmarkForcedFullModel(b *testing.B) {
 func BenchmarkPeakRSS10k(b *testing.B) {
 	for b.Loop() {
 		_, st := benchBuilder(10000, benchEndpoints)
-		d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
-		if err != nil {
-			b.Fatal(err)
-		}
+		d := modelDataplane(b, nil)
 		for range 2 {
 			forceFull(d)
 			if err := d.Sync(context.Background(), st); err != nil {
@@ -369,4 +346,20 @@ func BenchmarkPeakRSS10k(b *testing.B) {
 			b.ReportMetric(float64(kb)/1024, "peak-RSS-MB")
 		}
 	}
+}
+
+// modelDataplane returns a Dataplane that renders but touches nothing,
+// having synced st when st is not nil.
+func modelDataplane(b *testing.B, st *dataplane.State) *Dataplane {
+	b.Helper()
+	d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st != nil {
+		if err := d.Sync(context.Background(), st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return d
 }

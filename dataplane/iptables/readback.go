@@ -14,7 +14,6 @@ const canaryRule = " -j RETURN"
 // every chain it declares, and the rules of the chains the dataplane reads
 // back (its own, and the built-in chains its jumps live in).
 type listing struct {
-	table    string
 	declared []string
 	isChain  map[string]bool
 	rules    map[string][]string
@@ -25,7 +24,7 @@ type listing struct {
 // chains are listed by name only: their rules may use matches this
 // package does not parse, and are none of its business.
 func (d *Dataplane) parseListing(table string, data []byte) *listing {
-	l := &listing{table: table, isChain: map[string]bool{}, rules: map[string][]string{}}
+	l := &listing{isChain: map[string]bool{}, rules: map[string][]string{}}
 	hooked := map[string]bool{}
 	for _, j := range d.jumps() {
 		if j.Table == table {
