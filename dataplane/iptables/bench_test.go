@@ -75,18 +75,26 @@ func changeOneEndpoint(c *benchCluster, i, k int) *dataplane.State {
 	return c.b.Build().States[0]
 }
 
-var benchSizes = []struct {
-	name     string
-	services int
-}{{"1k", 1000}, {"10k", 10000}}
+// benchSize is a workload: services of endpoints each.
+type benchSize struct {
+	name                string
+	services, endpoints int
+}
+
+// benchSizes are the workloads of the kernel benchmarks; modelSizes, of
+// the compute-only ones, add a few services with many endpoints.
+var (
+	benchSizes = []benchSize{{"1k", 1000, benchEndpoints}, {"10k", 10000, benchEndpoints}}
+	modelSizes = append(benchSizes, benchSize{"1kx100", 1000, 100})
+)
 
 const benchEndpoints = 10
 
 // BenchmarkRender is the CPU cost of rendering a full ruleset, no kernel.
 func BenchmarkRender(b *testing.B) {
-	for _, size := range benchSizes {
+	for _, size := range modelSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := modelDataplane(b, nil)
 			b.ReportAllocs()
 			var n int
@@ -105,15 +113,15 @@ func BenchmarkRender(b *testing.B) {
 // BenchmarkPartialSyncModel is the CPU cost of a one-endpoint-change sync
 // against the dry-run runner, no kernel.
 func BenchmarkPartialSyncModel(b *testing.B) {
-	for _, size := range benchSizes {
+	for _, size := range modelSizes {
 		b.Run(size.name, func(b *testing.B) {
-			c, st := benchBuilder(size.services, benchEndpoints)
+			c, st := benchBuilder(size.services, size.endpoints)
 			d, ctx := modelDataplane(b, st), context.Background()
 			b.ReportAllocs()
 			bytes, i := 0, 0
 			for b.Loop() {
 				i++
-				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%size.endpoints)); err != nil {
 					b.Fatal(err)
 				}
 				bytes += d.LastSync().Bytes
@@ -150,7 +158,7 @@ func kernelBench(b *testing.B) *nsDataplane {
 func BenchmarkFullSync(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -173,7 +181,7 @@ func BenchmarkFullSync(b *testing.B) {
 func BenchmarkPartialSync(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			c, st := benchBuilder(size.services, benchEndpoints)
+			c, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			ctx := context.Background()
 			if err := d.Sync(ctx, st); err != nil {
@@ -183,7 +191,7 @@ func BenchmarkPartialSync(b *testing.B) {
 			bytes, i := 0, 0
 			for b.Loop() {
 				i++
-				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%size.endpoints)); err != nil {
 					b.Fatal(err)
 				}
 				if d.LastSync().Full {
@@ -201,7 +209,7 @@ func BenchmarkPartialSync(b *testing.B) {
 func BenchmarkRestoreFloor(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			data, err := d.Render(st)
 			if err != nil {
@@ -233,7 +241,7 @@ func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 func BenchmarkReconcileUntouched(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			ctx := context.Background()
 			if err := d.Sync(ctx, st); err != nil {
@@ -261,7 +269,7 @@ func BenchmarkFirstSync(b *testing.B) {
 		restore = "iptables-" + variant + "-restore"
 	}
 	for _, size := range benchSizes {
-		_, st := benchBuilder(size.services, benchEndpoints)
+		_, st := benchBuilder(size.services, size.endpoints)
 		b.Run(size.name+"/proxykit", func(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -300,20 +308,35 @@ func BenchmarkFirstSync(b *testing.B) {
 	}
 }
 
+// BenchmarkFirstSyncModel is the CPU cost of a dataplane's first sync:
+// rendering everything and writing the restore input (discarded), no
+// kernel.
+func BenchmarkFirstSyncModel(b *testing.B) {
+	for _, size := range modelSizes {
+		b.Run(size.name, func(b *testing.B) {
+			_, st := benchBuilder(size.services, size.endpoints)
+			b.ReportAllocs()
+			for b.Loop() {
+				modelDataplane(b, st)
+			}
+		})
+	}
+}
+
 // BenchmarkForcedFullModel is a full sync of a State that is mostly what
 // was programmed before (a failure or a changed setting forced it), no
 // kernel: one endpoint changes between syncs.
 func BenchmarkForcedFullModel(b *testing.B) {
-	for _, size := range benchSizes {
+	for _, size := range modelSizes {
 		b.Run(size.name, func(b *testing.B) {
-			c, st := benchBuilder(size.services, benchEndpoints)
+			c, st := benchBuilder(size.services, size.endpoints)
 			d, ctx := modelDataplane(b, st), context.Background()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
 				i++
 				forceFull(d)
-				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%size.endpoints)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -350,7 +373,7 @@ func BenchmarkPeakRSS10k(b *testing.B) {
 
 // modelDataplane returns a Dataplane that renders but touches nothing,
 // having synced st when st is not nil.
-func modelDataplane(b *testing.B, st *dataplane.State) *Dataplane {
+func modelDataplane(b testing.TB, st *dataplane.State) *Dataplane {
 	b.Helper()
 	d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
 	if err != nil {

@@ -30,8 +30,12 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if prog == nil {
 		return dataplane.Drift{}, nil
 	}
-	full := d.fullBuffer(prog.size)
-	d.writeFull(full, prog, nil, nil)
+	// The wanted rules are read from what a full sync would write, in the
+	// same form as the listing; the text lives only for this call.
+	var full bytes.Buffer
+	if _, err := d.fullInput(prog, nil, nil).WriteTo(&full); err != nil {
+		return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
+	}
 	var (
 		repaired []string
 		repair   writer
@@ -83,7 +87,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		}
 	}
 	if repair.Len() > 0 {
-		if err := d.runner.Restore(ctx, repair.Bytes()); err != nil {
+		if err := d.runner.Restore(ctx, RestoreBytes(repair.Bytes())); err != nil {
 			d.metrics.repairRestoreFailures.Inc()
 			d.countTimeout(err)
 			d.prog = nil
