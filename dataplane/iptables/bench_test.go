@@ -308,6 +308,31 @@ func BenchmarkFirstSync(b *testing.B) {
 	}
 }
 
+// BenchmarkReconcileModel is a Reconcile of an untouched kernel, against
+// a FakeRunner (whose listing costs are its own), no kernel.
+func BenchmarkReconcileModel(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			_, st := benchBuilder(size.services, size.endpoints)
+			fake := NewFakeRunner()
+			d, err := New(Config{Runner: fake, Logger: logr.Discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := d.Sync(ctx, st); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+					b.Fatal(drift, err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkFirstSyncModel is the CPU cost of a dataplane's first sync:
 // rendering everything and writing the restore input (discarded), no
 // kernel.

@@ -151,10 +151,11 @@ func (d *Dataplane) nodePortJumps(v *view) []string {
 }
 
 // writeFull writes the restore input that replaces every chain of prog,
-// deletes the stale chains and inserts jumps.
-func (d *Dataplane) writeFull(b *stream, prog *programmed, stale []string, jumps []Jump) {
+// deletes the stale chains and inserts jumps. ports are the service ports
+// whose own chains it writes: all of prog's, or none for the fixed and
+// shared chains alone.
+func (d *Dataplane) writeFull(b *stream, prog *programmed, ports []keyed, stale []string, jumps []Jump) {
 	n := d.names
-	ports := prog.sortedPorts()
 	b.line("*filter")
 	for _, c := range []string{n.services, n.externalServices, n.forward, n.nodePorts, n.proxyFirewall, n.firewall, n.canary} {
 		b.line(":", c, " - [0:0]")
@@ -358,7 +359,7 @@ type fullInput struct {
 func (d *Dataplane) fullInput(prog *programmed, stale []string, jumps []Jump) *fullInput {
 	in := &fullInput{d: d, prog: prog, stale: stale, jumps: jumps}
 	count := newStream(nil, d.names.canary)
-	d.writeFull(count, prog, stale, jumps)
+	d.writeFull(count, prog, prog.sortedPorts(), stale, jumps)
 	in.size, in.written = count.n, count.written
 	return in
 }
@@ -366,7 +367,7 @@ func (d *Dataplane) fullInput(prog *programmed, stale []string, jumps []Jump) *f
 // WriteTo implements io.WriterTo.
 func (in *fullInput) WriteTo(w io.Writer) (int64, error) {
 	s := newStream(w, in.d.names.canary)
-	in.d.writeFull(s, in.prog, in.stale, in.jumps)
+	in.d.writeFull(s, in.prog, in.prog.sortedPorts(), in.stale, in.jumps)
 	s.flush()
 	return int64(s.n), s.err
 }
