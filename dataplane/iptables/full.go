@@ -213,9 +213,18 @@ func (d *Dataplane) writeFull(b *stream, prog *programmed, ports []keyed, stale 
 
 // fullSync rewrites everything the dataplane owns.
 func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
-	prog, cache := d.build(s, d.cache)
-	d.cache = cache
-	d.applySysctls(prog)
+	// Rendering is pure computation: it runs beside the listings, which
+	// wait on processes. The listings stay on the calling goroutine, whose
+	// thread may be in another network namespace.
+	type rendering struct {
+		prog  *programmed
+		cache *renderCache
+	}
+	done := make(chan rendering, 1)
+	go func() {
+		prog, cache := d.build(s, d.cache)
+		done <- rendering{prog, cache}
+	}()
 	saves := map[string]*listing{}
 	for _, table := range tableNames {
 		out, err := d.runner.Save(ctx, table)
@@ -225,6 +234,10 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 		}
 		saves[table] = d.parseListing(table, out)
 	}
+	r := <-done
+	prog := r.prog
+	d.cache = r.cache
+	d.applySysctls(prog)
 	stale := d.staleChains(saves["nat"], prog)
 	// Jumps the listing lacks go into the restore itself: an iptables
 	// command per jump would read the whole, now full, table each time.
