@@ -149,7 +149,8 @@ func (ps *portState) retarget(v *portView, drain time.Duration) int {
 	}
 	n := 0
 	for f := range ps.conns {
-		if !v.reaches(f.endpoint()) {
+		// A flow without endpoint is dialing, or held as dropped.
+		if ep := f.endpoint(); ep.IsValid() && !v.reaches(ep) {
 			f.drain(drain)
 			n++
 		}

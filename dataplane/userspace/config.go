@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -93,8 +94,13 @@ type Config struct {
 	// Listen maps a frontend to the local address its forwarder listens
 	// on, false leaving it unserved: each ClusterIP:port to a loopback
 	// port, say. Port 0 picks a free port (Dataplane.Listeners tells
-	// which). nil listens on Frontend.Addr itself.
+	// which). nil listens on Frontend.Addr itself. Ignored in redirect
+	// mode.
 	Listen func(Frontend) (netip.AddrPort, bool)
+	// Redirect, if set, selects redirect mode (root): traffic to the
+	// service addresses and node ports is caught by netfilter REDIRECT
+	// rules; see RedirectConfig.
+	Redirect *RedirectConfig
 	// Dialer connects to endpoints; nil means a net.Dialer. Keep it
 	// returning *net.TCPConn for TCP: copying between two of them
 	// splices in the kernel.
@@ -140,6 +146,7 @@ type Dataplane struct {
 	log     logr.Logger
 	metrics *metrics
 	dialer  Dialer
+	redir   *redirector
 
 	// mu serializes Sync, Cleanup and bind retries, and guards what they
 	// own below.
@@ -159,6 +166,11 @@ type Dataplane struct {
 	// read by any goroutine.
 	routesMu sync.RWMutex
 	routes   routes
+	// ifaces finds the interface of a connection while an interface
+	// detector is configured; nil otherwise. finder, guarded by mu, is
+	// kept until Cleanup, as connections being routed may hold it.
+	ifaces atomic.Pointer[ifaceFinder]
+	finder *ifaceFinder
 
 	// wg counts every goroutine the Dataplane started.
 	wg sync.WaitGroup
@@ -227,6 +239,13 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	if d.dialer == nil {
 		d.dialer = &net.Dialer{}
+	}
+	if cfg.Redirect != nil {
+		r, err := newRedirector(*cfg.Redirect, cfg.Family, d.log)
+		if err != nil {
+			return nil, err
+		}
+		d.redir = r
 	}
 	return d, nil
 }

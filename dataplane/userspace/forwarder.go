@@ -24,6 +24,9 @@ type forwarder struct {
 	// Config.Listen left the frontend out.
 	listen netip.AddrPort
 	served bool
+	// localDst: the destination of a node port connection is the local
+	// address it reached.
+	localDst bool
 
 	// Guarded by Dataplane.mu.
 	want    bool
@@ -50,7 +53,7 @@ func (f *forwarder) dst(local netip.AddrPort) netip.AddrPort {
 	if !f.key.nodePort() {
 		return netip.AddrPortFrom(f.key.addr, f.key.port)
 	}
-	if f.listen.Addr().IsUnspecified() && local.Addr().IsValid() && !local.Addr().IsUnspecified() {
+	if f.localDst && local.Addr().IsValid() && !local.Addr().IsUnspecified() {
 		return netip.AddrPortFrom(local.Addr().Unmap(), f.key.port)
 	}
 	return netip.AddrPortFrom(netip.Addr{}, f.key.port)
@@ -162,8 +165,11 @@ func (d *Dataplane) reconcile(ctx context.Context, f *forwarder) error {
 
 // retryBinds tries every forwarder that wants a socket and has none, with
 // mu held, and arms the retry timer while some remain.
-func (d *Dataplane) retryBinds(ctx context.Context) *BindError {
-	var be *BindError
+func (d *Dataplane) retryBinds(ctx context.Context) (*BindError, []destKey) {
+	var (
+		be      *BindError
+		rebound []destKey
+	)
 	for k, f := range d.unbound {
 		if _, bound := f.boundAddr(); d.fwds[k] != f || !f.want || bound {
 			delete(d.unbound, k)
@@ -177,6 +183,7 @@ func (d *Dataplane) retryBinds(ctx context.Context) *BindError {
 			continue
 		}
 		delete(d.unbound, k)
+		rebound = append(rebound, k)
 	}
 	d.metrics.unbound.Set(float64(len(d.unbound)))
 	if len(d.unbound) > 0 && d.retry == nil {
@@ -184,12 +191,24 @@ func (d *Dataplane) retryBinds(ctx context.Context) *BindError {
 			d.mu.Lock()
 			defer d.mu.Unlock()
 			d.retry = nil
-			if d.life != nil {
-				d.retryBinds(d.life)
+			if d.life == nil {
+				return
+			}
+			_, rebound := d.retryBinds(d.life)
+			if _, err := d.redirectSync(d.life, rebound, false); err != nil {
+				d.log.Error(err, "Cannot redirect to forwarders that could listen at last")
 			}
 		})
 	}
-	return be
+	return be, rebound
+}
+
+// orNil returns e as an error, nil when e is nil.
+func (e *BindError) orNil() error {
+	if e == nil {
+		return nil
+	}
+	return e
 }
 
 // serveTCP accepts connections until ln is closed.

@@ -2,7 +2,9 @@ package userspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -66,6 +68,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		d.routes.node, d.routes.set = s.Node, s.Settings
 		d.routes.detect, d.routes.hasDetect = s.DetectionCIDR()
 		d.node, d.settings = s.Node, s.Settings
+		d.watchInterfaces(s.Settings.LocalDetector.Mode)
 	}
 	for _, nn := range names {
 		d.syncService(s, nn, full, &w)
@@ -84,15 +87,19 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	for k := range w.touched {
 		d.placeForwarder(k)
 	}
-	bindErr := d.retryBinds(d.life)
+	bindErr, rebound := d.retryBinds(d.life)
+	keys := append(slices.Collect(maps.Keys(w.touched)), rebound...)
+	n, err := d.redirectSync(ctx, keys, !ok)
+	if err != nil {
+		// The next Sync looks at everything again.
+		d.synced = false
+		return errors.Join(err, bindErr.orNil())
+	}
 
 	d.lastGen, d.synced = s.Generation, true
-	d.report = dataplane.SyncReport{Full: !ok, Services: w.written}
+	d.report = dataplane.SyncReport{Full: !ok, Services: w.written, Bytes: n}
 	d.log.V(2).Info("Synced", "full", !ok, "servicePorts", w.written, "forwarders", len(d.fwds))
-	if bindErr != nil {
-		return bindErr
-	}
-	return nil
+	return bindErr.orNil()
 }
 
 // syncWork is what syncService leaves for after the routes are updated.
@@ -144,6 +151,26 @@ func (d *Dataplane) syncService(s *dataplane.State, nn types.NamespacedName, ful
 		delete(d.svcs, nn)
 	} else {
 		d.svcs[nn] = names
+	}
+}
+
+// watchInterfaces starts or stops finding the interface of connections,
+// as the interface-based detectors need it; with mu held. The netlink
+// socket is made in the Sync's network namespace.
+func (d *Dataplane) watchInterfaces(mode dataplane.LocalMode) {
+	need := mode == dataplane.LocalModeBridgeInterface || mode == dataplane.LocalModeInterfaceNamePrefix
+	if need && d.finder == nil {
+		f, err := newIfaceFinder()
+		if err != nil {
+			d.log.Error(err, "Cannot find the interface of connections: none counts as local pod traffic", "detectLocalMode", mode)
+			return
+		}
+		d.finder = f
+	}
+	if need {
+		d.ifaces.Store(d.finder)
+	} else {
+		d.ifaces.Store(nil)
 	}
 }
 
@@ -229,6 +256,10 @@ func (d *Dataplane) placeForwarder(k destKey) {
 		}
 		f = &forwarder{key: k, fe: fe}
 		f.listen, f.served = d.listenAddr(fe)
+		// Listening on every address, a node port forwarder sees where a
+		// connection went; behind REDIRECT it sees only the rewrite,
+		// and the rules have already chosen the addresses.
+		f.localDst = k.nodePort() && d.redir == nil && f.listen.Addr().IsUnspecified()
 		d.fwds[k] = f
 	}
 	f.want = slices.ContainsFunc(claims, func(c claim) bool { return c.view.hasEndpoints })
@@ -246,9 +277,13 @@ func (d *Dataplane) unspecified() netip.Addr {
 	return netip.IPv4Unspecified()
 }
 
-// listenAddr is where fe's forwarder listens.
+// listenAddr is where fe's forwarder listens: in redirect mode, a free
+// port of every address.
 func (d *Dataplane) listenAddr(fe Frontend) (netip.AddrPort, bool) {
-	if d.cfg.Listen != nil {
+	switch {
+	case d.redir != nil:
+		return netip.AddrPortFrom(d.unspecified(), 0), true
+	case d.cfg.Listen != nil:
 		return d.cfg.Listen(fe)
 	}
 	return fe.Addr, true
@@ -256,7 +291,7 @@ func (d *Dataplane) listenAddr(fe Frontend) (netip.AddrPort, bool) {
 
 // Cleanup closes every forwarder and connection at once and waits for all
 // their goroutines to end. The Dataplane can be synced again afterwards.
-func (d *Dataplane) Cleanup(context.Context) error {
+func (d *Dataplane) Cleanup(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.retry != nil {
@@ -265,6 +300,10 @@ func (d *Dataplane) Cleanup(context.Context) error {
 	}
 	for _, f := range d.fwds {
 		d.unbind(f)
+	}
+	var err error
+	if d.redir != nil {
+		err = d.redir.cleanup(ctx)
 	}
 	for _, e := range d.ports {
 		e.state.closeAll()
@@ -277,6 +316,11 @@ func (d *Dataplane) Cleanup(context.Context) error {
 		d.kill()
 	}
 	d.wg.Wait()
+	d.ifaces.Store(nil)
+	if d.finder != nil {
+		d.finder.close()
+		d.finder = nil
+	}
 	d.fwds = map[destKey]*forwarder{}
 	d.ports = map[servicemodel.PortName]portEntry{}
 	d.unbound = map[destKey]*forwarder{}
@@ -284,5 +328,5 @@ func (d *Dataplane) Cleanup(context.Context) error {
 	d.life, d.kill = nil, nil
 	d.synced = false
 	d.metrics.unbound.Set(0)
-	return nil
+	return err
 }

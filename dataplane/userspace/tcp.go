@@ -34,9 +34,18 @@ func (d *Dataplane) handleTCP(ctx context.Context, f *forwarder, c *net.TCPConn)
 	case dataplane.DNAT:
 	case dataplane.Drop:
 		// The handshake is done: a userspace proxy cannot leave a SYN
-		// unanswered for some clients only. Close without data.
-		dec.view.state.m.dropped.Inc()
-		c.Close()
+		// unanswered for some clients only. The nearest to a drop is a
+		// connection that never answers.
+		ps := dec.view.state
+		ps.m.dropped.Inc()
+		fl := &tcpFlow{ps: ps, client: c}
+		if !ps.admit(fl) {
+			ps.m.overLimit.Inc()
+			reset(c)
+			return
+		}
+		defer ps.release(fl)
+		fl.hold(d.cfg.TCPIdleTimeout)
 		return
 	default:
 		if dec.view != nil {
@@ -65,9 +74,13 @@ func (d *Dataplane) handleTCP(ctx context.Context, f *forwarder, c *net.TCPConn)
 
 // decide routes a connection from src that reached local through f.
 func (d *Dataplane) decide(f *forwarder, local netip.AddrPort, src netip.Addr) decision {
+	iface := ""
+	if ifaces := d.ifaces.Load(); ifaces != nil {
+		iface = ifaces.of(src)
+	}
 	d.routesMu.RLock()
 	defer d.routesMu.RUnlock()
-	return d.routes.route(f.dst(local), f.key.proto, d.routes.clientOf(src, dataplane.FromOutside, ""))
+	return d.routes.route(f.dst(local), f.key.proto, d.routes.clientOf(src, dataplane.FromOutside, iface))
 }
 
 // dialTCP connects to one of dec's candidates, trying others on failure.
@@ -151,6 +164,21 @@ func (fl *tcpFlow) close() {
 	fl.client.Close()
 	if backend != nil {
 		backend.Close()
+	}
+}
+
+// hold reads and discards what the client sends until it closes, or
+// sends nothing for idle.
+func (fl *tcpFlow) hold(idle time.Duration) {
+	defer fl.close()
+	for {
+		if idle > 0 {
+			_ = fl.client.SetReadDeadline(time.Now().Add(idle))
+		}
+		n, err := io.Copy(io.Discard, fl.client)
+		if err == nil || n == 0 {
+			return
+		}
 	}
 }
 
