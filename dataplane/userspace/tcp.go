@@ -9,10 +9,12 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"golang.org/x/sys/unix"
 )
 
 // maxDialAttempts is how many endpoints one connection tries.
@@ -195,30 +197,42 @@ func (fl *tcpFlow) run(idle time.Duration) {
 	fl.close()
 }
 
+// burst bounds one splice: io.Copy between two *net.TCPConn splices
+// through a pipe it holds until the copy returns, so each copy is cut off
+// this long after it starts and the next waits for data without a pipe.
+// An idle connection then holds two sockets and no pipe.
+const burst = 100 * time.Millisecond
+
 // pipe copies src to dst and half-closes dst at src's end. Copying
 // between two *net.TCPConn splices in the kernel (io.Copy finds
-// TCPConn.ReadFrom); the read deadline cuts the copy into rounds, after
-// which the connection is closed if no round of either direction moved
-// anything for idle.
+// TCPConn.ReadFrom). Between bursts it waits for src to be readable, for
+// at most a quarter of idle at a time; the connection is closed when no
+// burst of either direction moved anything for idle.
 func (fl *tcpFlow) pipe(dst, src net.Conn, bytes prometheus.Counter, idle time.Duration) {
-	round := idle / 4
 	for {
 		if idle > 0 {
-			_ = src.SetReadDeadline(time.Now().Add(round))
+			_ = src.SetReadDeadline(time.Now().Add(idle / 4))
 		}
-		n, err := io.Copy(dst, src)
-		now := time.Now()
-		if n > 0 {
-			bytes.Add(float64(n))
-			fl.active.Store(now.UnixNano())
-		}
+		err := waitReadable(src)
 		if err == nil {
-			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-				_ = cw.CloseWrite()
-			} else {
-				fl.close()
+			_ = src.SetReadDeadline(time.Now().Add(burst))
+			var n int64
+			n, err = io.Copy(dst, src)
+			if n > 0 {
+				bytes.Add(float64(n))
+				fl.active.Store(time.Now().UnixNano())
 			}
-			return
+			if err == nil {
+				if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+					_ = cw.CloseWrite()
+				} else {
+					fl.close()
+				}
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			// A reset, or the flow closed by the other direction, a
@@ -226,9 +240,28 @@ func (fl *tcpFlow) pipe(dst, src net.Conn, bytes prometheus.Counter, idle time.D
 			fl.close()
 			return
 		}
-		if now.Sub(time.Unix(0, fl.active.Load())) >= idle {
+		if time.Since(time.Unix(0, fl.active.Load())) >= idle {
 			fl.close()
 			return
 		}
 	}
+}
+
+// waitReadable returns when c has data or its end to read, or its read
+// deadline passes; it reads nothing.
+func waitReadable(c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var b [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return err != unix.EAGAIN
+	})
+	return err
 }
