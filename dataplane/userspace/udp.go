@@ -50,7 +50,9 @@ func (d *Dataplane) session(ctx context.Context, f *forwarder, pc *net.UDPConn, 
 	if s != nil {
 		return s
 	}
-	dec := d.decide(f, f.bound, client.Addr())
+	// A datagram does not say which local address it reached: a node port
+	// counts as reached on an address that serves it.
+	dec := d.decide(f, netip.AddrPort{}, client.Addr())
 	if dec.action != dataplane.DNAT {
 		if dec.view != nil {
 			// A bound socket cannot answer with an ICMP error for one

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestKernelUserspaceServesTraffic(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(manifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startAgent(t, node, "--proxy-mode", "userspace", "--manifests", dir, "--hostname-override", "usnode",
+	stop := startAgent(t, node, "--proxy-mode", "userspace", "--manifests", dir, "--hostname-override", "usnode",
 		"--healthz-bind-address", "", "--metrics-bind-address", "")
 
 	ask := func(network, addr string) (string, error) {
@@ -172,6 +173,15 @@ func TestKernelUserspaceServesTraffic(t *testing.T) {
 	if _, err := ask("tcp", "10.96.0.13:80"); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("the service without endpoints: %v, want connection refused", err)
 	}
+
+	stop()
+	if v4, _ := saved(t, node); !strings.Contains(v4, ":PKU-SERVICES") {
+		t.Errorf("no PKU-SERVICES chain while the agent ran:\n%s", v4)
+	}
+	agentIn(t, node, "--proxy-mode", "userspace", "--cleanup")
+	if v4, _ := saved(t, node); strings.Contains(v4, "PKU-") {
+		t.Errorf("--cleanup left rules:\n%s", v4)
+	}
 }
 
 // servePod answers every TCP connection to port 8080 and datagram to port
@@ -214,9 +224,10 @@ func servePod(t *testing.T, ns *netns.NS, ip string) {
 	}()
 }
 
-// startAgent starts the agent as a whole process inside ns, stopped when
-// the test ends; its output is logged then.
-func startAgent(t *testing.T, ns *netns.NS, args ...string) {
+// startAgent starts the agent as a whole process inside ns and returns
+// what stops it, which the test's end calls too; its output is logged
+// when the test failed.
+func startAgent(t *testing.T, ns *netns.NS, args ...string) (stop func()) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -233,11 +244,16 @@ func startAgent(t *testing.T, ns *netns.NS, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("agent output:\n%s", out.String())
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("agent output:\n%s", out.String())
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
