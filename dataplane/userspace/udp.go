@@ -21,8 +21,16 @@ const maxDatagram = 64 << 10
 func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn) {
 	defer d.wg.Done()
 	buf := make([]byte, maxDatagram)
+	var oob []byte
+	if f.listen.Addr().IsUnspecified() {
+		if err := askPktinfo(pc); err != nil {
+			d.log.Error(err, "Cannot learn which address datagrams reach; replies may leave from another", "frontend", f.fe)
+		} else {
+			oob = make([]byte, 128)
+		}
+	}
 	for {
-		n, from, err := pc.ReadFromUDPAddrPort(buf)
+		n, oobn, _, from, err := pc.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
 				return
@@ -30,7 +38,8 @@ func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn)
 			continue
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		s := d.session(ctx, f, pc, from)
+		local, reply := pktinfo(oob[:oobn])
+		s := d.session(ctx, f, pc, from, local, reply)
 		if s == nil {
 			continue
 		}
@@ -42,17 +51,17 @@ func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn)
 }
 
 // session returns the session of client on f, opening one if there is
-// none; nil when the datagram is not forwarded.
-func (d *Dataplane) session(ctx context.Context, f *forwarder, pc *net.UDPConn, client netip.AddrPort) *udpFlow {
+// none; nil when the datagram is not forwarded. local is the address the
+// datagram reached, when known, and reply the control message that sends
+// from it.
+func (d *Dataplane) session(ctx context.Context, f *forwarder, pc *net.UDPConn, client netip.AddrPort, local netip.Addr, reply []byte) *udpFlow {
 	f.mu.Lock()
 	s := f.sessions[client]
 	f.mu.Unlock()
 	if s != nil {
 		return s
 	}
-	// A datagram does not say which local address it reached: a node port
-	// counts as reached on an address that serves it.
-	dec := d.decide(f, netip.AddrPort{}, client.Addr())
+	dec := d.decide(f, netip.AddrPortFrom(local, f.key.port), client.Addr())
 	if dec.action != dataplane.DNAT {
 		if dec.view != nil {
 			// A bound socket cannot answer with an ICMP error for one
@@ -62,7 +71,7 @@ func (d *Dataplane) session(ctx context.Context, f *forwarder, pc *net.UDPConn, 
 		return nil
 	}
 	ps := dec.view.state
-	s = &udpFlow{ps: ps, f: f, pc: pc, client: client, idle: d.cfg.UDPIdleTimeout}
+	s = &udpFlow{ps: ps, f: f, pc: pc, client: client, oob: reply, idle: d.cfg.UDPIdleTimeout}
 	if !ps.admit(s) {
 		ps.m.overLimit.Inc()
 		return nil
@@ -107,10 +116,13 @@ func (d *Dataplane) session(ctx context.Context, f *forwarder, pc *net.UDPConn, 
 
 // udpFlow is one client's session: a socket connected to its endpoint.
 type udpFlow struct {
-	ps      *portState
-	f       *forwarder
-	pc      *net.UDPConn
-	client  netip.AddrPort
+	ps     *portState
+	f      *forwarder
+	pc     *net.UDPConn
+	client netip.AddrPort
+	// oob sends replies from the address the client reached; nil when
+	// the socket's own address is that.
+	oob     []byte
 	backend net.Conn
 	ep      netip.AddrPort
 	idle    time.Duration
@@ -159,7 +171,7 @@ func (d *Dataplane) replies(s *udpFlow) {
 			// is over, the next datagram opens another.
 			return
 		}
-		if _, err := s.pc.WriteToUDPAddrPort(buf[:n], s.client); err == nil {
+		if _, _, err := s.pc.WriteMsgUDPAddrPort(buf[:n], s.oob, s.client); err == nil {
 			s.ps.m.toClient.Add(float64(n))
 			s.active.Store(time.Now().UnixNano())
 		}

@@ -89,3 +89,30 @@ func TestUDPSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPRepliesFromTheAddressReached: a forwarder listening on every
+// address answers from the address the client sent to, which a connected
+// client socket (and conntrack, behind REDIRECT) requires.
+func TestUDPRepliesFromTheAddressReached(t *testing.T) {
+	bk := newBackends(t)
+	bk.serve("10.0.0.1:53")
+	c := newCluster()
+	c.service("dns", "10.96.0.10", nil, "dns/UDP/53")
+	c.endpoints("dns", []string{"10.0.0.1"}, "dns/UDP/53")
+	d := newDataplane(t, bk, Config{Listen: func(Frontend) (netip.AddrPort, bool) {
+		return netip.MustParseAddrPort("0.0.0.0:0"), true
+	}})
+	mustSync(t, d, c.build())
+	port := listener(t, d, "10.96.0.10:53", v1.ProtocolUDP).Port()
+	// 127.0.0.2 is local but not what the route back to 127.0.0.1
+	// prefers as source.
+	conn, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")),
+		net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if ep := ask(t, conn, "q"); ep != "10.0.0.1:53" {
+		t.Errorf("reached %s", ep)
+	}
+}
