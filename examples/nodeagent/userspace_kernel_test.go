@@ -110,9 +110,9 @@ func TestKernelUserspaceServesTraffic(t *testing.T) {
 	stop := startAgent(t, node, "--proxy-mode", "userspace", "--manifests", dir, "--hostname-override", "usnode",
 		"--healthz-bind-address", "", "--metrics-bind-address", "")
 
-	ask := func(network, addr string) (string, error) {
+	askFrom := func(from *netns.NS, network, addr string) (string, error) {
 		var line string
-		err := client.Do(func() error {
+		err := from.Do(func() error {
 			c, err := net.DialTimeout(network, addr, 2*time.Second)
 			if err != nil {
 				return err
@@ -127,6 +127,7 @@ func TestKernelUserspaceServesTraffic(t *testing.T) {
 		})
 		return strings.TrimSpace(line), err
 	}
+	ask := func(network, addr string) (string, error) { return askFrom(client, network, addr) }
 	// The agent is up once the cluster IP answers.
 	var err error
 	for range 200 {
@@ -165,6 +166,14 @@ func TestKernelUserspaceServesTraffic(t *testing.T) {
 		}
 		if len(got) != 2 {
 			t.Errorf("%s reached %v, want both pods in turn", c.what, got)
+		}
+	}
+	// The node's own traffic is redirected to loopback, and answered
+	// from the service address.
+	for _, network := range []string{"tcp", "udp"} {
+		addr := map[string]string{"tcp": "10.96.0.10:80", "udp": "10.96.0.12:53"}[network]
+		if pod, err := askFrom(node, network, addr); err != nil || !both[pod] {
+			t.Errorf("from the node, %s %s: %q, %v", network, addr, pod, err)
 		}
 	}
 	if got := seen("tcp", "10.96.0.11:80"); len(got) != 1 {
