@@ -131,6 +131,9 @@ type Config struct {
 	// Logger receives sync summaries, bind failures and dial failures;
 	// the zero value logs nothing.
 	Logger logr.Logger
+	// OnSkip, if set, is called with a short reason for every service
+	// port left out as invalid (a cluster IP of the other family, port 0).
+	OnSkip func(reason string)
 	// Registerer receives the dataplane's metrics (see the package
 	// documentation); nil registers none. Both families' Dataplanes may
 	// share one.

@@ -1,11 +1,15 @@
 package userspace
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,14 +71,18 @@ type BindError struct {
 	Failed map[Frontend]error
 }
 
+// Error names the first failed frontend by address.
 func (e *BindError) Error() string {
-	for fe, err := range e.Failed {
-		if len(e.Failed) == 1 {
-			return fmt.Sprintf("userspace: cannot listen for %s: %v", fe, err)
-		}
-		return fmt.Sprintf("userspace: cannot listen for %d frontends, %s among them: %v", len(e.Failed), fe, err)
+	if len(e.Failed) == 0 {
+		return "userspace: cannot listen"
 	}
-	return "userspace: cannot listen"
+	first := slices.MinFunc(slices.Collect(maps.Keys(e.Failed)), func(a, b Frontend) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), strings.Compare(string(a.Protocol), string(b.Protocol)))
+	})
+	if len(e.Failed) == 1 {
+		return fmt.Sprintf("userspace: cannot listen for %s: %v", first, e.Failed[first])
+	}
+	return fmt.Sprintf("userspace: cannot listen for %d frontends, %s among them: %v", len(e.Failed), first, e.Failed[first])
 }
 
 // errSCTP is why SCTP frontends are never served.

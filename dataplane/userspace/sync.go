@@ -118,6 +118,9 @@ func (d *Dataplane) syncService(s *dataplane.State, nn types.NamespacedName, ful
 	for _, sp := range ports {
 		if reason := d.invalid(sp); reason != "" {
 			d.log.V(2).Info("Skipping a service port", "service", sp.Name, "reason", reason)
+			if d.cfg.OnSkip != nil {
+				d.cfg.OnSkip(sp.Name.String() + ": " + reason)
+			}
 			continue
 		}
 		names = append(names, sp.Name)

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -222,5 +224,25 @@ proxykit_userspace_bytes_total{direction="to_endpoint",ip_family="IPv4",protocol
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"proxykit_userspace_accepted_total", "proxykit_userspace_bytes_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestInvalidPortsSkipped(t *testing.T) {
+	name := dataplanetest.PortName("ns", "bad", "http", v1.ProtocolTCP)
+	state := &dataplane.State{
+		Family: v1.IPv4Protocol,
+		Services: servicemodel.NewMap(
+			&servicemodel.ServicePort{Name: name, ClusterIP: netip.MustParseAddr("fd00::1"), Port: 80, Protocol: v1.ProtocolTCP},
+		),
+	}
+	var skipped []string
+	d := newDataplane(t, newBackends(t), Config{OnSkip: func(r string) { skipped = append(skipped, r) }})
+	mustSync(t, d, state)
+	want := []string{"ns/bad:http: cluster IP fd00::1 is not IPv4"}
+	if diff := cmp.Diff(want, skipped); diff != "" {
+		t.Errorf("skipped (-want +got):\n%s", diff)
+	}
+	if n := len(d.Listeners()); n != 0 {
+		t.Errorf("%d listeners for an invalid port", n)
 	}
 }
