@@ -82,13 +82,15 @@
 // # Measured
 //
 // On loopback, in one run on a shared 2-vCPU machine with a load average
-// near 10 (benchmarks in bench_test.go; the load generator is in the
-// test): one long TCP transfer went through the proxy at 0.62 of the
-// throughput of a direct connection (570 vs 915 MB/s); a 64-byte
-// request/response on one connection took 16 µs more at the median
-// (31.8 vs 15.5 µs) and 390 µs more at p99 (504 vs 118 µs); 10k idle
-// connections held 8.0 KiB of Go heap and stacks and 2 goroutines each,
-// plus their two sockets in the kernel.
+// near 8 (benchmarks in bench_test.go, whose load generator runs in the
+// test): one long TCP transfer went through the proxy at 0.34 of the
+// throughput of a direct connection (589 vs 1733 MB/s; the proxy's extra
+// two TCP stacks compete with client and server for two CPUs, and other
+// runs here gave 0.47 to 0.62); a 64-byte request/response on one
+// connection took 17 µs more at the median (32.5 vs 15.6 µs) and 291 µs
+// more at p99 (357 vs 66 µs); 10k idle connections held 8.0 KiB of Go
+// heap and stacks and 2 goroutines each, plus their two sockets in the
+// kernel.
 //
 // # Metrics
 //
