@@ -29,6 +29,8 @@ type portState struct {
 	conns map[flow]struct{}
 	// gone is set when the service port was removed: no new flow.
 	gone bool
+	// cur is the view the flows were last retargeted to.
+	cur *portView
 }
 
 // flow is an open TCP connection or UDP session.
@@ -142,6 +144,7 @@ func (ps *portState) release(f flow) {
 func (ps *portState) retarget(v *portView, drain time.Duration) int {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	ps.cur = v
 	for a, p := range ps.pins {
 		if !v.reaches(p.ep) {
 			delete(ps.pins, a)
@@ -156,6 +159,14 @@ func (ps *portState) retarget(v *portView, drain time.Duration) int {
 		}
 	}
 	return n
+}
+
+// stale reports whether a flow that just reached ep must drain: the port
+// was removed or retargeted away from ep while the flow was dialing.
+func (ps *portState) stale(ep netip.AddrPort) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.gone || (ps.cur != nil && !ps.cur.reaches(ep))
 }
 
 // retire marks the port removed and drains all its flows.

@@ -71,6 +71,9 @@ func (d *Dataplane) handleTCP(ctx context.Context, f *forwarder, c *net.TCPConn)
 	}
 	ps.m.accepted.Inc()
 	fl.start(backend, ep)
+	if ps.stale(ep) {
+		fl.drain(d.cfg.DrainTimeout)
+	}
 	fl.run(d.cfg.TCPIdleTimeout)
 }
 

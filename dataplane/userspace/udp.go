@@ -108,6 +108,11 @@ func (d *Dataplane) session(ctx context.Context, f *forwarder, pc *net.UDPConn, 
 	}
 	f.sessions[client] = s
 	f.mu.Unlock()
+	if ps.stale(s.ep) {
+		s.close()
+		ps.release(s)
+		return nil
+	}
 	ps.m.accepted.Inc()
 	d.wg.Add(1)
 	go d.replies(s)
