@@ -11,6 +11,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest/kerneltest"
+	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/internal/netns"
 	vnetns "github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
@@ -111,5 +112,5 @@ func (d *Dataplane) disturb(dist dataplanetest.Disturbance) error {
 	default:
 		return dataplanetest.ErrCannotDisturb
 	}
-	return r.runner.Restore(context.Background(), []byte(in))
+	return r.runner.Restore(context.Background(), iptables.RestoreBytes(in))
 }

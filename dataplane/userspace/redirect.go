@@ -229,7 +229,7 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 		}
 	}
 	if b.Len() > 0 {
-		if err := r.runner.Restore(ctx, []byte(b.String())); err != nil {
+		if err := r.runner.Restore(ctx, iptables.RestoreBytes(b.String())); err != nil {
 			r.valid = false
 			return 0, fmt.Errorf("userspace: write redirect rules: %w", err)
 		}
@@ -300,7 +300,7 @@ func (r *redirector) cleanup(ctx context.Context) error {
 		}
 		b.WriteString("COMMIT\n")
 	}
-	if err := r.runner.Restore(ctx, []byte(b.String())); err != nil {
+	if err := r.runner.Restore(ctx, iptables.RestoreBytes(b.String())); err != nil {
 		errs = append(errs, err)
 	}
 	clear(r.programmed)
