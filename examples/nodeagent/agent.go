@@ -252,7 +252,7 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer, out io.Writer) ([]plane, error) {
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg}
+		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg, MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit)}
 		if o.dryRun {
 			fake := iptables.NewFakeRunner()
 			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
@@ -300,32 +300,14 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		}
 	}
 	o.warnMisconfiguration(log)
-	cfg := proxykit.Config{
-		NodeName:      src.nodeName,
-		Sources:       []source.Source{src},
-		Settings:      o.settings(),
-		MinSyncPeriod: o.minSyncPeriod,
-		SyncPeriod:    o.syncPeriod,
-		Registerer:    reg,
-		Logger:        log,
-		Recorder:      src.recorder,
-	}
+	cfg := o.proxyConfig()
+	cfg.NodeName = src.nodeName
+	cfg.Sources = []source.Source{src}
+	cfg.Registerer, cfg.Logger, cfg.Recorder = reg, log, src.recorder
 	for _, pl := range planes {
 		cfg.Dataplanes = append(cfg.Dataplanes, proxykit.DataplaneConfig{Family: pl.family, Dataplane: pl.recorded})
 	}
-	if o.minSyncPeriod == 0 {
-		cfg.MinSyncPeriod = -1
-	}
-	// A dry run binds nothing it was not asked to: it must run anywhere,
-	// unprivileged, next to a real kube-proxy.
-	if !o.dryRun || o.set["healthz-bind-address"] {
-		cfg.HealthzBindAddress = o.cfg.HealthzBindAddress
-	}
-	if o.dryRun {
-		// Nothing was programmed, so nothing is stale, and health-check
-		// node ports would bind ports of the machine.
-		cfg.DisableHealthCheckNodePorts = true
-	} else if h.conntrack != nil {
+	if !o.dryRun && h.conntrack != nil {
 		cfg.Conntrack = h.conntrack(log)
 	}
 	p, err := proxykit.New(cfg)
@@ -348,6 +330,29 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		defer stop()
 	}
 	return p.Run(ctx)
+}
+
+// proxyConfig is the proxy's configuration from the options, less what
+// runProxy adds (node name, sources, dataplanes, metrics, logging).
+func (o *options) proxyConfig() proxykit.Config {
+	cfg := proxykit.Config{
+		NodeName:      o.cfg.HostnameOverride,
+		Settings:      o.settings(),
+		MinSyncPeriod: o.minSyncPeriod,
+		SyncPeriod:    o.syncPeriod,
+	}
+	if o.minSyncPeriod == 0 {
+		cfg.MinSyncPeriod = -1
+	}
+	// A dry run binds nothing it was not asked to: it must run anywhere,
+	// unprivileged, next to a real kube-proxy.
+	if !o.dryRun || o.set["healthz-bind-address"] {
+		cfg.HealthzBindAddress = o.cfg.HealthzBindAddress
+	}
+	// Nothing was programmed by a dry run, so nothing is stale, and
+	// health-check node ports would bind ports of the machine.
+	cfg.DisableHealthCheckNodePorts = o.dryRun
+	return cfg
 }
 
 // initNode makes the machine-wide settings kube-proxy makes at start.
