@@ -35,7 +35,8 @@ type translation struct {
 	from, to, help string
 	// keep are the labels kube-proxy has; others are merged away.
 	keep []string
-	// only, if set, selects the series merged (label name, value).
+	// only, if set, selects the series merged: label name and its
+	// values, separated by "|".
 	only [2]string
 	// minimum merges gauges by their least value instead of their sum.
 	minimum bool
@@ -46,7 +47,7 @@ type translation struct {
 func (v *kubeProxyView) translations() []translation {
 	fam := []string{"ip_family"}
 	return []translation{
-		{from: "sync_proxy_rules_duration_seconds", to: "sync_proxy_rules_duration_seconds", keep: fam, help: "SyncProxyRules latency in seconds"},
+		{from: "sync_proxy_rules_duration_seconds", to: "sync_proxy_rules_duration_seconds", keep: fam, only: [2]string{"sync", "full|partial"}, help: "SyncProxyRules latency in seconds"},
 		{from: "sync_proxy_rules_duration_seconds", to: "sync_full_proxy_rules_duration_seconds", keep: fam, only: [2]string{"sync", "full"}, help: "SyncProxyRules latency in seconds for full resyncs"},
 		{from: "sync_proxy_rules_duration_seconds", to: "sync_partial_proxy_rules_duration_seconds", keep: fam, only: [2]string{"sync", "partial"}, help: "SyncProxyRules latency in seconds for partial resyncs"},
 		{from: "sync_proxy_rules_last_timestamp_seconds", to: "sync_proxy_rules_last_timestamp_seconds", keep: fam, minimum: true, help: "The last time proxy rules were successfully synced"},
@@ -90,7 +91,7 @@ func (v *kubeProxyView) translate(t translation, mf *dto.MetricFamily) *dto.Metr
 	out := &dto.MetricFamily{Name: proto.String("kubeproxy_" + t.to), Help: proto.String(t.help), Type: mf.Type}
 	groups := map[string]*dto.Metric{}
 	for _, m := range mf.Metric {
-		if t.only[0] != "" && label(m, t.only[0]) != t.only[1] {
+		if t.only[0] != "" && !slices.Contains(strings.Split(t.only[1], "|"), label(m, t.only[0])) {
 			continue
 		}
 		if t.perFamily {
