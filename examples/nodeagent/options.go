@@ -235,7 +235,9 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if err := o.complete(fs); err != nil {
 		return nil, err
 	}
-	if o.manifests != "" && (o.cfg.ClientConnection.Kubeconfig != "" || o.master != "") {
+	// A file's clientConnection.kubeconfig yields to --manifests: the
+	// kubeadm ConfigMap's file can then be tried on manifests.
+	if o.manifests != "" && (o.set["kubeconfig"] || o.master != "") {
 		return nil, usagef("--kubeconfig and --master are exclusive with --manifests")
 	}
 	if o.once && o.cleanup {

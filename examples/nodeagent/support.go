@@ -169,7 +169,7 @@ func (o *options) warnUnused() {
 // supportTable renders rows as the README's Markdown table.
 func supportTable(head string, rows []support, prefix string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| %s | | |\n|---|---|---|\n", head)
+	fmt.Fprintf(&b, "| %s | status | how |\n|---|---|---|\n", head)
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| `%s%s` | %s | %s |\n", prefix, r.name, r.status, r.note)
 	}
