@@ -133,3 +133,35 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 		t.Errorf("a second --cleanup said (-want +got):\n%s", diff)
 	}
 }
+
+// TestKernelInitOnlySetsConntrackSysctls: --init-only in a namespace sets
+// that namespace's conntrack timeouts as kube-proxy sets them, and leaves
+// the machine-wide limit and hash size alone with --conntrack-max-per-core=0.
+func TestKernelInitOnlySetsConntrackSysctls(t *testing.T) {
+	netns.Require(t, "cat")
+	ns := netns.New(t, "agent")
+	read := func(name string) string {
+		return strings.TrimSpace(ns.MustRun("cat", "/proc/sys/net/netfilter/"+name))
+	}
+	if _, err := ns.Command("cat", "/proc/sys/net/netfilter/nf_conntrack_udp_timeout").Output(); err != nil {
+		t.Skip("no conntrack sysctls in a new namespace: nf_conntrack is not loaded")
+	}
+	names := []string{"nf_conntrack_tcp_timeout_established", "nf_conntrack_tcp_timeout_close_wait",
+		"nf_conntrack_tcp_be_liberal", "nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"}
+	agentIn(t, ns, "--init-only", noConntrackMax, "--conntrack-tcp-timeout-established=2h",
+		"--conntrack-tcp-be-liberal", "--conntrack-udp-timeout=45s", "--conntrack-udp-timeout-stream=3m")
+	got := map[string]string{}
+	for _, n := range names {
+		got[n] = read(n)
+	}
+	want := map[string]string{
+		"nf_conntrack_tcp_timeout_established": "7200",
+		"nf_conntrack_tcp_timeout_close_wait":  "3600",
+		"nf_conntrack_tcp_be_liberal":          "1",
+		"nf_conntrack_udp_timeout":             "45",
+		"nf_conntrack_udp_timeout_stream":      "180",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sysctls in the namespace (-want +got):\n%s", diff)
+	}
+}

@@ -19,21 +19,19 @@ type Gate struct {
 	Locked bool
 	// Stage is kube-proxy's: Alpha, Beta, GA or Deprecated.
 	Stage string
-	// Effect says what the gate changes in the agent.
-	Effect string
 }
 
 // Gates returns the proxy-related feature gates of kube-proxy v1.37.
 func Gates() []Gate {
 	return []Gate{
-		{Name: "AllowServiceExternalIPs", Default: false, Stage: "Alpha", Effect: "none: the agent programs spec.externalIPs whatever the gate"},
-		{Name: "KubeProxyIPVS", Default: true, Stage: "Deprecated", Effect: "false refuses mode ipvs, as kube-proxy does"},
-		{Name: "KubeProxyNFTablesLocalhostNodePorts", Default: false, Stage: "Alpha", Effect: "none yet: read by the nftables dataplane when it lands"},
-		{Name: "MultiCIDRServiceAllocator", Default: true, Locked: true, Stage: "GA", Effect: "none: the agent does not watch ServiceCIDRs"},
-		{Name: "NFTablesNetlink", Default: true, Stage: "Beta", Effect: "none: the agent's nftables use is the dataplane's choice"},
-		{Name: "PreferSameTrafficDistribution", Default: true, Locked: true, Stage: "GA", Effect: "none: always on in proxykit"},
-		{Name: "WinDSR", Default: true, Locked: true, Stage: "GA", Effect: "none: Windows only"},
-		{Name: "WinOverlay", Default: true, Locked: true, Stage: "GA", Effect: "none: Windows only"},
+		{Name: "AllowServiceExternalIPs", Default: false, Stage: "Alpha"},
+		{Name: "KubeProxyIPVS", Default: true, Stage: "Deprecated"},
+		{Name: "KubeProxyNFTablesLocalhostNodePorts", Default: false, Stage: "Alpha"},
+		{Name: "MultiCIDRServiceAllocator", Default: true, Locked: true, Stage: "GA"},
+		{Name: "NFTablesNetlink", Default: true, Stage: "Beta"},
+		{Name: "PreferSameTrafficDistribution", Default: true, Locked: true, Stage: "GA"},
+		{Name: "WinDSR", Default: true, Locked: true, Stage: "GA"},
+		{Name: "WinOverlay", Default: true, Locked: true, Stage: "GA"},
 	}
 }
 
