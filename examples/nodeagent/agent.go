@@ -322,6 +322,15 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		o.logOnce(log, planes, time.Since(start))
 		return nil
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if o.configFile != "" {
+		stop, err := watchConfig(o.configFile, cancel)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if addr := o.cfg.MetricsBindAddress; addr != "" && (!o.dryRun || o.set["metrics-bind-address"]) {
 		stop, err := serve(addr, o.metricsHandler(p, o.gatherer(reg, planes)), log)
 		if err != nil {
@@ -329,7 +338,13 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		}
 		defer stop()
 	}
-	return p.Run(ctx)
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); errors.Is(err, errConfigChanged) {
+		return err
+	}
+	return nil
 }
 
 // proxyConfig is the proxy's configuration from the options, less what

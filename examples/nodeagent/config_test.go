@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net/netip"
 	"os"
@@ -327,4 +328,57 @@ func TestWriteConfigTo(t *testing.T) {
 	if diff := cmp.Diff(effectiveOf(t, args...), effectiveOf(t, "--config", path), cmpEffective...); diff != "" {
 		t.Errorf("flags vs the file they wrote (-flags +file):\n%s", diff)
 	}
+}
+
+// TestConfigFileChangeEndsTheAgent: like kube-proxy, a running agent
+// exits when its --config file is written, to be restarted on the new one.
+func TestConfigFileChangeEndsTheAgent(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	dir := t.TempDir()
+	data, err := demoFS.ReadFile("demo/dns.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dns.yaml"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "config.conf")
+	kpc := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/16\n"
+	if err := os.WriteFile(conf, []byte(kpc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--config", conf, "--manifests", dir, "--dry-run"}, &out, &errOut)
+	}()
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(out.String(), "kube-system/kube-dns:dns cluster IP") {
+		select {
+		case code := <-done:
+			t.Fatalf("agent exited (%d) before it synced; stderr:\n%s", code, errOut.String())
+		case <-deadline:
+			t.Fatalf("no sync printed; stderr:\n%s", errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := os.WriteFile(conf, []byte(kpc+"mode: nftables\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		want := "nodeagent: --config " + conf + ": the file changed; exiting so that it is read again, as kube-proxy does\n"
+		if code != exitFailure || !strings.HasSuffix(errOut.String(), want) {
+			t.Errorf("exit %d, stderr ends %q; want exit %d and %q", code, lastLine(errOut.String()), exitFailure, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("agent did not stop when its config file changed")
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(s, "\n"), "\n")
+	return lines[len(lines)-1]
 }

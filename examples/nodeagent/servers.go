@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -135,4 +137,47 @@ func version() string {
 		v = bi.Main.Version
 	}
 	return "nodeagent (proxykit) " + v
+}
+
+// errConfigChanged ends the agent when its --config file changes, as it
+// ends kube-proxy: the restarted process reads the new file.
+var errConfigChanged = errors.New("the file changed; exiting so that it is read again, as kube-proxy does")
+
+// watchConfig calls stop with an error naming path when path is written,
+// replaced or removed.
+func watchConfig(path string, stop context.CancelCauseFunc) (func(), error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	if err := w.Add(path); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if ev.Has(fsnotify.Write) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
+					stop(fmt.Errorf("--config %s: %w", path, errConfigChanged))
+					return
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				stop(fmt.Errorf("--config %s: watching: %w", path, err))
+				return
+			}
+		}
+	}()
+	return func() {
+		_ = w.Close()
+		<-done
+	}, nil
 }
