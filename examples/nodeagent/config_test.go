@@ -218,13 +218,13 @@ func TestConfigFiles(t *testing.T) {
 		{
 			name: "flags beside --config: logging and --hostname-override win, the others are ignored and named",
 			args: []string{"--config", file("kubeadm-defaults.yaml"), "-v=3", "--hostname-override", " Node-A ",
-				"--proxy-mode=nftables", "--cluster-cidr", "10.0.0.0/8", "--masquerade-all", "--dry-run"},
+				"--proxy-mode=nftables", "--cluster-cidr", "10.0.0.0/8", "--masquerade-all", "--metrics-port=0", "--dry-run"},
 			want: func(e *effective) {
 				e.Verbosity = 3
 				e.Proxy.NodeName = "node-a"
 				e.Proxy.HealthzBindAddress = ""
 				e.Proxy.DisableHealthCheckNodePorts = true
-				e.Warnings = []string{"Ignoring --cluster-cidr, --masquerade-all, --proxy-mode: --config is given, and kube-proxy then ignores these flags"}
+				e.Warnings = []string{"Ignoring --cluster-cidr, --masquerade-all, --metrics-port, --proxy-mode: --config is given, and kube-proxy then ignores these flags"}
 			},
 		},
 		{

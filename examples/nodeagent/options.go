@@ -262,12 +262,13 @@ func parse(args []string, out io.Writer) (*options, error) {
 
 // kubeProxyFlagsWithConfig are the kube-proxy flags a --config file does
 // not replace: they are not part of its configuration, or (logging,
-// --hostname-override) kube-proxy lets them win over the file.
+// --hostname-override) kube-proxy lets them win over the file. The
+// deprecated --healthz-port and --metrics-port are not: kube-proxy applies
+// them only without a file.
 var kubeProxyFlagsWithConfig = []string{
 	"config", "write-config-to", "cleanup", "init-only", "version", "master", "hostname-override",
 	"v", "vmodule", "logging-format", "log-flush-frequency", "log-text-split-stream",
 	"log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size",
-	"healthz-port", "metrics-port",
 }
 
 // complete makes o.cfg the effective configuration as kube-proxy does:
