@@ -25,6 +25,7 @@ import (
 	"github.com/proxykit/proxykit/source"
 	"github.com/proxykit/proxykit/source/informer"
 	"github.com/proxykit/proxykit/source/manifest"
+	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
@@ -34,7 +35,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
 )
 
 // run is the whole program: it parses args, does what they say, and returns
@@ -52,6 +52,9 @@ type host struct {
 	runner func(family v1.IPFamily) (iptables.Runner, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
+	// node holds the machine-wide settings made at start (conntrack
+	// sysctls, OOM score); nil makes none.
+	node *nodeSettings
 }
 
 // machine is the host the agent runs on.
@@ -67,6 +70,7 @@ func machine() host {
 		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
+		node: new(realNodeSettings()),
 	}
 }
 
@@ -75,24 +79,46 @@ func runOn(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	stderr = &syncWriter{w: stderr}
 	o, err := parse(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "nodeagent: %v (see --help)\n", err)
 		return exitUsage
 	}
+	if o.version {
+		fmt.Fprintln(stdout, version())
+		return exitOK
+	}
 	if len(args) == 0 {
 		// The README's first command: show the rules for the demo.
 		o.dryRun, o.once = true, true
 	}
-	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(o.verbosity), textlogger.Output(stderr)))
+	log := o.logger(stderr)
 	defer routeKlog(log, o.verbosity)()
+	for _, w := range o.warnings {
+		log.Info(w)
+	}
+	if o.writeConfigTo != "" {
+		if err := o.writeConfig(); err != nil {
+			fmt.Fprintf(stderr, "nodeagent: --write-config-to %s: %v\n", o.writeConfigTo, err)
+			return exitFailure
+		}
+		log.Info("Wrote configuration", "file", o.writeConfigTo)
+		return exitOK
+	}
 	// explain asks the model, which every mode implements alike.
 	if o.explain == nil {
 		if err := checkMode(o.proxyMode); err != nil {
 			fmt.Fprintf(stderr, "nodeagent: %v\n", err)
 			return exitFailure
 		}
+	}
+	if o.initOnly {
+		if err := o.initNode(h, log); err != nil {
+			fmt.Fprintf(stderr, "nodeagent: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
 	}
 	src, err := o.openSource(ctx, log)
 	if err != nil {
@@ -151,7 +177,7 @@ type input struct {
 func (s *input) String() string { return s.what }
 
 func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, error) {
-	s := &input{nodeName: o.hostnameOverride, close: func() {}}
+	s := &input{nodeName: o.cfg.HostnameOverride, close: func() {}}
 	var cfg *rest.Config
 	var err error
 	switch {
@@ -166,11 +192,15 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 		}
 		s.Source = manifest.New(o.manifests, manifest.Config{Logger: log})
 		s.what = "manifests " + o.manifests
-	case o.kubeconfig != "":
-		if cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig); err != nil {
+	case o.cfg.ClientConnection.Kubeconfig != "" || o.master != "":
+		kubeconfig := o.cfg.ClientConnection.Kubeconfig
+		if cfg, err = clientcmd.BuildConfigFromFlags(o.master, kubeconfig); err != nil {
 			return nil, fmt.Errorf("--kubeconfig: %w", err)
 		}
-		s.what = "cluster via " + o.kubeconfig
+		s.what = "cluster via " + kubeconfig
+		if kubeconfig == "" {
+			s.what = "cluster via " + o.master
+		}
 	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
 		if cfg, err = rest.InClusterConfig(); err != nil {
 			return nil, fmt.Errorf("in-cluster config: %w", err)
@@ -198,11 +228,14 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 	s.nodeName = strings.ToLower(strings.TrimSpace(s.nodeName))
 	if cfg != nil {
 		cfg.UserAgent = "proxykit-nodeagent"
+		cc := o.cfg.ClientConnection
+		cfg.AcceptContentTypes, cfg.ContentType = cc.AcceptContentTypes, cc.ContentType
+		cfg.QPS, cfg.Burst = cc.QPS, int(cc.Burst)
 		client, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return nil, err
 		}
-		s.Source = informer.New(client, informer.Config{NodeName: s.nodeName, Logger: log})
+		s.Source = informer.New(client, informer.Config{NodeName: s.nodeName, ResyncPeriod: o.cfg.ConfigSyncPeriod.Duration, Logger: log})
 		if o.explain == nil {
 			b := record.NewBroadcaster(record.WithContext(ctx))
 			b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -223,7 +256,7 @@ func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer,
 	}
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg}
+		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg, MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit)}
 		if o.dryRun {
 			fake := iptables.NewFakeRunner()
 			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
@@ -269,36 +302,20 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 	if o.cleanup {
 		return o.runCleanup(ctx, log, planes)
 	}
-	o.warnMisconfiguration(log)
-	cfg := proxykit.Config{
-		NodeName:      src.nodeName,
-		Sources:       []source.Source{src},
-		Settings:      o.settings(),
-		MinSyncPeriod: o.minSyncPeriod,
-		SyncPeriod:    o.syncPeriod,
-		Registerer:    reg,
-		Logger:        log,
-		Recorder:      src.recorder,
+	if !o.dryRun {
+		if err := o.initNode(h, log); err != nil {
+			return err
+		}
 	}
+	o.warnMisconfiguration(log)
+	cfg := o.proxyConfig()
+	cfg.NodeName = src.nodeName
+	cfg.Sources = []source.Source{src}
+	cfg.Registerer, cfg.Logger, cfg.Recorder = reg, log, src.recorder
 	for _, pl := range planes {
 		cfg.Dataplanes = append(cfg.Dataplanes, proxykit.DataplaneConfig{Family: pl.family, Dataplane: pl.Dataplane})
 	}
-	if o.minSyncPeriod == 0 {
-		cfg.MinSyncPeriod = -1
-	}
-	// A dry run binds nothing it was not asked to: it must run anywhere,
-	// unprivileged, next to a real kube-proxy.
-	if !o.dryRun || o.set["healthz-bind-address"] {
-		cfg.HealthzBindAddress = o.healthzBindAddress
-	}
-	if !o.dryRun || o.set["metrics-bind-address"] {
-		cfg.MetricsBindAddress = o.metricsBindAddress
-	}
-	if o.dryRun {
-		// Nothing was programmed, so nothing is stale, and health-check
-		// node ports would bind ports of the machine.
-		cfg.DisableHealthCheckNodePorts = true
-	} else if h.conntrack != nil {
+	if !o.dryRun && h.conntrack != nil {
 		cfg.Conntrack = h.conntrack(log)
 	}
 	p, err := proxykit.New(cfg)
@@ -313,7 +330,63 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		o.logOnce(log, planes, time.Since(start))
 		return nil
 	}
-	return p.Run(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if o.configFile != "" {
+		stop, err := watchConfig(o.configFile, cancel)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if addr := o.cfg.MetricsBindAddress; addr != "" && (!o.dryRun || o.set["metrics-bind-address"]) {
+		stop, err := serve(addr, o.metricsHandler(p, o.gatherer(reg, planes)), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	if err := context.Cause(ctx); errors.Is(err, errConfigChanged) {
+		return err
+	}
+	return nil
+}
+
+// proxyConfig is the proxy's configuration from the options, less what
+// runProxy adds (node name, sources, dataplanes, metrics, logging).
+func (o *options) proxyConfig() proxykit.Config {
+	cfg := proxykit.Config{
+		NodeName:      o.cfg.HostnameOverride,
+		Settings:      o.settings(),
+		MinSyncPeriod: o.minSyncPeriod,
+		SyncPeriod:    o.syncPeriod,
+	}
+	if o.minSyncPeriod == 0 {
+		cfg.MinSyncPeriod = -1
+	}
+	// A dry run binds nothing it was not asked to: it must run anywhere,
+	// unprivileged, next to a real kube-proxy.
+	if !o.dryRun || o.set["healthz-bind-address"] {
+		cfg.HealthzBindAddress = o.cfg.HealthzBindAddress
+	}
+	// Nothing was programmed by a dry run, so nothing is stale, and
+	// health-check node ports would bind ports of the machine.
+	cfg.DisableHealthCheckNodePorts = o.dryRun
+	return cfg
+}
+
+// initNode makes the machine-wide settings kube-proxy makes at start.
+func (o *options) initNode(h host, log logr.Logger) error {
+	if o.dryRun {
+		return errors.New("--init-only with --dry-run: a dry run changes nothing")
+	}
+	if h.node == nil {
+		return nil
+	}
+	return h.node.apply(o.cfg, log)
 }
 
 // warnMisconfiguration warns, once at start, about settings that are

@@ -11,11 +11,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // deployObjects strictly decodes every manifest under deploy/, so that a
@@ -58,6 +60,7 @@ func deployObjects(t *testing.T) []runtime.Object {
 func TestDeployManifests(t *testing.T) {
 	var role *rbacv1.ClusterRole
 	var ds *appsv1.DaemonSet
+	var cm *corev1.ConfigMap
 	kinds := map[string]int{}
 	for _, o := range deployObjects(t) {
 		kinds[o.GetObjectKind().GroupVersionKind().Kind]++
@@ -66,9 +69,11 @@ func TestDeployManifests(t *testing.T) {
 			role = o
 		case *appsv1.DaemonSet:
 			ds = o
+		case *corev1.ConfigMap:
+			cm = o
 		}
 	}
-	if diff := cmp.Diff(map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 1}, kinds); diff != "" {
+	if diff := cmp.Diff(map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 1, "ConfigMap": 1}, kinds); diff != "" {
 		t.Errorf("kinds (-want +got):\n%s", diff)
 	}
 	// What informer.Source lists and watches and the event recorder
@@ -99,8 +104,37 @@ func TestDeployManifests(t *testing.T) {
 	for _, m := range c.VolumeMounts {
 		got.Mounts = append(got.Mounts, m.MountPath)
 	}
-	want := podShape{true, "system-node-critical", true, []string{"/run/xtables.lock", "/lib/modules"}, true}
+	want := podShape{true, "system-node-critical", true, []string{"/var/lib/kube-proxy", "/run/xtables.lock", "/lib/modules"}, true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("DaemonSet pod (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"/usr/local/bin/nodeagent", "--config=/var/lib/kube-proxy/config.conf", "--hostname-override=$(NODE_NAME)"}, c.Command); diff != "" {
+		t.Errorf("command, kubeadm's kube-proxy's (-want +got):\n%s", diff)
+	}
+	if v := spec.Volumes[0]; v.ConfigMap == nil || v.ConfigMap.Name != cm.Name {
+		t.Errorf("the first volume is not the ConfigMap %s: %+v", cm.Name, v)
+	}
+
+	// The ConfigMap's files, written where the DaemonSet mounts them,
+	// make a valid agent that warns about nothing.
+	dir := t.TempDir()
+	for _, f := range []string{"config.conf", "kubeconfig.conf"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(cm.Data[f]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := parse([]string{"--config", filepath.Join(dir, "config.conf"), "--hostname-override", "node-a"}, io.Discard)
+	if err != nil {
+		t.Fatalf("config.conf: %v", err)
+	}
+	if len(o.warnings) > 0 || o.cfg.ClientConnection.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" || o.proxyMode != "iptables" {
+		t.Errorf("config.conf: warnings %q, kubeconfig %q, mode %q", o.warnings, o.cfg.ClientConnection.Kubeconfig, o.proxyMode)
+	}
+	kc, err := clientcmd.LoadFromFile(filepath.Join(dir, "kubeconfig.conf"))
+	if err != nil {
+		t.Fatalf("kubeconfig.conf: %v", err)
+	}
+	if u := kc.AuthInfos["default"]; u == nil || u.TokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+		t.Errorf("kubeconfig.conf does not use the pod's service account token: %+v", u)
 	}
 }

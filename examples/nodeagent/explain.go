@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -130,4 +131,36 @@ func writeVerdict(w io.Writer, p dataplane.Packet, inferred bool, v dataplane.Ve
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-11s %s\n", r[0]+":", r[1])
 	}
+}
+func parseExplain(operands []string, from string) (*explainArgs, error) {
+	if len(operands) != 2 {
+		return nil, usagef("explain needs SRC and DST:PORT/PROTO, e.g. explain 10.244.0.5 10.96.0.10:53/UDP")
+	}
+	e := &explainArgs{from: from}
+	var err error
+	if e.src, err = netip.ParseAddr(operands[0]); err != nil {
+		return nil, usagef("explain: source %q is not an IP address", operands[0])
+	}
+	e.src = e.src.Unmap()
+	dst, proto, hasProto := strings.Cut(operands[1], "/")
+	e.protocol = v1.ProtocolTCP
+	if hasProto {
+		e.protocol = v1.Protocol(strings.ToUpper(proto))
+	}
+	if e.protocol != v1.ProtocolTCP && e.protocol != v1.ProtocolUDP && e.protocol != v1.ProtocolSCTP {
+		return nil, usagef("explain: protocol %q is not TCP, UDP or SCTP", proto)
+	}
+	if e.dst, err = netip.ParseAddrPort(dst); err != nil || e.dst.Port() == 0 {
+		return nil, usagef("explain: destination %q is not IP:PORT (bracket IPv6 addresses: [fd00::1]:80)", dst)
+	}
+	e.dst = netip.AddrPortFrom(e.dst.Addr().Unmap(), e.dst.Port())
+	if e.src.Is4() != e.dst.Addr().Is4() {
+		return nil, usagef("explain: source and destination are of different IP families")
+	}
+	switch from {
+	case "", "pod", "node", "outside":
+	default:
+		return nil, usagef("explain: --from %q is not pod, node or outside", from)
+	}
+	return e, nil
 }

@@ -34,6 +34,10 @@ func agentIn(t *testing.T, ns *netns.NS, args ...string) string {
 	return string(out)
 }
 
+// noConntrackMax leaves nf_conntrack_max and the conntrack hash size
+// alone: the hash size is the machine's, not the namespace's.
+const noConntrackMax = "--conntrack-max-per-core=0"
+
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 
 // saved is the namespace's ruleset of both families without what changes
@@ -80,7 +84,7 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 	}
 	before, _ := saved(t, ns)
 
-	out := agentIn(t, ns, "--proxy-mode", "iptables", "--once")
+	out := agentIn(t, ns, "--proxy-mode", "iptables", "--once", noConntrackMax)
 	wantLog := []string{noClusterCIDR, demoStart + `clusterCIDRs=[] nodePortAddresses=["all"]`, programmed}
 	if diff := cmp.Diff(wantLog, logLines(out)); diff != "" {
 		t.Errorf("--once said (-want +got):\n%s", diff)
@@ -104,7 +108,7 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 		t.Errorf("ip6tables-save lacks the IPv6 web service:\n%s", v6)
 	}
 
-	agentIn(t, ns, "--proxy-mode", "iptables", "--once")
+	agentIn(t, ns, "--proxy-mode", "iptables", "--once", noConntrackMax)
 	again4, again6 := saved(t, ns)
 	if diff := cmp.Diff(v4+v6, again4+again6); diff != "" {
 		t.Errorf("a second --once changed the rules (-first +second):\n%s", diff)
@@ -127,5 +131,37 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{`I "Nothing to clean up: no PK- chains found"`}, logLines(agentIn(t, ns, "--cleanup"))); diff != "" {
 		t.Errorf("a second --cleanup said (-want +got):\n%s", diff)
+	}
+}
+
+// TestKernelInitOnlySetsConntrackSysctls: --init-only in a namespace sets
+// that namespace's conntrack timeouts as kube-proxy sets them, and leaves
+// the machine-wide limit and hash size alone with --conntrack-max-per-core=0.
+func TestKernelInitOnlySetsConntrackSysctls(t *testing.T) {
+	netns.Require(t, "cat")
+	ns := netns.New(t, "agent")
+	read := func(name string) string {
+		return strings.TrimSpace(ns.MustRun("cat", "/proc/sys/net/netfilter/"+name))
+	}
+	if _, err := ns.Command("cat", "/proc/sys/net/netfilter/nf_conntrack_udp_timeout").Output(); err != nil {
+		t.Skip("no conntrack sysctls in a new namespace: nf_conntrack is not loaded")
+	}
+	names := []string{"nf_conntrack_tcp_timeout_established", "nf_conntrack_tcp_timeout_close_wait",
+		"nf_conntrack_tcp_be_liberal", "nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"}
+	agentIn(t, ns, "--init-only", noConntrackMax, "--conntrack-tcp-timeout-established=2h",
+		"--conntrack-tcp-be-liberal", "--conntrack-udp-timeout=45s", "--conntrack-udp-timeout-stream=3m")
+	got := map[string]string{}
+	for _, n := range names {
+		got[n] = read(n)
+	}
+	want := map[string]string{
+		"nf_conntrack_tcp_timeout_established": "7200",
+		"nf_conntrack_tcp_timeout_close_wait":  "3600",
+		"nf_conntrack_tcp_be_liberal":          "1",
+		"nf_conntrack_udp_timeout":             "45",
+		"nf_conntrack_udp_timeout_stream":      "180",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sysctls in the namespace (-want +got):\n%s", diff)
 	}
 }

@@ -36,7 +36,11 @@ func runAgent(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	// Outside a pod, so that no flags means the demo manifests.
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut)
+	// The machine's iptables (for dry runs, which never call them), but
+	// never its sysctls or OOM score.
+	h := machine()
+	h.node = nil
+	code = runOn(context.Background(), h, args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -112,7 +116,7 @@ func TestNodePortAddressesPrimary(t *testing.T) {
 	}{
 		{nil, "-m addrtype --dst-type LOCAL -j PK-NODEPORTS"},
 		{[]string{"--nodeport-addresses", "primary"}, "-d 192.168.49.2 -j PK-NODEPORTS"},
-		{[]string{"--nodeport-addresses", "127.0.0.0/8, primary"}, "-d 192.168.49.2 -j PK-NODEPORTS"},
+		{[]string{"--nodeport-addresses", "127.0.0.0/8,primary"}, "-d 192.168.49.2 -j PK-NODEPORTS"},
 	} {
 		code, out, errOut := runAgent(t, append(tc.args, "--dry-run", "--once")...)
 		if code != exitOK {
@@ -333,7 +337,7 @@ func TestDryRunFollowsManifestsUntilStopped(t *testing.T) {
 	var out, errOut lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--manifests", dir, "--dry-run", "--nodeport-addresses", "localhost,all", "--min-sync-period", "0"}, &out, &errOut)
+		done <- run(ctx, []string{"--manifests", dir, "--dry-run", "--nodeport-addresses", "localhost,all", "--iptables-min-sync-period", "0"}, &out, &errOut)
 	}()
 	deadline := time.After(20 * time.Second)
 	for !strings.Contains(out.String(), "kube-system/kube-dns:dns cluster IP") {
@@ -362,19 +366,37 @@ func TestBadCommandLines(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{[]string{"--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
-		{[]string{"--proxy-mode", "kernelspace"}, exitUsage, `unknown --proxy-mode "kernelspace": use one of iptables, nftables, ipvs, userspace`},
+		{[]string{"--bogus"}, exitUsage, "unknown flag: --bogus"},
+		{[]string{"--proxy-mode", "kernelspace"}, exitUsage, `--proxy-mode: Unsupported value: "kernelspace": supported values: "iptables", "nftables", "ipvs", "userspace"`},
 		{[]string{"--proxy-mode", "nftables", "--dry-run"}, exitFailure, "--proxy-mode nftables: not built yet (built: iptables, userspace)"},
 		{[]string{"--proxy-mode", "ipvs", "--once"}, exitFailure, "--proxy-mode ipvs: not built yet"},
 		{[]string{"--proxy-mode", "userspace", "--dry-run"}, exitFailure, "--proxy-mode userspace cannot --dry-run"},
-		{[]string{"--kubeconfig", "a", "--manifests", "b"}, exitUsage, "--kubeconfig and --manifests are exclusive"},
+		{[]string{"--proxy-mode", "ipvs", "--feature-gates", "KubeProxyIPVS=false"}, exitUsage, `--proxy-mode: Unsupported value: "ipvs"`},
+		{[]string{"--feature-gates", "KubeletSeparateDiskGC=true"}, exitUsage, `--feature-gates: Invalid value: {"KubeletSeparateDiskGC":true}: unrecognized feature gate "KubeletSeparateDiskGC"`},
+		{[]string{"--feature-gates", "WinDSR=false"}, exitUsage, "cannot set feature gate WinDSR to false: locked to true"},
+		{[]string{"--feature-gates", "WinDSR"}, exitUsage, `invalid argument "WinDSR" for "--feature-gates" flag: missing bool value for WinDSR`},
+		{[]string{"--kubeconfig", "a", "--manifests", "b"}, exitUsage, "--kubeconfig and --master are exclusive with --manifests"},
+		{[]string{"--master", "https://10.0.0.1:6443", "--manifests", "b"}, exitUsage, "--kubeconfig and --master are exclusive with --manifests"},
 		{[]string{"--once", "--cleanup"}, exitUsage, "--once and --cleanup are exclusive"},
-		{[]string{"--sync-period", "0s"}, exitUsage, "--sync-period must be positive"},
-		{[]string{"--min-sync-period", "2m"}, exitUsage, "--min-sync-period must be between 0 and --sync-period"},
-		{[]string{"--min-sync-period", "soon"}, exitUsage, `invalid value "soon" for flag -min-sync-period`},
-		{[]string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, exitUsage, "at most one CIDR per IP family"},
-		{[]string{"--cluster-cidr", "10.0.0.0"}, exitUsage, `"10.0.0.0" is not a CIDR`},
-		{[]string{"--nodeport-addresses", "primary,192.168.0.0"}, exitUsage, `"192.168.0.0" is not a CIDR`},
+		{[]string{"--iptables-sync-period", "0s"}, exitUsage, "--iptables-sync-period: Invalid value: \"0s\": must be greater than 0"},
+		{[]string{"--iptables-min-sync-period", "2m"}, exitUsage, "--iptables-sync-period: Invalid value: \"30s\": must be greater than or equal to iptables.minSyncPeriod (2m0s)"},
+		{[]string{"--iptables-min-sync-period", "soon"}, exitUsage, `invalid argument "soon" for "--iptables-min-sync-period" flag`},
+		{[]string{"--iptables-masquerade-bit", "32"}, exitUsage, "--iptables-masquerade-bit: Invalid value: 32: must be within the range [0, 31]"},
+		{[]string{"--iptables-masquerade-bit", "0"}, exitUsage, "iptables.masqueradeBit (--iptables-masquerade-bit) 0 is not supported"},
+		{[]string{"--oom-score-adj", "-1001"}, exitUsage, "--oom-score-adj: Invalid value: -1001: must be within the range [-1000, 1000]"},
+		{[]string{"--conntrack-min", "-1"}, exitUsage, "--conntrack-min: Invalid value: -1: must be greater than or equal to 0"},
+		{[]string{"--detect-local-mode", "InterfaceNamePrefix"}, exitUsage, `--pod-interface-name-prefix: Invalid value: "": must not be empty`},
+		{[]string{"--detect-local-mode", "Guess"}, exitUsage, `--detect-local-mode: Unsupported value: "Guess"`},
+		{[]string{"--metrics-bind-address", "localhost:10249"}, exitUsage, `--metrics-bind-address: Invalid value: "localhost": must be a valid IP`},
+		{[]string{"--hostname-override", " "}, exitUsage, "--hostname-override: empty name"},
+		{[]string{"--logging-format", "xml"}, exitUsage, `--logging-format: Unsupported value: "xml": supported values: "text", "json"`},
+		{[]string{"--log-text-split-stream"}, exitUsage, "--log-text-split-stream and --log-json-split-stream are not supported"},
+		{[]string{"--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"}, exitUsage, "--cluster-cidr: Invalid value: \"10.0.0.0/8,10.1.0.0/16\": must be either a single CIDR or a dual-stack pair"},
+		{[]string{"--cluster-cidr", "10.0.0.0"}, exitUsage, `--cluster-cidr: Invalid value: "10.0.0.0": must be a valid CIDR block`},
+		{[]string{"--nodeport-addresses", "primary,192.168.0.0"}, exitUsage, `--nodeport-addresses: Invalid value: "192.168.0.0": must be a valid CIDR or one of the keywords`},
+		{[]string{"--nodeport-addresses", "all,all"}, exitUsage, `--nodeport-addresses: Duplicate value: "all"`},
+		{[]string{"--init-only", "--dry-run"}, exitFailure, "--init-only with --dry-run: a dry run changes nothing"},
+		{[]string{"--config", "/nonexistent/kube-proxy.yaml"}, exitUsage, "--config open /nonexistent/kube-proxy.yaml: no such file or directory"},
 		{[]string{"--from", "pod"}, exitUsage, "--from applies to explain only"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"explain", "10.0.0.1"}, exitUsage, "explain needs SRC and DST:PORT/PROTO"},
@@ -401,7 +423,19 @@ func TestBadCommandLines(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	code, _, errOut := runAgent(t, "--help")
-	if code != exitOK || !strings.Contains(errOut, "nodeagent [flags] explain SRC DST:PORT/PROTO") || !strings.Contains(errOut, "-healthz-bind-address") {
+	if code != exitOK {
 		t.Errorf("exit %d, usage:\n%s", code, errOut)
+	}
+	// The usage, then each group of flags under its heading, in order.
+	var got []string
+	for _, l := range strings.Split(errOut, "\n") {
+		if strings.HasSuffix(l, " flags:") || strings.Contains(l, "nodeagent [flags] explain SRC DST:PORT/PROTO") ||
+			strings.Contains(l, "--healthz-bind-address string") || strings.Contains(l, "-v, --v Level") {
+			got = append(got, strings.Fields(l)[0])
+		}
+	}
+	want := []string{"nodeagent", "Configuration", "Cluster", "Proxy", "Node", "--healthz-bind-address", "Logging", "-v,", "Agent"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("--help (-want +got):\n%s\n%s", diff, errOut)
 	}
 }

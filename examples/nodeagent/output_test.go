@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -250,5 +252,31 @@ func TestClientGoLinesFollowVerbosity(t *testing.T) {
 		if want := `sources=["cluster via ` + kubeconfig + `"]`; !strings.Contains(errOut, want) {
 			t.Errorf("-v %s: no %s in stderr:\n%s", tc.v, want, errOut)
 		}
+	}
+}
+
+// TestJSONLogs: --logging-format json writes one JSON object per line,
+// the message and its values as keys.
+func TestJSONLogs(t *testing.T) {
+	code, _, errOut := runAgent(t, "--dry-run", "--once", "--logging-format=json", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	var msgs []string
+	for _, line := range strings.Split(strings.TrimSpace(errOut), "\n") {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("not JSON: %q: %v", line, err)
+		}
+		if _, ok := entry["ts"]; !ok {
+			t.Errorf("no ts in %q", line)
+		}
+		if entry["msg"] == "Starting proxy" && entry["node"] != "demo-node" {
+			t.Errorf("Starting proxy without node=demo-node: %q", line)
+		}
+		msgs = append(msgs, entry["msg"].(string))
+	}
+	if !slices.Contains(msgs, "Starting proxy") || !slices.Contains(msgs, "Printed the rules of one sync (dry run: nothing was programmed)") {
+		t.Errorf("messages %q", msgs)
 	}
 }

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/proxykit/proxykit/examples/nodeagent/internal/kpconfig"
+	v1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
+)
+
+// How the agent treats one of kube-proxy's flags or configuration fields.
+const (
+	supported = "supported"
+	differs   = "differs"
+	ignored   = "ignored"
+	refused   = "refused"
+)
+
+// support is one row of the README's tables.
+type support struct {
+	name, status, note string
+}
+
+// kubeProxyFlags are the flags of `kube-proxy --help` (v1.37, Linux), each
+// as the agent takes it. A test checks that the agent defines every one
+// and that README.md shows this table.
+var kubeProxyFlags = []support{
+	{"bind-address", differs, "only picks the family of the servers' default addresses; the node's IPs come from its Node object (warned when set to a specific IP)"},
+	{"bind-address-hard-fail", differs, "the agent always exits when a server cannot bind"},
+	{"cleanup", supported, "removes the agent's own chains (`PK-`), not kube-proxy's"},
+	{"cluster-cidr", supported, ""},
+	{"config", supported, "see the fields below"},
+	{"config-sync-period", supported, "the informers' resync period"},
+	{"conntrack-max-per-core", supported, "sets nf_conntrack_max at start"},
+	{"conntrack-min", supported, ""},
+	{"conntrack-tcp-be-liberal", supported, ""},
+	{"conntrack-tcp-timeout-close-wait", supported, ""},
+	{"conntrack-tcp-timeout-established", supported, ""},
+	{"conntrack-udp-timeout", supported, ""},
+	{"conntrack-udp-timeout-stream", supported, ""},
+	{"detect-local-mode", supported, ""},
+	{"feature-gates", differs, "the proxy's gates only (" + strings.Join(kpconfig.GateNames(), ", ") + "); other components' gates are refused"},
+	{"healthz-bind-address", supported, ""},
+	{"healthz-port", supported, "deprecated, as in kube-proxy"},
+	{"hostname-override", supported, ""},
+	{"init-only", supported, "sets the conntrack sysctls and OOM score, then exits"},
+	{"iptables-localhost-nodeports", supported, ""},
+	{"iptables-masquerade-bit", differs, "0 is refused: proxykit's iptables dataplane takes bits 1 to 31"},
+	{"iptables-min-sync-period", supported, ""},
+	{"iptables-sync-period", differs, "each period reads the rules back and repairs drift (kube-proxy re-syncs in full hourly)"},
+	{"ipvs-exclude-cidrs", refused, "mode ipvs is not built"},
+	{"ipvs-min-sync-period", refused, "mode ipvs is not built"},
+	{"ipvs-scheduler", refused, "mode ipvs is not built"},
+	{"ipvs-strict-arp", refused, "mode ipvs is not built"},
+	{"ipvs-sync-period", refused, "mode ipvs is not built"},
+	{"ipvs-tcp-timeout", refused, "mode ipvs is not built"},
+	{"ipvs-tcpfin-timeout", refused, "mode ipvs is not built"},
+	{"ipvs-udp-timeout", refused, "mode ipvs is not built"},
+	{"kube-api-burst", supported, ""},
+	{"kube-api-content-type", supported, ""},
+	{"kube-api-qps", supported, ""},
+	{"kubeconfig", supported, ""},
+	{"log-flush-frequency", ignored, "the agent's logs are not buffered"},
+	{"log-json-info-buffer-size", ignored, "the agent's logs are not buffered"},
+	{"log-json-split-stream", refused, "every log line goes to stderr"},
+	{"log-text-info-buffer-size", ignored, "the agent's logs are not buffered"},
+	{"log-text-split-stream", refused, "every log line goes to stderr"},
+	{"logging-format", differs, "text is klog's; json is logr's funcr JSON (keys differ from component-base's zap encoder)"},
+	{"masquerade-all", supported, ""},
+	{"master", supported, ""},
+	{"metrics-bind-address", differs, "empty disables the server"},
+	{"metrics-port", supported, "deprecated, as in kube-proxy"},
+	{"nodeport-addresses", supported, ""},
+	{"oom-score-adj", supported, ""},
+	{"pod-bridge-interface", supported, ""},
+	{"pod-interface-name-prefix", supported, ""},
+	{"profiling", supported, "/debug/pprof on the metrics server"},
+	{"proxy-mode", differs, "iptables, or userspace: Go forwarders behind REDIRECT rules (chains PKU-; no --dry-run, the forwarders live in the agent's process); modes not built yet fail with \"not built yet\""},
+	{"show-hidden-metrics-for-version", ignored, "the agent hides no metrics"},
+	{"v", supported, ""},
+	{"version", differs, "prints the agent's version"},
+	{"vmodule", supported, "text format only"},
+	{"write-config-to", supported, ""},
+}
+
+// configFields are the fields of KubeProxyConfiguration v1alpha1 by their
+// path in the file. A test checks the list against the Go type.
+var configFields = []support{
+	{"bindAddress", differs, "as --bind-address"},
+	{"bindAddressHardFail", differs, "as --bind-address-hard-fail"},
+	{"clientConnection.acceptContentTypes", supported, ""},
+	{"clientConnection.burst", supported, ""},
+	{"clientConnection.contentType", supported, ""},
+	{"clientConnection.kubeconfig", supported, ""},
+	{"clientConnection.qps", supported, ""},
+	{"clusterCIDR", supported, ""},
+	{"configSyncPeriod", supported, ""},
+	{"conntrack.maxPerCore", supported, ""},
+	{"conntrack.min", supported, ""},
+	{"conntrack.tcpBeLiberal", supported, ""},
+	{"conntrack.tcpCloseWaitTimeout", supported, ""},
+	{"conntrack.tcpEstablishedTimeout", supported, ""},
+	{"conntrack.udpStreamTimeout", supported, ""},
+	{"conntrack.udpTimeout", supported, ""},
+	{"detectLocal.bridgeInterface", supported, ""},
+	{"detectLocal.interfaceNamePrefix", supported, ""},
+	{"detectLocalMode", supported, ""},
+	{"enableProfiling", supported, "as --profiling"},
+	{"featureGates", differs, "as --feature-gates"},
+	{"healthzBindAddress", supported, ""},
+	{"hostnameOverride", supported, ""},
+	{"iptables.localhostNodePorts", supported, ""},
+	{"iptables.masqueradeAll", supported, ""},
+	{"iptables.masqueradeBit", differs, "as --iptables-masquerade-bit"},
+	{"iptables.minSyncPeriod", supported, ""},
+	{"iptables.syncPeriod", differs, "as --iptables-sync-period"},
+	{"ipvs.excludeCIDRs", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"ipvs.minSyncPeriod", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"ipvs.scheduler", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"ipvs.strictARP", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"ipvs.syncPeriod", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"ipvs.tcpFinTimeout", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"ipvs.tcpTimeout", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"ipvs.udpTimeout", refused, "mode ipvs is not built; ignored in other modes, as by kube-proxy"},
+	{"logging.flushFrequency", ignored, "as --log-flush-frequency"},
+	{"logging.format", differs, "as --logging-format"},
+	{"logging.options", differs, "split streams refused, buffer sizes ignored"},
+	{"logging.verbosity", supported, ""},
+	{"logging.vmodule", supported, "text format only"},
+	{"metricsBindAddress", differs, "as --metrics-bind-address"},
+	{"mode", differs, "as --proxy-mode"},
+	{"nftables.masqueradeAll", supported, "mode nftables"},
+	{"nftables.masqueradeBit", supported, "mode nftables"},
+	{"nftables.minSyncPeriod", supported, "mode nftables"},
+	{"nftables.syncPeriod", supported, "mode nftables"},
+	{"nodePortAddresses", supported, ""},
+	{"oomScoreAdj", supported, ""},
+	{"portRange", ignored, "ignored by kube-proxy too (warned when set)"},
+	{"showHiddenMetricsForVersion", ignored, "warned when set"},
+	{"windowsRunAsService", ignored, "Windows only (warned when set)"},
+	{"winkernel.enableDSR", ignored, "Windows only (warned when set)"},
+	{"winkernel.forwardHealthCheckVip", ignored, "Windows only (warned when set)"},
+	{"winkernel.networkName", ignored, "Windows only (warned when set)"},
+	{"winkernel.rootHnsEndpointName", ignored, "Windows only (warned when set)"},
+	{"winkernel.sourceVip", ignored, "Windows only (warned when set)"},
+}
+
+// warnUnused warns, by field, about settings that have no effect here.
+func (o *options) warnUnused() {
+	c := o.cfg
+	for _, f := range []struct {
+		field string
+		set   bool
+		why   string
+	}{
+		{"portRange", c.PortRange != "", "kube-proxy ignores it too"},
+		{"showHiddenMetricsForVersion", c.ShowHiddenMetricsForVersion != "", "the agent hides no metrics"},
+		{"windowsRunAsService", c.WindowsRunAsService, "Windows only"},
+		{"winkernel", c.Winkernel != (v1alpha1.KubeProxyWinkernelConfiguration{}), "Windows only"},
+		{"bindAddress", !netip.MustParseAddr(c.BindAddress).IsUnspecified(), "the agent takes the node's IPs from its Node object"},
+	} {
+		if f.set {
+			o.warnf("Ignoring %s: %s", f.field, f.why)
+		}
+	}
+}
+
+// supportTable renders rows as the README's Markdown table.
+func supportTable(head string, rows []support, prefix string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| %s | status | how |\n|---|---|---|\n", head)
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| `%s%s` | %s | %s |\n", prefix, r.name, r.status, r.note)
+	}
+	return b.String()
+}
