@@ -46,11 +46,11 @@ func NewMap(eps map[servicemodel.PortName][]*Endpoint) Map {
 		}
 		ports[pn] = list
 	}
-	var m Map
+	e := Map{}.edit()
 	for nn, ports := range byService {
-		m = m.withService(nn, newServiceEndpoints(ports))
+		e.withService(nn, newServiceEndpoints(ports))
 	}
-	return m
+	return e.done()
 }
 
 // normalizeList sorts list by address and keeps one entry per address, the
@@ -86,16 +86,26 @@ func newServiceEndpoints(ports map[servicemodel.PortName][]*Endpoint) *ServiceEn
 	return &ServiceEndpoints{Ports: ports, LocalReady: len(slices.Compact(local))}
 }
 
-// withService returns m with service nn's endpoints replaced by se (removed
-// when nil or empty).
-func (m Map) withService(nn types.NamespacedName, se *ServiceEndpoints) Map {
-	if se == nil || len(se.Ports) == 0 {
-		m.services = m.services.Delete(nn)
-		return m
-	}
-	m.services = m.services.Set(nn, se)
-	return m
+// edit is a batch of changes to a Map, which copies each node of the
+// underlying persistent map at most once.
+type edit struct {
+	txn *pmap.Txn[types.NamespacedName, *ServiceEndpoints]
 }
+
+func (m Map) edit() edit { return edit{txn: m.services.Txn()} }
+
+// withService replaces service nn's endpoints by se (removes them when se
+// is nil or empty).
+func (e edit) withService(nn types.NamespacedName, se *ServiceEndpoints) {
+	if se == nil || len(se.Ports) == 0 {
+		e.txn.Delete(nn)
+		return
+	}
+	e.txn.Set(nn, se)
+}
+
+// done returns the Map the batch made.
+func (e edit) done() Map { return Map{services: e.txn.Map()} }
 
 // Len returns the number of services with endpoints.
 func (m Map) Len() int { return m.services.Len() }

@@ -203,6 +203,7 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		LocalReady:   map[types.NamespacedName]int{},
 		TriggerTimes: map[types.NamespacedName][]time.Time{},
 	}
+	edit := t.snapshot.edit()
 	for nn := range t.pending {
 		svc := t.services[nn]
 		se := ch.apply(svc, t.snapshot.Service(nn))
@@ -214,12 +215,13 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		if tt := t.triggers[nn]; len(tt) > 0 {
 			ch.TriggerTimes[nn] = tt
 		}
-		t.snapshot = t.snapshot.withService(nn, se)
+		edit.withService(nn, se)
 		svc.dirty, svc.fresh = nil, nil
 		if len(svc.slices) == 0 {
 			delete(t.services, nn)
 		}
 	}
+	t.snapshot = edit.done()
 	// A cleared map keeps its buckets and ranging over it still costs its
 	// peak size, so after a big Checkout (the initial sync) the maps are
 	// replaced: otherwise every later Checkout would cost O(cluster).

@@ -30,26 +30,38 @@ func NewMap(ports ...*ServicePort) Map {
 		}
 		byService[p.Name.NamespacedName] = list
 	}
-	var m Map
+	e := Map{}.edit()
 	for nn, list := range byService {
-		m = m.withService(nn, list)
+		e.withService(nn, list)
 	}
-	return m
+	return e.done()
 }
 
-// withService returns m with service nn's ports replaced by ports (removed
-// when empty). ports is sorted in place and kept by the returned Map.
-func (m Map) withService(nn types.NamespacedName, ports []*ServicePort) Map {
-	m.ports -= len(m.Service(nn))
+// edit is a batch of changes to a Map, which copies each node of the
+// underlying persistent map at most once.
+type edit struct {
+	txn   *pmap.Txn[types.NamespacedName, []*ServicePort]
+	ports int
+}
+
+func (m Map) edit() *edit { return &edit{txn: m.services.Txn(), ports: m.ports} }
+
+// withService replaces service nn's ports by ports (removes it when
+// empty). ports is sorted in place and kept by the Map.
+func (e *edit) withService(nn types.NamespacedName, ports []*ServicePort) {
+	old, _ := e.txn.Get(nn)
+	e.ports -= len(old)
 	if len(ports) == 0 {
-		m.services = m.services.Delete(nn)
-		return m
+		e.txn.Delete(nn)
+		return
 	}
 	slices.SortFunc(ports, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
-	m.services = m.services.Set(nn, ports)
-	m.ports += len(ports)
-	return m
+	e.txn.Set(nn, ports)
+	e.ports += len(ports)
 }
+
+// done returns the Map the batch made.
+func (e *edit) done() Map { return Map{services: e.txn.Map(), ports: e.ports} }
 
 // Len returns the number of service ports.
 func (m Map) Len() int { return m.ports }

@@ -154,18 +154,20 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		Services: sets.New[types.NamespacedName](),
 		Ports:    sets.New[PortName](),
 	}
+	edit := t.applied.edit()
 	for nn, cur := range t.pending {
 		prev := t.applied.Service(nn)
 		ch.Services.Insert(nn)
 		diffPortNames(prev, cur, ch.Ports)
 		ch.Stale = appendStale(ch.Stale, prev, cur)
-		t.applied = t.applied.withService(nn, cur)
+		edit.withService(nn, cur)
 		delete(t.healthCheckNodePorts, nn)
 		// Every port of a service carries the service's health-check port.
 		if len(cur) != 0 && cur[0].HealthCheckNodePort != 0 {
 			t.healthCheckNodePorts[nn] = cur[0].HealthCheckNodePort
 		}
 	}
+	t.applied = edit.done()
 	clear(t.pending)
 	slices.SortFunc(ch.Stale, Frontend.Compare)
 	ch.Stale = slices.Compact(ch.Stale)

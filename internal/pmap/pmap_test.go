@@ -95,6 +95,53 @@ func TestAgainstBuiltin(t *testing.T) {
 	}
 }
 
+// TestTxnAgainstBuiltin applies random batches through Txns, with plain
+// Sets and Deletes between them, and checks every published version,
+// including the ones batches started from, against a builtin map.
+func TestTxnAgainstBuiltin(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var m Map[int, int]
+	ref := map[int]int{}
+	type version struct {
+		m   Map[int, int]
+		ref map[int]int
+	}
+	var versions []version
+	for batch := range 200 {
+		versions = append(versions, version{m, cloneMap(ref)})
+		txn := m.Txn()
+		for i := range r.IntN(300) {
+			k := r.IntN(3000)
+			if r.IntN(3) == 0 {
+				txn.Delete(k)
+				delete(ref, k)
+			} else {
+				txn.Set(k, batch*1000+i)
+				ref[k] = batch*1000 + i
+			}
+			want, wantOK := ref[k]
+			if got, ok := txn.Get(k); got != want || ok != wantOK {
+				t.Fatalf("batch %d: Get(%d) = %d, %v during the batch, want %d, %v", batch, k, got, ok, want, wantOK)
+			}
+		}
+		m = txn.Map()
+		if r.IntN(2) == 0 {
+			k := r.IntN(3000)
+			m = m.Set(k, -batch)
+			ref[k] = -batch
+		}
+	}
+	versions = append(versions, version{m, ref})
+	for i, v := range versions {
+		if diff := cmp.Diff(v.ref, contents(v.m)); diff != "" {
+			t.Errorf("version %d differs (-want +got):\n%s", i, diff)
+		}
+		if v.m.Len() != len(v.ref) {
+			t.Errorf("version %d: Len() = %d, want %d", i, v.m.Len(), len(v.ref))
+		}
+	}
+}
+
 func cloneMap(m map[int]int) map[int]int {
 	out := make(map[int]int, len(m))
 	for k, v := range m {
@@ -109,7 +156,7 @@ func TestCollisionBuckets(t *testing.T) {
 	const h = 0xdeadbeef
 	var root *node[int, int]
 	for i := range 10 {
-		root, _ = root.set(h, 0, i, i)
+		root, _ = root.set(h, 0, i, i, nil)
 	}
 	m := Map[int, int]{root: root, n: 10}
 	want := map[int]int{}
@@ -121,7 +168,7 @@ func TestCollisionBuckets(t *testing.T) {
 	}
 	for i := range 10 {
 		var removed bool
-		root, removed = root.delete(h, 0, i)
+		root, removed = root.delete(h, 0, i, nil)
 		if !removed {
 			t.Fatalf("delete(%d) removed nothing", i)
 		}
