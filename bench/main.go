@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var (
+		out     = flag.String("out", "", "write the Markdown table to this file as well as to stdout")
+		quick   = flag.Bool("quick", false, "only the 1k and 10k × 10 workloads")
+		runs    = flag.Int("runs", 5, "child processes per system and workload (first syncs, peak RSS and kernel runs are one per process)")
+		reps    = flag.Int("reps", 3, "repetitions of each later operation per child process")
+		sysList = flag.String("systems", "", "comma-separated systems to run (default all): "+systemKeys())
+		kernels = flag.String("kernels", iptablesLegacy, "comma-separated real backends to measure first syncs on, in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
+		child   = flag.String("child", "", "internal: run one measurement (JSON childArgs) and print its result")
+	)
+	flag.Parse()
+	if *child != "" {
+		var a childArgs
+		if err := json.Unmarshal([]byte(*child), &a); err != nil {
+			fatal(err)
+		}
+		res, err := runChild(a)
+		if err != nil {
+			fatal(err)
+		}
+		if err := writeChildResult(res); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	cfg := runConfig{runs: *runs, reps: *reps, workloads: defaultWorkloads}
+	if *quick {
+		cfg.workloads = quickWorkloads
+	}
+	for _, k := range splitList(*sysList) {
+		if _, err := lookupSystem(k); err != nil {
+			fatal(err)
+		}
+		cfg.systems = append(cfg.systems, k)
+	}
+	cfg.kernels = splitList(*kernels)
+	rep, err := run(context.Background(), cfg)
+	if err != nil {
+		fatal(err)
+	}
+	var buf bytes.Buffer
+	rep.write(&buf)
+	os.Stdout.Write(buf.Bytes())
+	if *out != "" {
+		if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+			fatal(err)
+		}
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func systemKeys() string {
+	var keys []string
+	for _, s := range systems {
+		keys = append(keys, s.key)
+	}
+	return strings.Join(keys, ", ")
+}
+
+type runConfig struct {
+	runs, reps int
+	workloads  []workload
+	// systems are the keys to run; nil means all.
+	systems []string
+	kernels []string
+}
+
+func (c runConfig) wants(key string) bool {
+	if c.systems == nil {
+		return true
+	}
+	for _, k := range c.systems {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// run measures every workload on every system, interleaving the systems'
+// child processes so that a slow spell of a shared machine falls on all
+// of them alike.
+func run(ctx context.Context, cfg runConfig) (*report, error) {
+	rep := &report{machine: describeMachine(), cfg: cfg, results: map[resultKey]*result{}}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "proxykit-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	for _, w := range cfg.workloads {
+		start := time.Now()
+		for r := range cfg.runs {
+			for _, spec := range systems {
+				if spec.new == nil || !cfg.wants(spec.key) {
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s", w, r+1, cfg.runs, spec.key)
+				a := childArgs{System: spec.key, Backend: discard, Workload: w, Reps: cfg.reps}
+				res, err := runChildProcess(ctx, self, a, nil)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s: %w", w, spec.key, err)
+				}
+				rep.add(w, spec.key, discard, res)
+				for _, k := range cfg.kernels {
+					if !slices.Contains(spec.kernels, k) {
+						continue
+					}
+					fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s on %s", w, r+1, cfg.runs, spec.key, k)
+					if err := runKernel(ctx, self, tmp, spec.key, k, w, rep); err != nil {
+						return nil, fmt.Errorf("%s, %s on %s: %w", w, spec.key, k, err)
+					}
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "\r%-14s done in %s%30s\n", w, time.Since(start).Round(time.Second), "")
+	}
+	return rep, nil
+}
+
+// runKernel measures one first sync into a fresh namespace's kernel, then
+// one bare restore of the same input into another fresh namespace.
+func runKernel(ctx context.Context, self, tmp, key, be string, w workload, rep *report) error {
+	env, err := kernelEnv(tmp, be)
+	if err != nil {
+		return err
+	}
+	input := filepath.Join(tmp, "input")
+	a := childArgs{System: key, Backend: be, Workload: w, InputOut: input}
+	res, err := runChildProcess(ctx, self, a, env)
+	if err != nil {
+		return err
+	}
+	rep.add(w, key, be, res)
+	res, err = runChildProcess(ctx, self, childArgs{Backend: be, FloorIn: input}, env)
+	if err != nil {
+		return err
+	}
+	rep.add(w, key, be, res)
+	return os.Remove(input)
+}
+
+// kernelEnv is the environment of a kernel child: iptables, iptables-save
+// and iptables-restore on PATH are the backend's variant, which is how
+// kube-proxy's iptables interface (which runs those names) is pointed at
+// one.
+func kernelEnv(tmp, be string) ([]string, error) {
+	var suffix string
+	switch be {
+	case iptablesLegacy:
+		suffix = "-legacy"
+	case iptablesNFT:
+		suffix = "-nft"
+	default:
+		return os.Environ(), nil
+	}
+	dir := filepath.Join(tmp, be)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"iptables", "iptables-save", "iptables-restore"} {
+		target, err := exec.LookPath(strings.Replace(name, "iptables", "iptables"+suffix, 1))
+		if err != nil {
+			return nil, fmt.Errorf("%s needs %w", be, err)
+		}
+		link := filepath.Join(dir, name)
+		if err := os.Symlink(target, link); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
+	}
+	return append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH")), nil
+}
+
+// runChildProcess runs one measurement in a child process with a network
+// namespace of its own, which the kernel deletes when the child exits.
+func runChildProcess(ctx context.Context, self string, a childArgs, env []string) (childResult, error) {
+	var res childResult
+	ns, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return res, err
+	}
+	a.ParentNetNS = ns
+	arg, err := json.Marshal(a)
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, self, "-child", string(arg))
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if os.Geteuid() != 0 {
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return res, fmt.Errorf("%w: %s", err, lastLines(stderr.String(), 5))
+	}
+	if err := json.NewDecoder(&stdout).Decode(&res); err != nil && !errors.Is(err, io.EOF) {
+		return res, err
+	}
+	return res, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

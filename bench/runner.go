@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/proxykit/proxykit/dataplane/iptables"
+)
+
+// pkRunner is the iptables.Runner of proxykit's iptables dataplane: it
+// records what is restored and fails on request, and hands everything to
+// an ExecRunner, or discards it.
+type pkRunner struct {
+	exec  *iptables.ExecRunner
+	fail  bool
+	last  int
+	first []byte
+}
+
+func newPKRunner(be string) (*pkRunner, error) {
+	var variant string
+	switch be {
+	case discard:
+		return &pkRunner{}, nil
+	case iptablesLegacy:
+		variant = "legacy"
+	case iptablesNFT:
+		variant = "nft"
+	default:
+		return nil, fmt.Errorf("proxykit iptables cannot run on %s", be)
+	}
+	r, err := iptables.NewExecRunner(iptables.ExecConfig{Variant: variant})
+	if err != nil {
+		return nil, err
+	}
+	return &pkRunner{exec: r}, nil
+}
+
+func (r *pkRunner) failNext()          { r.fail = true }
+func (r *pkRunner) written() int       { return r.last }
+func (r *pkRunner) firstInput() []byte { return r.first }
+
+func (r *pkRunner) Restore(ctx context.Context, data []byte) error {
+	if r.fail {
+		r.fail = false
+		return errInjected
+	}
+	r.last = len(data)
+	if r.first == nil {
+		r.first = data
+	}
+	if r.exec == nil {
+		return nil
+	}
+	return r.exec.Restore(ctx, data)
+}
+
+func (r *pkRunner) Save(ctx context.Context, table string) ([]byte, error) {
+	if r.exec == nil {
+		return nil, nil
+	}
+	return r.exec.Save(ctx, table)
+}
+
+func (r *pkRunner) EnsureJump(ctx context.Context, j iptables.Jump) error {
+	if r.exec == nil {
+		return nil
+	}
+	return r.exec.EnsureJump(ctx, j)
+}
+
+func (r *pkRunner) DeleteJump(ctx context.Context, j iptables.Jump) error {
+	if r.exec == nil {
+		return nil
+	}
+	return r.exec.DeleteJump(ctx, j)
+}
+
+func (r *pkRunner) ListChain(ctx context.Context, table, chain string) ([]string, bool, error) {
+	if r.exec == nil {
+		return nil, false, nil
+	}
+	return r.exec.ListChain(ctx, table, chain)
+}
