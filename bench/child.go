@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/kubernetes/pkg/proxy/metrics"
+	"k8s.io/kubernetes/pkg/proxy/util/nfacct"
 )
 
 // Operations measured, in the order of the table.
@@ -185,6 +188,11 @@ func restoreFloor(be, file string) (sample, error) {
 	default:
 		return sample{}, fmt.Errorf("no bare restore for %s", be)
 	}
+	if be != nftables {
+		if err := ensureNFAcct(); err != nil {
+			return sample{}, err
+		}
+	}
 	cmd.Stdin = bytes.NewReader(input)
 	var s sample
 	s, err = measure(opFloor, func() error {
@@ -195,6 +203,22 @@ func restoreFloor(be, file string) (sample, error) {
 	})
 	s.Written = len(input)
 	return s, err
+}
+
+// ensureNFAcct creates, in this child's namespace, the nfacct counters
+// kube-proxy's iptables rules count with, which its proxier creates
+// before its first restore: a bare restore of its input needs them too.
+func ensureNFAcct() error {
+	acct, err := nfacct.New()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{metrics.IPTablesCTStateInvalidDroppedNFAcctCounter, metrics.LocalhostNodePortAcceptedNFAcctCounter} {
+		if err := acct.Ensure(name); err != nil {
+			return fmt.Errorf("nfacct counter %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // peakRSSKB is VmHWM, the process's peak resident set, in KiB.

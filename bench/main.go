@@ -23,6 +23,7 @@ func main() {
 		quick   = flag.Bool("quick", false, "only the 1k and 10k × 10 workloads")
 		runs    = flag.Int("runs", 5, "child processes per system and workload (first syncs, peak RSS and kernel runs are one per process)")
 		reps    = flag.Int("reps", 3, "repetitions of each later operation per child process")
+		wlList  = flag.String("workloads", "", "comma-separated workload names to run (1k, 5k, 10k, 50k; default all of the set)")
 		sysList = flag.String("systems", "", "comma-separated systems to run (default all): "+systemKeys())
 		kernels = flag.String("kernels", iptablesLegacy, "comma-separated real backends to measure first syncs on, in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
 		child   = flag.String("child", "", "internal: run one measurement (JSON childArgs) and print its result")
@@ -45,6 +46,9 @@ func main() {
 	cfg := runConfig{runs: *runs, reps: *reps, workloads: defaultWorkloads}
 	if *quick {
 		cfg.workloads = quickWorkloads
+	}
+	if names := splitList(*wlList); names != nil {
+		cfg.workloads = slices.DeleteFunc(cfg.workloads, func(w workload) bool { return !slices.Contains(names, w.Name) })
 	}
 	for _, k := range splitList(*sysList) {
 		if _, err := lookupSystem(k); err != nil {
@@ -179,7 +183,7 @@ func runKernel(ctx context.Context, self, tmp, key, be string, w workload, rep *
 // kernelEnv is the environment of a kernel child: iptables, iptables-save
 // and iptables-restore on PATH are the backend's variant, which is how
 // kube-proxy's iptables interface (which runs those names) is pointed at
-// one.
+// one, and the xtables lock is the benchmark's own.
 func kernelEnv(tmp, be string) ([]string, error) {
 	var suffix string
 	switch be {
@@ -204,7 +208,10 @@ func kernelEnv(tmp, be string) ([]string, error) {
 			return nil, err
 		}
 	}
-	return append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH")), nil
+	// The xtables lock is one file for every namespace of the machine: a
+	// private one keeps other programs' iptables runs from being timed.
+	return append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"XTABLES_LOCKFILE="+filepath.Join(tmp, "xtables.lock")), nil
 }
 
 // runChildProcess runs one measurement in a child process with a network
