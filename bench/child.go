@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,10 @@ type childResult struct {
 	PeakRSSKB int
 }
 
+// baseline is the child that only makes a workload's objects, whose peak
+// RSS every system's includes.
+const baseline = "objects only"
+
 // childArgs says what one child process measures.
 type childArgs struct {
 	System   string
@@ -53,6 +58,8 @@ type childArgs struct {
 	InputOut string
 	// FloorIn, for a floor run, is the input to restore bare.
 	FloorIn string
+	// CPUProfile, if set, receives the child's CPU profile.
+	CPUProfile string
 	// ParentNetNS is the parent's network namespace, which the child
 	// must not be in.
 	ParentNetNS string
@@ -89,6 +96,24 @@ func runChild(a childArgs) (childResult, error) {
 			return res, err
 		}
 		res.Samples = append(res.Samples, s)
+		return res, nil
+	}
+	if a.CPUProfile != "" {
+		f, err := os.Create(a.CPUProfile)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return res, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if a.System == baseline {
+		c := newCluster(a.Workload)
+		runtime.GC()
+		res.PeakRSSKB = peakRSSKB()
+		runtime.KeepAlive(c)
 		return res, nil
 	}
 	spec, err := lookupSystem(a.System)

@@ -25,7 +25,8 @@ func main() {
 		reps    = flag.Int("reps", 3, "repetitions of each later operation per child process")
 		wlList  = flag.String("workloads", "", "comma-separated workload names to run (1k, 5k, 10k, 50k; default all of the set)")
 		sysList = flag.String("systems", "", "comma-separated systems to run (default all): "+systemKeys())
-		kernels = flag.String("kernels", iptablesLegacy, "comma-separated real backends to measure first syncs on, in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
+		kernels = flag.String("kernels", iptablesLegacy+","+nftables, "comma-separated real backends to measure first syncs on (workloads of at most 10k services), in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
+		profile = flag.String("profile", "", "write a CPU profile of every child process into this directory")
 		child   = flag.String("child", "", "internal: run one measurement (JSON childArgs) and print its result")
 	)
 	flag.Parse()
@@ -57,6 +58,7 @@ func main() {
 		cfg.systems = append(cfg.systems, k)
 	}
 	cfg.kernels = splitList(*kernels)
+	cfg.profileDir = *profile
 	rep, err := run(context.Background(), cfg)
 	if err != nil {
 		fatal(err)
@@ -94,12 +96,18 @@ func systemKeys() string {
 	return strings.Join(keys, ", ")
 }
 
+// maxKernelServices bounds the workloads measured in the kernel: a first
+// sync of 50k services takes minutes on iptables-nft.
+const maxKernelServices = 10000
+
 type runConfig struct {
 	runs, reps int
 	workloads  []workload
 	// systems are the keys to run; nil means all.
 	systems []string
 	kernels []string
+	// profileDir, if set, receives a CPU profile per child process.
+	profileDir string
 }
 
 func (c runConfig) wants(key string) bool {
@@ -131,19 +139,27 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 	for _, w := range cfg.workloads {
 		start := time.Now()
 		for r := range cfg.runs {
+			res, err := runChildProcess(ctx, self, childArgs{System: baseline, Workload: w}, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s: %w", w, baseline, err)
+			}
+			rep.add(w, baseline, discard, res)
 			for _, spec := range systems {
 				if spec.new == nil || !cfg.wants(spec.key) {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s", w, r+1, cfg.runs, spec.key)
 				a := childArgs{System: spec.key, Backend: discard, Workload: w, Reps: cfg.reps}
+				if cfg.profileDir != "" {
+					a.CPUProfile = filepath.Join(cfg.profileDir, fmt.Sprintf("%s-%dx%d-%s-%d.pprof", spec.key, w.Services, w.Endpoints, map[bool]string{true: "mix", false: "clusterip"}[w.Mix], r))
+				}
 				res, err := runChildProcess(ctx, self, a, nil)
 				if err != nil {
 					return nil, fmt.Errorf("%s, %s: %w", w, spec.key, err)
 				}
 				rep.add(w, spec.key, discard, res)
 				for _, k := range cfg.kernels {
-					if !slices.Contains(spec.kernels, k) {
+					if !slices.Contains(spec.kernels, k) || w.Services > maxKernelServices {
 						continue
 					}
 					fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s on %s", w, r+1, cfg.runs, spec.key, k)

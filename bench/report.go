@@ -155,6 +155,19 @@ func (r *report) rssRow(w workload, system string) cell {
 	return cell{text: fmt.Sprintf("%s (%s–%s)", fmtBytes(m), fmtBytes(slices.Min(x.seconds)), fmtBytes(slices.Max(x.seconds))), value: m, ok: true}
 }
 
+// rssOverBaseline is a system's peak RSS less that of a process holding
+// only the workload's objects, which every system's process holds as an
+// informer cache would.
+func (r *report) rssOverBaseline(w workload, system string) cell {
+	c := r.rssRow(w, system)
+	b := r.rssRow(w, baseline)
+	if !c.ok || !b.ok {
+		return cell{}
+	}
+	v := c.value - b.value
+	return cell{text: fmt.Sprintf("%s (objects alone: %s)", fmtBytes(v), fmtBytes(b.value)), value: v, ok: true}
+}
+
 // overFloor is a system's kernel first sync over the bare restore of its
 // own input.
 func (r *report) overFloor(backend string) func(w workload, system string) cell {
@@ -180,6 +193,7 @@ func (r *report) rows() []row {
 		{"allocations, forced full resync", r.allocRow(opFull), smaller},
 		{"allocations, one-endpoint change", r.allocRow(opEndpoint), smaller},
 		{"peak RSS of the process", r.rssRow, smaller},
+		{"peak RSS of the process, the workload's objects deducted", r.rssOverBaseline, smaller},
 		{"bytes to the kernel, first sync", r.writtenRow(opFirst, discard), smaller},
 		{"bytes to the kernel, one-endpoint change", r.writtenRow(opEndpoint, discard), smaller},
 	}
