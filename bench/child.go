@@ -42,6 +42,8 @@ type childResult struct {
 	Samples []sample
 	// PeakRSSKB is the child's VmHWM when it finished.
 	PeakRSSKB int
+	// Check is the correctness cross-check's result, for a check run.
+	Check *checkResult `json:",omitempty"`
 }
 
 // baseline is the child that only makes a workload's objects, whose peak
@@ -60,6 +62,8 @@ type childArgs struct {
 	FloorIn string
 	// CPUProfile, if set, receives the child's CPU profile.
 	CPUProfile string
+	// Check runs the correctness cross-check instead of measuring.
+	Check bool
 	// ParentNetNS is the parent's network namespace, which the child
 	// must not be in.
 	ParentNetNS string
@@ -87,6 +91,7 @@ func measure(op string, f func() error) (sample, error) {
 // backend) reaches the machine's.
 func runChild(a childArgs) (childResult, error) {
 	var res childResult
+	var err error
 	if ns, err := os.Readlink("/proc/self/ns/net"); err != nil || a.ParentNetNS == "" || ns == a.ParentNetNS {
 		return res, fmt.Errorf("-child runs only in a network namespace of its own, as the benchmark starts it")
 	}
@@ -108,6 +113,10 @@ func runChild(a childArgs) (childResult, error) {
 			return res, err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if a.Check {
+		res.Check, err = crossCheck(a.Workload)
+		return res, err
 	}
 	if a.System == baseline {
 		c := newCluster(a.Workload)

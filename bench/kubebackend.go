@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -22,16 +24,51 @@ import (
 // kube-proxy.
 type iptBackend struct {
 	inner utiliptables.Interface
-	fail  bool
-	err   error
-	last  int
-	first []byte
+	// record keeps the first restore and the jumps ensured, per table, as
+	// restore lines (the cross-check's input).
+	record bool
+	jumps  map[utiliptables.Table][]string
+	chains map[utiliptables.Table][]utiliptables.Chain
+	fail   bool
+	err    error
+	last   int
+	first  []byte
 }
 
 func (b *iptBackend) failNext()          { b.fail = true }
 func (b *iptBackend) written() int       { return b.last }
 func (b *iptBackend) firstInput() []byte { return b.first }
 func (b *iptBackend) failedLast() error  { return b.err }
+
+var nfacctMatch = regexp.MustCompile(` -m nfacct --nfacct-name \S+`)
+
+// dump is what the proxier wrote, as restore input: the last restore,
+// then the jumps it ensured in built-in chains. (Upstream's fake
+// iptables cannot be read back instead: its listing leaves comments
+// unquoted.)
+func (b *iptBackend) dump() ([]byte, error) {
+	if !b.record {
+		return nil, fmt.Errorf("kube-proxy's iptables backend did not record")
+	}
+	// The nfacct match only counts (it always matches), and the tracer
+	// does not know it.
+	out := nfacctMatch.ReplaceAll(b.first, nil)
+	for _, table := range []utiliptables.Table{utiliptables.TableFilter, utiliptables.TableNAT} {
+		out = append(out, "*"+string(table)+"\n"...)
+		// Chains it ensured and never restored (kubelet's KUBE-FIREWALL);
+		// declaring the others again would flush them.
+		for _, c := range b.chains[table] {
+			if !bytes.Contains(b.first, []byte("\n:"+string(c)+" ")) {
+				out = append(out, ":"+string(c)+" - [0:0]\n"...)
+			}
+		}
+		for _, j := range b.jumps[table] {
+			out = append(out, j...)
+		}
+		out = append(out, "COMMIT\n"...)
+	}
+	return out, nil
+}
 
 func (b *iptBackend) RestoreAll(data []byte, flush utiliptables.FlushFlag, counters utiliptables.RestoreCountersFlag) error {
 	b.err = nil
@@ -43,6 +80,9 @@ func (b *iptBackend) RestoreAll(data []byte, flush utiliptables.FlushFlag, count
 	b.last = len(data)
 	if b.first == nil {
 		b.first = data
+		if b.record {
+			b.first = slices.Clone(data)
+		}
 	}
 	if b.inner != nil {
 		b.err = b.inner.RestoreAll(data, flush, counters)
@@ -51,6 +91,12 @@ func (b *iptBackend) RestoreAll(data []byte, flush utiliptables.FlushFlag, count
 }
 
 func (b *iptBackend) EnsureChain(table utiliptables.Table, chain utiliptables.Chain) (bool, error) {
+	if b.record {
+		if b.chains == nil {
+			b.chains = map[utiliptables.Table][]utiliptables.Chain{}
+		}
+		b.chains[table] = append(b.chains[table], chain)
+	}
 	if b.inner == nil {
 		return true, nil
 	}
@@ -79,6 +125,19 @@ func (b *iptBackend) ChainExists(table utiliptables.Table, chain utiliptables.Ch
 }
 
 func (b *iptBackend) EnsureRule(pos utiliptables.RulePosition, table utiliptables.Table, chain utiliptables.Chain, args ...string) (bool, error) {
+	if b.record {
+		quoted := make([]string, len(args))
+		for i, a := range args {
+			quoted[i] = a
+			if strings.Contains(a, " ") {
+				quoted[i] = `"` + a + `"`
+			}
+		}
+		if b.jumps == nil {
+			b.jumps = map[utiliptables.Table][]string{}
+		}
+		b.jumps[table] = append(b.jumps[table], fmt.Sprintf("-I %s 1 %s\n", chain, strings.Join(quoted, " ")))
+	}
 	if b.inner == nil {
 		return true, nil
 	}

@@ -80,13 +80,14 @@ func newKubeIPTables(be string) (system, error) {
 	var ipt utiliptables.Interface
 	switch be {
 	case discard:
+	case fake:
 	case iptablesLegacy, iptablesNFT:
 		// The child's PATH selects the variant (see kernelEnv).
 		ipt = utiliptables.New(utiliptables.ProtocolIPv4)
 	default:
 		return nil, fmt.Errorf("kube-proxy iptables cannot run on %s", be)
 	}
-	b := &iptBackend{inner: ipt}
+	b := &iptBackend{inner: ipt, record: be == fake}
 	p, err := kubeiptables.NewProxier(context.Background(), kubeConfig(), v1.IPv4Protocol, b,
 		sysctltest.NewFake(), proxyutil.NewDetectLocalByCIDR(clusterCIDR), nodeName, net.ParseIP(nodeIP),
 		events.NewFakeRecorder(100), nil, false)

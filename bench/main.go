@@ -26,6 +26,7 @@ func main() {
 		wlList  = flag.String("workloads", "", "comma-separated workload names to run (1k, 5k, 10k, 50k; default all of the set)")
 		sysList = flag.String("systems", "", "comma-separated systems to run (default all): "+systemKeys())
 		kernels = flag.String("kernels", iptablesLegacy+","+nftables, "comma-separated real backends to measure first syncs on (workloads of at most 10k services), in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
+		check   = flag.Bool("check", true, "cross-check the verdicts of kube-proxy's and proxykit's iptables rules (workloads of at most 100k endpoints)")
 		profile = flag.String("profile", "", "write a CPU profile of every child process into this directory")
 		child   = flag.String("child", "", "internal: run one measurement (JSON childArgs) and print its result")
 	)
@@ -59,6 +60,7 @@ func main() {
 	}
 	cfg.kernels = splitList(*kernels)
 	cfg.profileDir = *profile
+	cfg.check = *check
 	rep, err := run(context.Background(), cfg)
 	if err != nil {
 		fatal(err)
@@ -100,6 +102,10 @@ func systemKeys() string {
 // sync of 50k services takes minutes on iptables-nft.
 const maxKernelServices = 10000
 
+// maxCheckEndpoints bounds the workloads cross-checked: reading a million
+// endpoints' rules back into the tracer takes minutes.
+const maxCheckEndpoints = 100000
+
 type runConfig struct {
 	runs, reps int
 	workloads  []workload
@@ -108,6 +114,7 @@ type runConfig struct {
 	kernels []string
 	// profileDir, if set, receives a CPU profile per child process.
 	profileDir string
+	check      bool
 }
 
 func (c runConfig) wants(key string) bool {
@@ -138,6 +145,14 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 	defer os.RemoveAll(tmp)
 	for _, w := range cfg.workloads {
 		start := time.Now()
+		if cfg.check && cfg.wants("kube-iptables") && cfg.wants("proxykit-iptables") && w.Services*w.Endpoints <= maxCheckEndpoints {
+			fmt.Fprintf(os.Stderr, "\r%-14s cross-check%30s", w, "")
+			res, err := runChildProcess(ctx, self, childArgs{Check: true, Workload: w}, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s, cross-check: %w", w, err)
+			}
+			rep.checks = append(rep.checks, workloadCheck{w, res.Check})
+		}
 		for r := range cfg.runs {
 			res, err := runChildProcess(ctx, self, childArgs{System: baseline, Workload: w}, nil)
 			if err != nil {

@@ -24,6 +24,12 @@ type report struct {
 	machine string
 	cfg     runConfig
 	results map[resultKey]*result
+	checks  []workloadCheck
+}
+
+type workloadCheck struct {
+	w     workload
+	check *checkResult
 }
 
 func (r *report) add(w workload, system, backend string, res childResult) {
@@ -269,6 +275,24 @@ func (r *report) write(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	r.writeChecks(w)
+}
+
+// writeChecks prints the correctness cross-check of each workload.
+func (r *report) writeChecks(w io.Writer) {
+	if len(r.checks) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### Cross-check: the same verdicts\n\n")
+	fmt.Fprintf(w, "Packets to a sample of at most %d services per workload (cluster IP from a pod, the node, outside and an own endpoint; an unserved port; node port and load-balancer VIP from inside and outside the source ranges), looked up in proxykit's State (the specification) and traced with proxykit's iptables tracer through kube-proxy's rules (its proxier's restore input and the jumps it ensured) and through proxykit's (read back from its FakeRunner):\n\n", maxCheckServices)
+	for _, c := range r.checks {
+		fmt.Fprintf(w, "- %d services × %d endpoints%s: %d packets, %d disagreements\n", c.w.Services, c.w.Endpoints,
+			map[bool]string{true: ", mixed types", false: ""}[c.w.Mix], c.check.Packets, c.check.Disagreements)
+		for _, e := range c.check.Examples {
+			fmt.Fprintf(w, "  - `%s`\n", strings.ReplaceAll(e, "\n", " "))
+		}
+	}
+	fmt.Fprintln(w)
 }
 
 // describeMachine is the line at the top of the table: CPU, cores,

@@ -9,9 +9,9 @@ import (
 
 // pkRunner is the iptables.Runner of proxykit's iptables dataplane: it
 // records what is restored and fails on request, and hands everything to
-// an ExecRunner, or discards it.
+// an ExecRunner or the package's FakeRunner, or discards it.
 type pkRunner struct {
-	exec  *iptables.ExecRunner
+	exec  iptables.Runner
 	fail  bool
 	last  int
 	first []byte
@@ -22,6 +22,8 @@ func newPKRunner(be string) (*pkRunner, error) {
 	switch be {
 	case discard:
 		return &pkRunner{}, nil
+	case fake:
+		return &pkRunner{exec: iptables.NewFakeRunner()}, nil
 	case iptablesLegacy:
 		variant = "legacy"
 	case iptablesNFT:
@@ -39,6 +41,20 @@ func newPKRunner(be string) (*pkRunner, error) {
 func (r *pkRunner) failNext()          { r.fail = true }
 func (r *pkRunner) written() int       { return r.last }
 func (r *pkRunner) firstInput() []byte { return r.first }
+
+// dump is the nat and filter tables the fake holds, as iptables-save
+// prints them.
+func (r *pkRunner) dump() ([]byte, error) {
+	var out []byte
+	for _, table := range []string{"filter", "nat"} {
+		b, err := r.exec.Save(context.Background(), table)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
 
 func (r *pkRunner) Restore(ctx context.Context, data []byte) error {
 	if r.fail {

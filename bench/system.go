@@ -40,7 +40,10 @@ var errInjected = errors.New("failure injected by the benchmark")
 // Backends a system can run on. Every one but discard programs the kernel
 // of the child process's own network namespace.
 const (
-	discard        = "discard"
+	discard = "discard"
+	// fake is each project's own simulated kernel, which the correctness
+	// cross-check reads back; it is not timed.
+	fake           = "fake"
 	iptablesLegacy = "iptables-legacy"
 	iptablesNFT    = "iptables-nft"
 	nftables       = "nftables"
