@@ -130,7 +130,7 @@ func runChild(a childArgs) (childResult, error) {
 		return res, err
 	}
 	c := newCluster(a.Workload)
-	sys, err := spec.new(a.Backend)
+	sys, err := newSystem(spec, a.Backend, a.Workload.families())
 	if err != nil {
 		return res, err
 	}
@@ -152,7 +152,9 @@ func runChild(a childArgs) (childResult, error) {
 		sys.updateNode(c.node)
 		for i := range c.services {
 			sys.updateService(nil, c.services[i])
-			sys.updateSlice(nil, c.slices[i])
+			for _, sl := range c.slicesOf(i) {
+				sys.updateSlice(nil, sl)
+			}
 		}
 		return sys.sync()
 	}); err != nil {
@@ -170,15 +172,19 @@ func runChild(a childArgs) (childResult, error) {
 	for r := range a.Reps {
 		i := (r*7919 + 13) % len(c.services)
 		if err := add(opEndpoint, func() error {
-			sys.updateSlice(c.changeEndpoint(i, r%c.w.Endpoints))
+			for _, u := range c.changeEndpoint(i, r%c.w.Endpoints) {
+				sys.updateSlice(u.old, u.new)
+			}
 			return sys.sync()
 		}); err != nil {
 			return res, err
 		}
 		if err := add(opAddService, func() error {
-			svc, sl := c.addService()
+			svc, slices := c.addService()
 			sys.updateService(nil, svc)
-			sys.updateSlice(nil, sl)
+			for _, sl := range slices {
+				sys.updateSlice(nil, sl)
+			}
 			return sys.sync()
 		}); err != nil {
 			return res, err
@@ -189,7 +195,9 @@ func runChild(a childArgs) (childResult, error) {
 		// A failed sync is what forces a full one in every system; it
 		// must have something to write, so it carries a change.
 		be.failNext()
-		sys.updateSlice(c.changeEndpoint(i, (r+1)%c.w.Endpoints))
+		for _, u := range c.changeEndpoint(i, (r+1)%c.w.Endpoints) {
+			sys.updateSlice(u.old, u.new)
+		}
 		if err := sys.sync(); err == nil {
 			return res, fmt.Errorf("the sync meant to fail succeeded")
 		}

@@ -31,11 +31,11 @@ const maxCheckServices = 300
 // FakeRunner, reads both rulesets back, and compares the verdicts.
 func crossCheck(w workload) (*checkResult, error) {
 	c := newCluster(w)
-	kube, err := newKubeIPTables(fake)
+	kube, err := newKubeIPTables(fake, v1.IPv4Protocol)
 	if err != nil {
 		return nil, err
 	}
-	pk, err := newProxykitIPTables(fake)
+	pk, err := newProxykitIPTables(fake, v1.IPv4Protocol)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	v1 "k8s.io/api/core/v1"
 	kubenftables "k8s.io/kubernetes/pkg/proxy/nftables"
 	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
 	"sigs.k8s.io/knftables"
@@ -23,7 +24,8 @@ import (
 // it parses every restore into its model, which would be counted against
 // kube-proxy.
 type iptBackend struct {
-	inner utiliptables.Interface
+	inner    utiliptables.Interface
+	protocol utiliptables.Protocol
 	// record keeps the first restore and the jumps ensured, per table, as
 	// restore lines (the cross-check's input).
 	record bool
@@ -151,9 +153,9 @@ func (b *iptBackend) DeleteRule(table utiliptables.Table, chain utiliptables.Cha
 	return b.inner.DeleteRule(table, chain, args...)
 }
 
-func (b *iptBackend) IsIPv6() bool { return false }
+func (b *iptBackend) IsIPv6() bool { return b.protocol == utiliptables.ProtocolIPv6 }
 
-func (b *iptBackend) Protocol() utiliptables.Protocol { return utiliptables.ProtocolIPv4 }
+func (b *iptBackend) Protocol() utiliptables.Protocol { return b.protocol }
 
 func (b *iptBackend) SaveInto(table utiliptables.Table, buf *bytes.Buffer) error {
 	if b.inner == nil {
@@ -194,11 +196,15 @@ type nftBackend struct {
 	nft   knftables.Interface
 }
 
-func newNFTBackend(inner knftables.Interface) *nftBackend {
+func newNFTBackend(inner knftables.Interface, family v1.IPFamily) *nftBackend {
+	nftFamily := knftables.IPv4Family
+	if family == v1.IPv6Protocol {
+		nftFamily = knftables.IPv6Family
+	}
 	return &nftBackend{
 		inner: inner,
 		names: map[string]map[string]bool{"chain": {}, "set": {}, "map": {}},
-		nft:   knftables.NewFake(knftables.IPv4Family, "kube-proxy"),
+		nft:   knftables.NewFake(nftFamily, "kube-proxy"),
 	}
 }
 
@@ -311,7 +317,7 @@ func (b *nftBackend) ListCounters(ctx context.Context) ([]*knftables.Counter, er
 // by reflection: the one place the benchmark reaches inside upstream.
 // With discard, the backend keeps nothing; otherwise it wraps the
 // proxier's own.
-func swapNFTables(p *kubenftables.Proxier, discard bool) (*nftBackend, error) {
+func swapNFTables(p *kubenftables.Proxier, family v1.IPFamily, discard bool) (*nftBackend, error) {
 	f := reflect.ValueOf(p).Elem().FieldByName("nftables")
 	if !f.IsValid() || f.Type() != reflect.TypeFor[knftables.Interface]() {
 		return nil, fmt.Errorf("kube-proxy's nftables Proxier has no knftables.Interface field \"nftables\"")
@@ -321,7 +327,7 @@ func swapNFTables(p *kubenftables.Proxier, discard bool) (*nftBackend, error) {
 	if !discard {
 		inner = field.Interface().(knftables.Interface)
 	}
-	b := newNFTBackend(inner)
+	b := newNFTBackend(inner, family)
 	field.Set(reflect.ValueOf(knftables.Interface(b)))
 	return b, nil
 }

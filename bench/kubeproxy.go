@@ -76,20 +76,24 @@ func (s *kubeSystem) sync() error {
 	return s.be.(failed).failedLast()
 }
 
-func newKubeIPTables(be string) (system, error) {
+func newKubeIPTables(be string, family v1.IPFamily) (system, error) {
+	protocol := utiliptables.ProtocolIPv4
+	if family == v1.IPv6Protocol {
+		protocol = utiliptables.ProtocolIPv6
+	}
 	var ipt utiliptables.Interface
 	switch be {
 	case discard:
 	case fake:
 	case iptablesLegacy, iptablesNFT:
 		// The child's PATH selects the variant (see kernelEnv).
-		ipt = utiliptables.New(utiliptables.ProtocolIPv4)
+		ipt = utiliptables.New(protocol)
 	default:
 		return nil, fmt.Errorf("kube-proxy iptables cannot run on %s", be)
 	}
-	b := &iptBackend{inner: ipt, record: be == fake}
-	p, err := kubeiptables.NewProxier(context.Background(), kubeConfig(), v1.IPv4Protocol, b,
-		sysctltest.NewFake(), proxyutil.NewDetectLocalByCIDR(clusterCIDR), nodeName, net.ParseIP(nodeIP),
+	b := &iptBackend{inner: ipt, protocol: protocol, record: be == fake}
+	p, err := kubeiptables.NewProxier(context.Background(), kubeConfig(), family, b,
+		sysctltest.NewFake(), proxyutil.NewDetectLocalByCIDR(familyClusterCIDR(family)), nodeName, net.ParseIP(familyNodeIP(family)),
 		events.NewFakeRecorder(100), nil, false)
 	if err != nil {
 		return nil, err
@@ -97,17 +101,17 @@ func newKubeIPTables(be string) (system, error) {
 	return &kubeSystem{p: p, be: b}, nil
 }
 
-func newKubeNFTables(be string) (system, error) {
+func newKubeNFTables(be string, family v1.IPFamily) (system, error) {
 	if be != discard && be != nftables {
 		return nil, fmt.Errorf("kube-proxy nftables cannot run on %s", be)
 	}
-	p, err := kubenftables.NewProxier(context.Background(), kubeConfig(), v1.IPv4Protocol,
-		proxyutil.NewDetectLocalByCIDR(clusterCIDR), nodeName, net.ParseIP(nodeIP),
+	p, err := kubenftables.NewProxier(context.Background(), kubeConfig(), family,
+		proxyutil.NewDetectLocalByCIDR(familyClusterCIDR(family)), nodeName, net.ParseIP(familyNodeIP(family)),
 		events.NewFakeRecorder(100), nil, false)
 	if err != nil {
 		return nil, err
 	}
-	b, err := swapNFTables(p, be == discard)
+	b, err := swapNFTables(p, family, be == discard)
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,8 @@ func systemKeys() string {
 }
 
 // maxKernelServices bounds the workloads measured in the kernel: a first
-// sync of 50k services takes minutes on iptables-nft.
+// sync of 50k services takes minutes on iptables-nft. Dual-stack
+// workloads are not measured in the kernel either.
 const maxKernelServices = 10000
 
 // maxCheckEndpoints bounds the workloads cross-checked: reading a million
@@ -166,7 +167,7 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 				fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s", w, r+1, cfg.runs, spec.key)
 				a := childArgs{System: spec.key, Backend: discard, Workload: w, Reps: cfg.reps}
 				if cfg.profileDir != "" {
-					a.CPUProfile = filepath.Join(cfg.profileDir, fmt.Sprintf("%s-%dx%d-%s-%d.pprof", spec.key, w.Services, w.Endpoints, map[bool]string{true: "mix", false: "clusterip"}[w.Mix], r))
+					a.CPUProfile = filepath.Join(cfg.profileDir, fmt.Sprintf("%s-%s-%d.pprof", spec.key, strings.NewReplacer(" ", "", "×", "x").Replace(w.String()), r))
 				}
 				res, err := runChildProcess(ctx, self, a, nil)
 				if err != nil {
@@ -174,7 +175,7 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 				}
 				rep.add(w, spec.key, discard, res)
 				for _, k := range cfg.kernels {
-					if !slices.Contains(spec.kernels, k) || w.Services > maxKernelServices {
+					if !slices.Contains(spec.kernels, k) || w.Services > maxKernelServices || w.DualStack {
 						continue
 					}
 					fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s on %s", w, r+1, cfg.runs, spec.key, k)

@@ -30,13 +30,16 @@ type proxykitSystem struct {
 func builderSettings() dataplane.Settings {
 	return dataplane.Settings{LocalDetector: dataplane.LocalDetector{
 		Mode:  dataplane.LocalModeClusterCIDR,
-		CIDRs: []netip.Prefix{netip.MustParsePrefix(clusterCIDR)},
+		CIDRs: []netip.Prefix{netip.MustParsePrefix(clusterCIDR), netip.MustParsePrefix(clusterCIDRv6)},
 	}}
 }
 
-func newProxykitSystem(dp dataplane.Dataplane, be backend) *proxykitSystem {
+// newProxykitSystem returns dp fed by a Builder of States of dp's family.
+func newProxykitSystem(dp dataplane.Dataplane, family v1.IPFamily, be backend) *proxykitSystem {
 	return &proxykitSystem{
-		b:  dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: nodeName, Settings: builderSettings()}),
+		b: dataplane.NewBuilder(dataplane.BuilderConfig{
+			Families: []v1.IPFamily{family}, NodeName: nodeName, Settings: builderSettings(),
+		}),
 		dp: dp,
 		be: be,
 	}
@@ -60,12 +63,12 @@ func (s *proxykitSystem) sync() error {
 	return nil
 }
 
-func newProxykitIPTables(be string) (system, error) {
-	r, err := newPKRunner(be)
+func newProxykitIPTables(be string, family v1.IPFamily) (system, error) {
+	r, err := newPKRunner(be, family)
 	if err != nil {
 		return nil, err
 	}
-	cfg := iptables.Config{Runner: r, Logger: logr.Discard()}
+	cfg := iptables.Config{Family: family, Runner: r, Logger: logr.Discard()}
 	if be == discard {
 		cfg.Sysctl = sysctl.NewFake(nil)
 	}
@@ -73,5 +76,5 @@ func newProxykitIPTables(be string) (system, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newProxykitSystem(d, r), nil
+	return newProxykitSystem(d, family, r), nil
 }

@@ -232,7 +232,7 @@ func (r *report) write(w io.Writer) {
 		r.cfg.runs, r.cfg.reps)
 	pairs := []string{"iptables", "nftables"}
 	for _, wl := range r.cfg.workloads {
-		fmt.Fprintf(w, "### %d services × %d endpoints%s\n\n", wl.Services, wl.Endpoints, map[bool]string{true: ", mixed types", false: ""}[wl.Mix])
+		fmt.Fprintf(w, "### %s\n\n", wl.title())
 		header := []string{""}
 		for _, p := range pairs {
 			for _, s := range systems {
@@ -286,8 +286,7 @@ func (r *report) writeChecks(w io.Writer) {
 	fmt.Fprintf(w, "### Cross-check: the same verdicts\n\n")
 	fmt.Fprintf(w, "Packets to a sample of at most %d services per workload (cluster IP from a pod, the node, outside and an own endpoint; an unserved port; node port and load-balancer VIP from inside and outside the source ranges), looked up in proxykit's State (the specification) and traced with proxykit's iptables tracer through kube-proxy's rules (its proxier's restore input and the jumps it ensured) and through proxykit's (read back from its FakeRunner):\n\n", maxCheckServices)
 	for _, c := range r.checks {
-		fmt.Fprintf(w, "- %d services × %d endpoints%s: %d packets, %d disagreements\n", c.w.Services, c.w.Endpoints,
-			map[bool]string{true: ", mixed types", false: ""}[c.w.Mix], c.check.Packets, c.check.Disagreements)
+		fmt.Fprintf(w, "- %s: %d packets, %d disagreements\n", c.w.title(), c.check.Packets, c.check.Disagreements)
 		for _, e := range c.check.Examples {
 			fmt.Fprintf(w, "  - `%s`\n", strings.ReplaceAll(e, "\n", " "))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	v1 "k8s.io/api/core/v1"
 )
 
 // pkRunner is the iptables.Runner of proxykit's iptables dataplane: it
@@ -17,7 +18,7 @@ type pkRunner struct {
 	first []byte
 }
 
-func newPKRunner(be string) (*pkRunner, error) {
+func newPKRunner(be string, family v1.IPFamily) (*pkRunner, error) {
 	var variant string
 	switch be {
 	case discard:
@@ -31,7 +32,7 @@ func newPKRunner(be string) (*pkRunner, error) {
 	default:
 		return nil, fmt.Errorf("proxykit iptables cannot run on %s", be)
 	}
-	r, err := iptables.NewExecRunner(iptables.ExecConfig{Variant: variant})
+	r, err := iptables.NewExecRunner(iptables.ExecConfig{Family: family, Variant: variant})
 	if err != nil {
 		return nil, err
 	}

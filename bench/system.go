@@ -63,7 +63,7 @@ type systemSpec struct {
 	kernels []string
 	// new returns the system on a backend; nil means the system is not
 	// built in this tree, and its column says so.
-	new func(backend string) (system, error)
+	new func(backend string, family v1.IPFamily) (system, error)
 }
 
 // systems lists every system, upstream first in each pair.
@@ -79,6 +79,75 @@ var systems = []systemSpec{
 	{key: "proxykit-nftables", title: "proxykit nftables", pair: "nftables",
 		kernels: []string{nftables}},
 }
+
+// newSystem returns spec's system for the families: one proxier or
+// dataplane per family, each given every object, as kube-proxy's
+// metaproxier does.
+func newSystem(spec systemSpec, be string, families []v1.IPFamily) (system, error) {
+	var all multiSystem
+	for _, f := range families {
+		s, err := spec.new(be, f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, s)
+	}
+	if len(all) == 1 {
+		return all[0], nil
+	}
+	return all, nil
+}
+
+// multiSystem is one system per IP family, fed the same objects.
+type multiSystem []system
+
+func (m multiSystem) updateNode(n *v1.Node) {
+	for _, s := range m {
+		s.updateNode(n)
+	}
+}
+
+func (m multiSystem) updateService(old, new *v1.Service) {
+	for _, s := range m {
+		s.updateService(old, new)
+	}
+}
+
+func (m multiSystem) updateSlice(old, new *discovery.EndpointSlice) {
+	for _, s := range m {
+		s.updateSlice(old, new)
+	}
+}
+
+func (m multiSystem) sync() error {
+	var errs []error
+	for _, s := range m {
+		errs = append(errs, s.sync())
+	}
+	return errors.Join(errs...)
+}
+
+func (m multiSystem) backend() backend { return multiBackend(m) }
+
+// multiBackend is the backends of a multiSystem: a failure is injected
+// into every family's, and their writes add up.
+type multiBackend []system
+
+func (m multiBackend) failNext() {
+	for _, s := range m {
+		s.backend().failNext()
+	}
+}
+
+func (m multiBackend) written() int {
+	n := 0
+	for _, s := range m {
+		n += s.backend().written()
+	}
+	return n
+}
+
+func (m multiBackend) firstInput() []byte { return m[0].backend().firstInput() }
 
 func lookupSystem(key string) (systemSpec, error) {
 	for _, s := range systems {

@@ -13,10 +13,28 @@ import (
 // The node every system runs on, and the cluster's pod CIDR (local
 // traffic is detected by it, in every system).
 const (
-	nodeName    = "bench-node"
-	nodeIP      = "192.168.0.2"
-	clusterCIDR = "10.0.0.0/8"
+	nodeName      = "bench-node"
+	nodeIP        = "192.168.0.2"
+	nodeIPv6      = "fd00::2"
+	clusterCIDR   = "10.0.0.0/8"
+	clusterCIDRv6 = "fd10::/64"
 )
+
+// familyNodeIP and familyClusterCIDR are the node IP and cluster CIDR of
+// one family.
+func familyNodeIP(f v1.IPFamily) string {
+	if f == v1.IPv6Protocol {
+		return nodeIPv6
+	}
+	return nodeIP
+}
+
+func familyClusterCIDR(f v1.IPFamily) string {
+	if f == v1.IPv6Protocol {
+		return clusterCIDRv6
+	}
+	return clusterCIDR
+}
 
 // workload is one cluster shape every system is given.
 type workload struct {
@@ -27,12 +45,39 @@ type workload struct {
 	// LoadBalancer with source ranges, NodePort with
 	// externalTrafficPolicy Local, and ClusterIP with ClientIP affinity.
 	Mix bool
+	// DualStack gives every service an IPv6 cluster IP and an IPv6
+	// EndpointSlice as well, and every system runs one proxier or
+	// dataplane per family.
+	DualStack bool
+}
+
+// families are the IP families a workload's systems run.
+func (w workload) families() []v1.IPFamily {
+	if w.DualStack {
+		return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+	}
+	return []v1.IPFamily{v1.IPv4Protocol}
+}
+
+// title is the workload's heading in the table.
+func (w workload) title() string {
+	s := fmt.Sprintf("%d services × %d endpoints", w.Services, w.Endpoints)
+	if w.Mix {
+		s += ", mixed types"
+	}
+	if w.DualStack {
+		s += ", dual-stack"
+	}
+	return s
 }
 
 func (w workload) String() string {
 	s := fmt.Sprintf("%s × %d", w.Name, w.Endpoints)
 	if w.Mix {
 		s += " mix"
+	}
+	if w.DualStack {
+		s += " dual-stack"
 	}
 	return s
 }
@@ -51,6 +96,7 @@ var (
 		{Name: "1k", Services: 1000, Endpoints: 100},
 		{Name: "10k", Services: 10000, Endpoints: 100},
 		{Name: "10k", Services: 10000, Endpoints: 10, Mix: true},
+		{Name: "10k", Services: 10000, Endpoints: 10, DualStack: true},
 	}
 )
 
@@ -60,6 +106,8 @@ type cluster struct {
 	node     *v1.Node
 	services []*v1.Service
 	slices   []*discovery.EndpointSlice
+	// slices6 are the IPv6 slices of a dual-stack workload.
+	slices6 []*discovery.EndpointSlice
 	// rv numbers the objects' resource versions, so that an update is an
 	// update to every tracker.
 	rv int
@@ -69,12 +117,12 @@ func newCluster(w workload) *cluster {
 	c := &cluster{w: w, node: &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
 		Spec:       v1.NodeSpec{PodCIDR: "10.0.0.0/24", PodCIDRs: []string{"10.0.0.0/24"}},
-		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: nodeIP}}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: nodeIP}, {Type: v1.NodeInternalIP, Address: nodeIPv6},
+		}},
 	}}
-	for i := range w.Services {
-		svc, sl := c.service(i)
-		c.services = append(c.services, svc)
-		c.slices = append(c.slices, sl)
+	for range w.Services {
+		c.addService()
 	}
 	return c
 }
@@ -85,8 +133,13 @@ func addr4(a, b byte, i int) string {
 	return netip.AddrFrom4([4]byte{a, b + byte(i/250/256), byte(i / 250 % 256), byte(i%250 + 1)}).String()
 }
 
-// service returns Service i and its one EndpointSlice.
-func (c *cluster) service(i int) (*v1.Service, *discovery.EndpointSlice) {
+// addr6 is address i of a /64 prefix, with k in the last but one group.
+func addr6(prefix string, k, i int) string {
+	return fmt.Sprintf("%s%x:%x", prefix, k, i)
+}
+
+// service returns Service i and its one EndpointSlice (per family).
+func (c *cluster) service(i int) (*v1.Service, *discovery.EndpointSlice, *discovery.EndpointSlice) {
 	c.rv++
 	ns, name := fmt.Sprintf("ns%d", i%10), fmt.Sprintf("svc%d", i)
 	svc := &v1.Service{
@@ -140,30 +193,64 @@ func (c *cluster) service(i int) (*v1.Service, *discovery.EndpointSlice) {
 		}
 		sl.Endpoints = append(sl.Endpoints, ep)
 	}
-	return svc, sl
+	if !c.w.DualStack {
+		return svc, sl, nil
+	}
+	svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, addr6("fd30::", 0, i))
+	svc.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+	svc.Spec.IPFamilyPolicy = ptr(v1.IPFamilyPolicyRequireDualStack)
+	sl6 := sl.DeepCopy()
+	sl6.Name, sl6.AddressType = name+"-6", discovery.AddressTypeIPv6
+	for k := range sl6.Endpoints {
+		sl6.Endpoints[k].Addresses = []string{addr6("fd10::", 1+k, i)}
+	}
+	return svc, sl, sl6
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// changeEndpoint moves endpoint k of service i to another address and
-// returns the old and new slice.
-func (c *cluster) changeEndpoint(i, k int) (old, upd *discovery.EndpointSlice) {
-	old = c.slices[i]
-	upd = old.DeepCopy()
-	a := netip.MustParseAddr(upd.Endpoints[k].Addresses[0]).As4()
-	a[1] ^= 0x80
-	upd.Endpoints[k].Addresses = []string{netip.AddrFrom4(a).String()}
-	c.rv++
-	upd.ResourceVersion = fmt.Sprint(c.rv)
-	c.slices[i] = upd
-	return old, upd
+// sliceUpdate is an EndpointSlice before and after a change.
+type sliceUpdate struct{ old, new *discovery.EndpointSlice }
+
+// changeEndpoint moves endpoint k of service i to another address, in
+// every family's slice, and returns the updates.
+func (c *cluster) changeEndpoint(i, k int) []sliceUpdate {
+	var ups []sliceUpdate
+	for _, list := range [][]*discovery.EndpointSlice{c.slices, c.slices6} {
+		if list == nil {
+			continue
+		}
+		upd := list[i].DeepCopy()
+		a := netip.MustParseAddr(upd.Endpoints[k].Addresses[0])
+		b := a.AsSlice()
+		b[1] ^= 0x80
+		a, _ = netip.AddrFromSlice(b)
+		upd.Endpoints[k].Addresses = []string{a.String()}
+		c.rv++
+		upd.ResourceVersion = fmt.Sprint(c.rv)
+		ups = append(ups, sliceUpdate{list[i], upd})
+		list[i] = upd
+	}
+	return ups
 }
 
-// addService returns a new service and its slice, numbered after the
-// existing ones.
-func (c *cluster) addService() (*v1.Service, *discovery.EndpointSlice) {
-	svc, sl := c.service(len(c.services))
+// addService makes a new service and its slices, numbered after the
+// existing ones, and returns it and its slices.
+func (c *cluster) addService() (*v1.Service, []*discovery.EndpointSlice) {
+	svc, sl, sl6 := c.service(len(c.services))
 	c.services = append(c.services, svc)
 	c.slices = append(c.slices, sl)
-	return svc, sl
+	if sl6 == nil {
+		return svc, []*discovery.EndpointSlice{sl}
+	}
+	c.slices6 = append(c.slices6, sl6)
+	return svc, []*discovery.EndpointSlice{sl, sl6}
+}
+
+// slicesOf returns the slices of service i.
+func (c *cluster) slicesOf(i int) []*discovery.EndpointSlice {
+	if c.slices6 == nil {
+		return []*discovery.EndpointSlice{c.slices[i]}
+	}
+	return []*discovery.EndpointSlice{c.slices[i], c.slices6[i]}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 )
 
@@ -13,6 +14,7 @@ func TestClusterAddressesUnique(t *testing.T) {
 	for _, w := range []workload{
 		{Name: "50k", Services: 50000, Endpoints: 2},
 		{Name: "mix", Services: 2000, Endpoints: 3, Mix: true},
+		{Name: "dual", Services: 2000, Endpoints: 3, DualStack: true},
 	} {
 		c := newCluster(w)
 		c.addService()
@@ -24,15 +26,19 @@ func TestClusterAddressesUnique(t *testing.T) {
 			seen[what] = owner
 		}
 		for i, svc := range c.services {
-			claim(svc.Spec.ClusterIP, svc.Name)
+			for _, ip := range svc.Spec.ClusterIPs {
+				claim(ip, svc.Name)
+			}
 			if np := svc.Spec.Ports[0].NodePort; np != 0 {
 				claim(fmt.Sprint("node port ", np), svc.Name)
 			}
 			for _, ing := range svc.Status.LoadBalancer.Ingress {
 				claim(ing.IP, svc.Name)
 			}
-			for _, ep := range c.slices[i].Endpoints {
-				claim(ep.Addresses[0], svc.Name)
+			for _, sl := range c.slicesOf(i) {
+				for _, ep := range sl.Endpoints {
+					claim(ep.Addresses[0], svc.Name)
+				}
 			}
 		}
 	}
@@ -40,7 +46,11 @@ func TestClusterAddressesUnique(t *testing.T) {
 
 func TestChangeEndpoint(t *testing.T) {
 	c := newCluster(workload{Services: 3, Endpoints: 2})
-	old, upd := c.changeEndpoint(1, 1)
+	ups := c.changeEndpoint(1, 1)
+	if len(ups) != 1 {
+		t.Fatalf("%d updates for a single-stack service, want 1", len(ups))
+	}
+	old, upd := ups[0].old, ups[0].new
 	if old.Endpoints[1].Addresses[0] == upd.Endpoints[1].Addresses[0] || old.ResourceVersion == upd.ResourceVersion {
 		t.Errorf("endpoint or resource version unchanged: %v, %v", old, upd)
 	}
@@ -72,7 +82,7 @@ func TestMedian(t *testing.T) {
 // proxier expects of a kernel.
 func TestNFTBackendNames(t *testing.T) {
 	ctx := context.Background()
-	b := newNFTBackend(nil)
+	b := newNFTBackend(nil, v1.IPv4Protocol)
 	tx := b.NewTransaction()
 	tx.Add(&knftables.Table{})
 	tx.Add(&knftables.Chain{Name: "services"})
