@@ -113,7 +113,12 @@ type row struct {
 	ratio func(up, pk float64) string
 }
 
-func faster(up, pk float64) string { return fmt.Sprintf("%.1f× faster", up/pk) }
+func faster(up, pk float64) string {
+	if up < pk {
+		return fmt.Sprintf("%.1f× slower", pk/up)
+	}
+	return fmt.Sprintf("%.1f× faster", up/pk)
+}
 func smaller(up, pk float64) string {
 	return fmt.Sprintf("%.2f×", pk/up)
 }
@@ -205,7 +210,7 @@ func (r *report) rows() []row {
 	}
 	for _, k := range r.cfg.kernels {
 		rows = append(rows,
-			row{fmt.Sprintf("first sync into the kernel, %s", k), r.timeRow(opKernelFirst, k), faster},
+			row{fmt.Sprintf("first sync into the kernel (objects given before), %s", k), r.timeRow(opKernelFirst, k), faster},
 			row{fmt.Sprintf("bare %s of the same input", restoreName(k)), r.timeRow(opFloor, k), faster},
 			row{fmt.Sprintf("first sync ÷ bare restore, %s", k), r.overFloor(k), nil},
 		)
