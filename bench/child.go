@@ -25,6 +25,7 @@ const (
 	opIdle        = "idle resync"
 	opKernelFirst = "first sync into the kernel"
 	opFloor       = "bare restore of the same input"
+	opOverFloor   = "first sync over bare restore"
 )
 
 // sample is one measured operation.
