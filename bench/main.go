@@ -23,7 +23,7 @@ func main() {
 		quick   = flag.Bool("quick", false, "only the 1k and 10k × 10 workloads")
 		runs    = flag.Int("runs", 5, "child processes per system and workload (first syncs, peak RSS and kernel runs are one per process)")
 		reps    = flag.Int("reps", 3, "repetitions of each later operation per child process")
-		wlList  = flag.String("workloads", "", "comma-separated workload names to run (1k, 5k, 10k, 50k; default all of the set)")
+		wlList  = flag.String("workloads", "", "comma-separated workload names to run (1k, 5k, 10k, 50k, 10k-mix, 10k-dual; default all of the set)")
 		sysList = flag.String("systems", "", "comma-separated systems to run (default all): "+systemKeys())
 		kernels = flag.String("kernels", iptablesLegacy+","+nftables, "comma-separated real backends to measure first syncs on (ClusterIP workloads of at most 100k endpoints), in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
 		check   = flag.Bool("check", true, "cross-check the verdicts of kube-proxy's and proxykit's iptables rules (workloads of at most 100k endpoints)")

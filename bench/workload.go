@@ -71,16 +71,7 @@ func (w workload) title() string {
 	return s
 }
 
-func (w workload) String() string {
-	s := fmt.Sprintf("%s × %d", w.Name, w.Endpoints)
-	if w.Mix {
-		s += " mix"
-	}
-	if w.DualStack {
-		s += " dual-stack"
-	}
-	return s
-}
+func (w workload) String() string { return fmt.Sprintf("%s × %d", w.Name, w.Endpoints) }
 
 // quickWorkloads are the -quick set; defaultWorkloads the full one.
 var (
@@ -95,8 +86,8 @@ var (
 		{Name: "50k", Services: 50000, Endpoints: 10},
 		{Name: "1k", Services: 1000, Endpoints: 100},
 		{Name: "10k", Services: 10000, Endpoints: 100},
-		{Name: "10k", Services: 10000, Endpoints: 10, Mix: true},
-		{Name: "10k", Services: 10000, Endpoints: 10, DualStack: true},
+		{Name: "10k-mix", Services: 10000, Endpoints: 10, Mix: true},
+		{Name: "10k-dual", Services: 10000, Endpoints: 10, DualStack: true},
 	}
 )
 
