@@ -62,7 +62,7 @@ func TestProxyRepairsDriftWithinOnePeriod(t *testing.T) {
 		"*nat\n-F " + svc + "\nCOMMIT\n",
 		"*nat\n-I PK-SERVICES 1 -j RETURN\nCOMMIT\n",
 	} {
-		if err := fake.Restore(t.Context(), []byte(disturb)); err != nil {
+		if err := fake.Restore(t.Context(), iptables.RestoreBytes(disturb)); err != nil {
 			t.Fatal(err)
 		}
 		h.clock.Step(DefaultSyncPeriod)
@@ -88,7 +88,7 @@ func TestProxyRepairsDriftWithinOnePeriod(t *testing.T) {
 func TestProxyCanaryTriggersReconcile(t *testing.T) {
 	h, fake := iptablesHarness(t, Config{})
 	synced := tables(fake)
-	if err := fake.Restore(t.Context(), []byte("*nat\n-F\nCOMMIT\n*filter\n-F\nCOMMIT\n")); err != nil {
+	if err := fake.Restore(t.Context(), iptables.RestoreBytes("*nat\n-F\nCOMMIT\n*filter\n-F\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Step(DefaultCanaryPeriod)
@@ -173,7 +173,7 @@ func TestProxyReconcileDueDespiteChanges(t *testing.T) {
 	h.p.Handler().OnEndpointSlice(udpSlice("ns", "dns", "10.0.1.1", "10.0.1.2"), udpSlice("ns", "dns", "10.0.1.1"))
 	h.settle()
 	synced := tables(fake)
-	if err := fake.Restore(t.Context(), []byte("*nat\n-F "+svcChain(t, fake)+"\nCOMMIT\n")); err != nil {
+	if err := fake.Restore(t.Context(), iptables.RestoreBytes("*nat\n-F "+svcChain(t, fake)+"\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Step(5 * time.Second)

@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/internal/netns"
@@ -75,18 +77,26 @@ func changeOneEndpoint(c *benchCluster, i, k int) *dataplane.State {
 	return c.b.Build().States[0]
 }
 
-var benchSizes = []struct {
-	name     string
-	services int
-}{{"1k", 1000}, {"10k", 10000}}
+// benchSize is a workload: services of endpoints each.
+type benchSize struct {
+	name                string
+	services, endpoints int
+}
+
+// benchSizes are the workloads of the kernel benchmarks; modelSizes, of
+// the compute-only ones, add a few services with many endpoints.
+var (
+	benchSizes = []benchSize{{"1k", 1000, benchEndpoints}, {"10k", 10000, benchEndpoints}}
+	modelSizes = append(benchSizes, benchSize{"1kx100", 1000, 100})
+)
 
 const benchEndpoints = 10
 
 // BenchmarkRender is the CPU cost of rendering a full ruleset, no kernel.
 func BenchmarkRender(b *testing.B) {
-	for _, size := range benchSizes {
+	for _, size := range modelSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := modelDataplane(b, nil)
 			b.ReportAllocs()
 			var n int
@@ -105,15 +115,15 @@ func BenchmarkRender(b *testing.B) {
 // BenchmarkPartialSyncModel is the CPU cost of a one-endpoint-change sync
 // against the dry-run runner, no kernel.
 func BenchmarkPartialSyncModel(b *testing.B) {
-	for _, size := range benchSizes {
+	for _, size := range modelSizes {
 		b.Run(size.name, func(b *testing.B) {
-			c, st := benchBuilder(size.services, benchEndpoints)
+			c, st := benchBuilder(size.services, size.endpoints)
 			d, ctx := modelDataplane(b, st), context.Background()
 			b.ReportAllocs()
 			bytes, i := 0, 0
 			for b.Loop() {
 				i++
-				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%size.endpoints)); err != nil {
 					b.Fatal(err)
 				}
 				bytes += d.LastSync().Bytes
@@ -150,7 +160,7 @@ func kernelBench(b *testing.B) *nsDataplane {
 func BenchmarkFullSync(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -173,7 +183,7 @@ func BenchmarkFullSync(b *testing.B) {
 func BenchmarkPartialSync(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			c, st := benchBuilder(size.services, benchEndpoints)
+			c, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			ctx := context.Background()
 			if err := d.Sync(ctx, st); err != nil {
@@ -183,7 +193,7 @@ func BenchmarkPartialSync(b *testing.B) {
 			bytes, i := 0, 0
 			for b.Loop() {
 				i++
-				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
+				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%size.endpoints)); err != nil {
 					b.Fatal(err)
 				}
 				if d.LastSync().Full {
@@ -201,7 +211,7 @@ func BenchmarkPartialSync(b *testing.B) {
 func BenchmarkRestoreFloor(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			data, err := d.Render(st)
 			if err != nil {
@@ -233,7 +243,7 @@ func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 func BenchmarkReconcileUntouched(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			_, st := benchBuilder(size.services, benchEndpoints)
+			_, st := benchBuilder(size.services, size.endpoints)
 			d := kernelBench(b)
 			ctx := context.Background()
 			if err := d.Sync(ctx, st); err != nil {
@@ -261,7 +271,7 @@ func BenchmarkFirstSync(b *testing.B) {
 		restore = "iptables-" + variant + "-restore"
 	}
 	for _, size := range benchSizes {
-		_, st := benchBuilder(size.services, benchEndpoints)
+		_, st := benchBuilder(size.services, size.endpoints)
 		b.Run(size.name+"/proxykit", func(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
@@ -300,25 +310,81 @@ func BenchmarkFirstSync(b *testing.B) {
 	}
 }
 
-// BenchmarkForcedFullModel is a full sync of a State that is mostly what
-// was programmed before (a failure or a changed setting forced it), no
-// kernel: one endpoint changes between syncs.
-func BenchmarkForcedFullModel(b *testing.B) {
+// BenchmarkReconcileModel is a Reconcile of an untouched kernel, against
+// a FakeRunner (whose listing costs are its own), no kernel.
+func BenchmarkReconcileModel(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
-			c, st := benchBuilder(size.services, benchEndpoints)
-			d, ctx := modelDataplane(b, st), context.Background()
+			_, st := benchBuilder(size.services, size.endpoints)
+			fake := NewFakeRunner()
+			d, err := New(Config{Runner: fake, Logger: logr.Discard()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := d.Sync(ctx, st); err != nil {
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
-			i := 0
 			for b.Loop() {
-				i++
-				forceFull(d)
-				if err := d.Sync(ctx, changeOneEndpoint(c, i%size.services, i%benchEndpoints)); err != nil {
-					b.Fatal(err)
+				if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+					b.Fatal(drift, err)
 				}
 			}
 		})
 	}
+}
+
+// BenchmarkFirstSyncModel is the CPU cost of a dataplane's first sync:
+// rendering everything and writing the restore input (discarded), no
+// kernel.
+func BenchmarkFirstSyncModel(b *testing.B) {
+	for _, size := range modelSizes {
+		b.Run(size.name, func(b *testing.B) {
+			_, st := benchBuilder(size.services, size.endpoints)
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				modelDataplane(b, st)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// BenchmarkForcedFullModel is a full sync of a State that is mostly what
+// was programmed before (a failure or a changed setting forced it), no
+// kernel: the States alternate between two that differ in one endpoint.
+// cpu-ms/op is the process's CPU time, which other programs on a shared
+// machine do not inflate as they do wall time.
+func BenchmarkForcedFullModel(b *testing.B) {
+	for _, size := range modelSizes {
+		b.Run(size.name, func(b *testing.B) {
+			c, st := benchBuilder(size.services, size.endpoints)
+			states := [2]*dataplane.State{st, changeOneEndpoint(c, size.services/2, 0)}
+			d, ctx := modelDataplane(b, st), context.Background()
+			b.ReportAllocs()
+			cpu := cpuTime()
+			i := 0
+			for b.Loop() {
+				i++
+				forceFull(d)
+				if err := d.Sync(ctx, states[i%2]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// cpuTime is the CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPeakRSS10k reports the process's peak resident memory after
@@ -350,7 +416,7 @@ func BenchmarkPeakRSS10k(b *testing.B) {
 
 // modelDataplane returns a Dataplane that renders but touches nothing,
 // having synced st when st is not nil.
-func modelDataplane(b *testing.B, st *dataplane.State) *Dataplane {
+func modelDataplane(b testing.TB, st *dataplane.State) *Dataplane {
 	b.Helper()
 	d, err := New(Config{Runner: discardRunner{}, Sysctl: sysctl.NewFake(nil), Logger: logr.Discard()})
 	if err != nil {

@@ -63,7 +63,7 @@ func (d *Dataplane) deleteOwnedChains(ctx context.Context, table string, save []
 		b.line("-X ", c)
 	}
 	b.line("COMMIT")
-	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
+	if err := d.runner.Restore(ctx, RestoreBytes(b.Bytes())); err != nil {
 		return fmt.Errorf("cleanup %s: %w", table, err)
 	}
 	return nil

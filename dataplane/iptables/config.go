@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -75,8 +76,6 @@ type Dataplane struct {
 	// cache is the last full rendering, kept across failures: it says
 	// nothing about the kernel, only about what States render to.
 	cache *renderCache
-	// buf holds full restore inputs; see fullBuffer.
-	buf writer
 }
 
 var (
@@ -192,8 +191,10 @@ func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 		return nil, err
 	}
 	prog, _ := d.build(s, nil)
-	var b writer
-	d.writeFull(&b, prog, nil, d.jumps())
+	var b bytes.Buffer
+	if _, err := d.fullInput(prog, nil, d.jumps()).WriteTo(&b); err != nil {
+		return nil, err
+	}
 	return b.Bytes(), nil
 }
 

@@ -46,10 +46,20 @@
 //
 // A full sync re-renders only the services whose inputs changed since the
 // last full rendering (States share unchanged services and endpoint lists
-// by pointer, so that is a pointer comparison) and writes into a buffer kept
-// between syncs: a forced full sync of 10k services × 10 endpoints costs
-// about 0.1 s and 16 MB of allocations here, against 0.3 s and 162 MB when
-// everything was rendered again (BenchmarkForcedFullModel).
+// by pointer, so that is a pointer comparison). Each service port's own
+// chains are kept as one block of rule text, and the restore input is
+// streamed from those blocks into iptables-restore (Runner.Restore takes a
+// RestoreInput that writes itself), never built whole in memory. At 10k
+// services × 10 endpoints, compute only, here (2 cores, CPU time):
+//
+//	                     first sync              forced full sync
+//	before               340 ms, 183 MB, 2.46 M  308 ms, 162 MB, 2.45 M
+//	now                  140 ms,  40 MB, 0.33 M   54 ms,   6 MB, 0.01 M
+//
+// (BenchmarkFirstSyncModel, BenchmarkForcedFullModel; "before" rendered
+// every rule as its own string and every service on every full sync.)
+// Between syncs the dataplane holds about 25 MB, where the rule strings
+// and a kept 37 MB input buffer held 79 MB.
 //
 // The first Sync, the first after any failure and one after a change of
 // node addresses or settings are full: every owned chain is rewritten, the

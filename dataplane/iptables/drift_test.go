@@ -37,7 +37,7 @@ func disturb(ctx context.Context, r Runner, d dataplanetest.Disturbance) error {
 	default:
 		return dataplanetest.ErrCannotDisturb
 	}
-	return r.Restore(ctx, []byte(in))
+	return r.Restore(ctx, RestoreBytes(in))
 }
 
 func mustNames() chainNames {

@@ -35,7 +35,11 @@ func NewFakeRunner() *FakeRunner {
 }
 
 // Restore implements Runner.
-func (f *FakeRunner) Restore(_ context.Context, data []byte) error {
+func (f *FakeRunner) Restore(_ context.Context, in RestoreInput) error {
+	data, err := readAll(in)
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.restores = append(f.restores, slices.Clone(data))

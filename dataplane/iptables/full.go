@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -62,6 +63,9 @@ func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, 
 	out := selection{hasAny: sel.HasAny}
 	dropped := 0
 	keep := func(in []*endpoints.Endpoint) []*endpoints.Endpoint {
+		if !slices.ContainsFunc(in, func(e *endpoints.Endpoint) bool { return !usableEndpoint(e, d.ipv6) }) {
+			return in
+		}
 		var res []*endpoints.Endpoint
 		for _, e := range in {
 			if usableEndpoint(e, d.ipv6) {
@@ -118,13 +122,22 @@ func (d *Dataplane) build(s *dataplane.State, cache *renderCache) (*programmed, 
 	return prog, next
 }
 
-// sortedPorts returns every rendered port in key order.
+// sortedPorts returns every rendered port in key order, sorting them once
+// until a partial sync changes the services.
 func (p *programmed) sortedPorts() []keyed {
-	var all []keyed
+	if p.ports != nil {
+		return p.ports
+	}
+	n := 0
+	for _, st := range p.services {
+		n += len(st.ports)
+	}
+	all := make([]keyed, 0, n)
 	for _, st := range p.services {
 		all = append(all, st.ports...)
 	}
 	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	p.ports = all
 	return all
 }
 
@@ -138,10 +151,11 @@ func (d *Dataplane) nodePortJumps(v *view) []string {
 }
 
 // writeFull writes the restore input that replaces every chain of prog,
-// deletes the stale chains and inserts jumps.
-func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string, jumps []Jump) {
+// deletes the stale chains and inserts jumps. ports are the service ports
+// whose own chains it writes: all of prog's, or none for the fixed and
+// shared chains alone.
+func (d *Dataplane) writeFull(b *stream, prog *programmed, ports []keyed, stale []string, jumps []Jump) {
 	n := d.names
-	ports := prog.sortedPorts()
 	b.line("*filter")
 	for _, c := range []string{n.services, n.externalServices, n.forward, n.nodePorts, n.proxyFirewall, n.firewall, n.canary} {
 		b.line(":", c, " - [0:0]")
@@ -169,9 +183,7 @@ func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string, jumps
 	}
 	b.line("-A ", n.canary, canaryRule)
 	for _, k := range ports {
-		for _, c := range k.r.chains {
-			b.line(":", c.name, " - [0:0]")
-		}
+		b.decls(&k.r.own)
 	}
 	for _, c := range stale {
 		b.line(":", c, " - [0:0]")
@@ -190,11 +202,7 @@ func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string, jumps
 		b.line("-A ", n.nodePorts, " ", e.rule)
 	}
 	for _, k := range ports {
-		for _, c := range k.r.chains {
-			for _, r := range c.rules {
-				b.line("-A ", c.name, " ", r)
-			}
-		}
+		b.rules(&k.r.own)
 	}
 	for _, c := range stale {
 		b.line("-X ", c)
@@ -205,9 +213,18 @@ func (d *Dataplane) writeFull(b *writer, prog *programmed, stale []string, jumps
 
 // fullSync rewrites everything the dataplane owns.
 func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
-	prog, cache := d.build(s, d.cache)
-	d.cache = cache
-	d.applySysctls(prog)
+	// Rendering is pure computation: it runs beside the listings, which
+	// wait on processes. The listings stay on the calling goroutine, whose
+	// thread may be in another network namespace.
+	type rendering struct {
+		prog  *programmed
+		cache *renderCache
+	}
+	done := make(chan rendering, 1)
+	go func() {
+		prog, cache := d.build(s, d.cache)
+		done <- rendering{prog, cache}
+	}()
 	saves := map[string]*listing{}
 	for _, table := range tableNames {
 		out, err := d.runner.Save(ctx, table)
@@ -217,6 +234,10 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 		}
 		saves[table] = d.parseListing(table, out)
 	}
+	r := <-done
+	prog := r.prog
+	d.cache = r.cache
+	d.applySysctls(prog)
 	stale := d.staleChains(saves["nat"], prog)
 	// Jumps the listing lacks go into the restore itself: an iptables
 	// command per jump would read the whole, now full, table each time.
@@ -230,25 +251,24 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 			inRestore = append(inRestore, j)
 		}
 	}
-	b := d.fullBuffer(sizeHint(d.prog, prog))
-	d.writeFull(b, prog, stale, inRestore)
+	in := d.fullInput(prog, stale, inRestore)
 	d.warnSlowBackend(prog)
-	if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
+	if err := d.runner.Restore(ctx, in); err != nil {
 		d.metrics.fullRestoreFailures.Inc()
 		d.countTimeout(err)
 		return fmt.Errorf("full sync: %w", err)
 	}
 	// A full sync writes every rule of the own chains, and only those.
-	written := countWritten(b.Bytes(), d.names)
-	prog.rules, prog.size = written, b.Len()
+	written := in.written
+	prog.rules = written
 	for _, j := range checked {
 		if err := d.runner.EnsureJump(ctx, j); err != nil {
 			return fmt.Errorf("full sync: %w", err)
 		}
 	}
 	d.prog = prog
-	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Bytes: b.Len(), Services: len(prog.services)}, written: written}
-	d.log.V(2).Info("Full sync", "services", len(prog.services), "endpoints", prog.endpoints, "bytes", b.Len(), "staleChains", len(stale))
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Bytes: in.size, Services: len(prog.services)}, written: written}
+	d.log.V(2).Info("Full sync", "services", len(prog.services), "endpoints", prog.endpoints, "bytes", in.size, "staleChains", len(stale))
 	return nil
 }
 
@@ -270,17 +290,26 @@ func (d *Dataplane) applySysctls(prog *programmed) {
 // staleChains lists the per-service nat chains of the prefix that prog
 // does not use: left over from a previous run or a failed sync.
 func (d *Dataplane) staleChains(nat *listing, prog *programmed) []string {
-	used := map[string]bool{}
+	var listed []string
+	for _, c := range nat.chainNames() {
+		if d.names.isServiceChain(c) {
+			listed = append(listed, c)
+		}
+	}
+	if len(listed) == 0 {
+		return nil
+	}
+	used := make(map[string]bool, len(listed))
 	for _, st := range prog.services {
 		for _, k := range st.ports {
-			for _, c := range k.r.chains {
+			for _, c := range k.r.own.spans {
 				used[c.name] = true
 			}
 		}
 	}
 	var stale []string
-	for _, c := range nat.chainNames() {
-		if d.names.isServiceChain(c) && !used[c] {
+	for _, c := range listed {
+		if !used[c] {
 			stale = append(stale, c)
 		}
 	}
@@ -291,22 +320,12 @@ func (d *Dataplane) staleChains(nat *listing, prog *programmed) []string {
 // writeJumps inserts the jumps of table at the top of their built-in
 // chains, in order, so that the last ends up first (as kube-proxy orders
 // them).
-func writeJumps(b *writer, table string, jumps []Jump) {
+func writeJumps(b interface{ line(...string) }, table string, jumps []Jump) {
 	for _, j := range jumps {
 		if j.Table == table {
 			b.line("-I ", j.Chain, " 1 ", joinRule(j.Rule))
 		}
 	}
-}
-
-// sizeHint guesses the size of the full restore input of next: the last
-// one's, or, on a first sync, what a port and an endpoint usually take
-// (generous, so that the buffer is not copied as it grows).
-func sizeHint(last, next *programmed) int {
-	if last != nil {
-		return last.size + last.size/8
-	}
-	return 1<<12 + next.endpoints*320 + len(next.services)*640
 }
 
 // nftSlowEndpoints is where iptables-nft becomes slow enough to warn about:
@@ -335,12 +354,36 @@ func (d *Dataplane) countTimeout(err error) {
 	}
 }
 
-// fullBuffer returns the dataplane's buffer for full restore inputs, empty
-// and with room for n bytes. It is kept between syncs: allocating (and
-// zeroing) tens of megabytes per full sync cost more than rendering them.
-// Runners must not keep the slice they are handed past the call.
-func (d *Dataplane) fullBuffer(n int) *writer {
-	d.buf.Reset()
-	d.buf.Grow(n)
-	return &d.buf
+// fullInput is the restore input of a full sync, written on demand from
+// the renderings prog keeps, never held whole.
+type fullInput struct {
+	d     *Dataplane
+	prog  *programmed
+	stale []string
+	jumps []Jump
+	// size and written are what WriteTo writes: its length and the own
+	// rules per table.
+	size    int
+	written [numTables]int
 }
+
+// fullInput returns the input that replaces every chain of prog, deletes
+// the stale chains and inserts jumps, having measured it.
+func (d *Dataplane) fullInput(prog *programmed, stale []string, jumps []Jump) *fullInput {
+	in := &fullInput{d: d, prog: prog, stale: stale, jumps: jumps}
+	count := newStream(nil, d.names.canary)
+	d.writeFull(count, prog, prog.sortedPorts(), stale, jumps)
+	in.size, in.written = count.n, count.written
+	return in
+}
+
+// WriteTo implements io.WriterTo.
+func (in *fullInput) WriteTo(w io.Writer) (int64, error) {
+	s := newStream(w, in.d.names.canary)
+	in.d.writeFull(s, in.prog, in.prog.sortedPorts(), in.stale, in.jumps)
+	s.flush()
+	return int64(s.n), s.err
+}
+
+// Len implements RestoreInput.
+func (in *fullInput) Len() int { return in.size }

@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -226,7 +227,10 @@ func forceFull(d *Dataplane) {
 // for benchmarks of the rendering alone.
 type discardRunner struct{}
 
-func (discardRunner) Restore(context.Context, []byte) error        { return nil }
+func (discardRunner) Restore(_ context.Context, in RestoreInput) error {
+	_, err := in.WriteTo(io.Discard)
+	return err
+}
 func (discardRunner) Save(context.Context, string) ([]byte, error) { return nil, nil }
 func (discardRunner) EnsureJump(context.Context, Jump) error       { return nil }
 func (discardRunner) DeleteJump(context.Context, Jump) error       { return nil }

@@ -51,11 +51,15 @@ type corruptRunner struct {
 	armed bool
 }
 
-func (r *corruptRunner) Restore(ctx context.Context, data []byte) error {
+func (r *corruptRunner) Restore(ctx context.Context, in RestoreInput) error {
 	if r.armed {
-		data = append(slices.Clone(data[:len(data)-len("COMMIT\n")]), []byte("-A PK-SERVICES -j PK-NO-SUCH-CHAIN\nCOMMIT\n")...)
+		data, err := readAll(in)
+		if err != nil {
+			return err
+		}
+		in = RestoreBytes(append(slices.Clone(data[:len(data)-len("COMMIT\n")]), []byte("-A PK-SERVICES -j PK-NO-SUCH-CHAIN\nCOMMIT\n")...))
 	}
-	return r.Runner.Restore(ctx, data)
+	return r.Runner.Restore(ctx, in)
 }
 
 // TestKernelRejectedRestore: a restore the kernel rejects leaves the

@@ -122,9 +122,7 @@ func ruleCount(st *svcState) int {
 	n := 0
 	if st != nil {
 		for _, k := range st.ports {
-			for _, c := range k.r.chains {
-				n += len(c.rules)
-			}
+			n += k.r.own.ruleCount()
 		}
 	}
 	return n

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -88,23 +89,54 @@ func validPrefix(p string) error {
 // hash returns the base32 SHA-256 of the parts, as upstream names its
 // chains, cut to n characters.
 func hash(n int, parts ...string) string {
-	sum := sha256.Sum256([]byte(strings.Join(parts, "")))
+	var in [256]byte
+	return string(appendHash(nil, n, gather(in[:0], parts)))
+}
+
+// gather appends parts to b.
+func gather(b []byte, parts []string) []byte {
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// appendHash appends the first n characters of the hash of data to b.
+func appendHash(b []byte, n int, data []byte) []byte {
+	sum := sha256.Sum256(data)
 	// Ten bytes are exactly sixteen base32 characters, the most a name
 	// uses, and encode like the start of the whole digest.
 	var buf [16]byte
 	base32.StdEncoding.Encode(buf[:], sum[:10])
-	return string(buf[:n])
+	return append(b, buf[:n]...)
+}
+
+// chainName is prefix, kind and the hash of data, made in one allocation:
+// a chain name is hashed for every endpoint of a full rendering.
+func (c chainNames) chainName(kind string, data []byte) string {
+	var buf [64]byte
+	b := append(append(buf[:0], c.prefix...), kind...)
+	return string(appendHash(b, c.hashLen, data))
 }
 
 // serviceChain names a per-service-port chain of kind; portID is
 // "ns/name:port" + lowercase protocol, upstream's hash input.
 func (c chainNames) serviceChain(kind, portID string) string {
-	return c.prefix + kind + hash(c.hashLen, portID)
+	var in [256]byte
+	return c.chainName(kind, append(in[:0], portID...))
 }
 
 // endpointChain names the chain of one endpoint of one service port.
 func (c chainNames) endpointChain(portID, endpoint string) string {
-	return c.prefix + kindSEP + hash(c.hashLen, portID, endpoint)
+	var in [256]byte
+	return c.chainName(kindSEP, append(append(in[:0], portID...), endpoint...))
+}
+
+// endpointChainOf is endpointChain(portID, ep.String()) without making
+// the string.
+func (c chainNames) endpointChainOf(portID string, ep netip.AddrPort) string {
+	var in [256]byte
+	return c.chainName(kindSEP, ep.AppendTo(append(in[:0], portID...)))
 }
 
 // isServiceChain reports whether name is a per-service chain of this

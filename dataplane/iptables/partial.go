@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -98,7 +99,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 		b.line("COMMIT")
 	}
 	if b.Len() > 0 {
-		if err := d.runner.Restore(ctx, b.Bytes()); err != nil {
+		if err := d.runner.Restore(ctx, RestoreBytes(b.Bytes())); err != nil {
 			d.metrics.partialRestoreFailures.Inc()
 			d.countTimeout(err)
 			if re, ok := err.(*RestoreError); ok {
@@ -108,6 +109,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 		}
 		prog.forget(b.Bytes())
 	}
+	prog.ports = nil
 	for nn, st := range next {
 		rules[tableNAT] += ruleCount(st) - ruleCount(prog.services[nn])
 		if st == nil {
@@ -122,12 +124,13 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 	return false, nil
 }
 
-func chainsOf(st *svcState) map[string][]string {
-	m := map[string][]string{}
+// chainsOf maps each own chain of a service to its rules.
+func chainsOf(st *svcState) map[string][]byte {
+	m := map[string][]byte{}
 	if st != nil {
 		for _, k := range st.ports {
-			for _, c := range k.r.chains {
-				m[c.name] = c.rules
+			for name, rules := range k.r.own.all() {
+				m[name] = rules
 			}
 		}
 	}
@@ -140,13 +143,13 @@ func diffChains(old, cur *svcState, decl, rules, del *writer) {
 	oldChains := chainsOf(old)
 	if cur != nil {
 		for _, k := range cur.ports {
-			for _, c := range k.r.chains {
-				if prev, ok := oldChains[c.name]; ok && slices.Equal(prev, c.rules) {
+			for name, text := range k.r.own.all() {
+				if prev, ok := oldChains[name]; ok && bytes.Equal(prev, text) {
 					continue
 				}
-				decl.line(":", c.name, " - [0:0]")
-				for _, r := range c.rules {
-					rules.line("-A ", c.name, " ", r)
+				decl.line(":", name, " - [0:0]")
+				for line := range bytes.Lines(text) {
+					rules.line("-A ", name, " ", string(line[:len(line)-1]))
 				}
 			}
 		}

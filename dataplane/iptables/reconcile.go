@@ -30,8 +30,23 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if prog == nil {
 		return dataplane.Drift{}, nil
 	}
-	full := d.fullBuffer(prog.size)
-	d.writeFull(full, prog, nil, nil)
+	// The wanted fixed and shared chains are read from what a full sync
+	// would write for them; the service ports' own chains are compared
+	// with the text the dataplane keeps of them, never copied.
+	var fixed bytes.Buffer
+	fs := newStream(&fixed, d.names.canary)
+	d.writeFull(fs, prog, nil, nil, nil)
+	fs.flush()
+	chains := 0
+	for _, k := range prog.sortedPorts() {
+		chains += len(k.r.own.spans)
+	}
+	own := make(map[string][]byte, chains)
+	for _, k := range prog.sortedPorts() {
+		for name, rules := range k.r.own.all() {
+			own[name] = rules
+		}
+	}
 	var (
 		repaired []string
 		repair   writer
@@ -44,7 +59,11 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 			d.prog = nil
 			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
 		}
-		want, got := d.parseListing(table, full.Bytes()), d.parseListing(table, save)
+		got := d.parseListing(table, save)
+		want := newWanted(d.parseListing(table, fixed.Bytes()))
+		if table == "nat" {
+			want.addOwn(prog.sortedPorts(), own)
+		}
 		var fix, stale []string
 		for _, c := range want.declared {
 			problem, key := "", table+" "+c
@@ -52,14 +71,14 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 				problem = "missing"
 			} else if h := hashRules(got.rules[c]); prog.verified[key] == h {
 				verified[key] = h
-			} else if problem = compareRules(want.rules[c], got.rules[c]); problem == "" {
+			} else if problem = want.compare(c, got.rules[c]); problem == "" {
 				verified[key] = h
 			}
 			n := len(got.rules[c])
 			if problem != "" {
 				repaired = append(repaired, table+" chain "+c+": "+problem)
 				fix = append(fix, c)
-				n = len(want.rules[c])
+				n = want.count(c)
 			}
 			if c != d.names.canary {
 				rules[t] += n
@@ -83,7 +102,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		}
 	}
 	if repair.Len() > 0 {
-		if err := d.runner.Restore(ctx, repair.Bytes()); err != nil {
+		if err := d.runner.Restore(ctx, RestoreBytes(repair.Bytes())); err != nil {
 			d.metrics.repairRestoreFailures.Inc()
 			d.countTimeout(err)
 			d.prog = nil
@@ -102,6 +121,68 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	return drift, nil
 }
 
+// wanted is what one table should hold: the fixed and shared chains as
+// a listing, and the own chains of the service ports as the text the
+// dataplane keeps.
+type wanted struct {
+	*listing
+	own map[string][]byte
+}
+
+func newWanted(l *listing) *wanted { return &wanted{listing: l} }
+
+// addOwn declares the own chains of ports, whose rules are in own.
+func (w *wanted) addOwn(ports []keyed, own map[string][]byte) {
+	w.own = own
+	for _, k := range ports {
+		for _, c := range k.r.own.spans {
+			w.declared = append(w.declared, c.name)
+			w.isChain[c.name] = true
+		}
+	}
+}
+
+// count is the number of rules chain should hold.
+func (w *wanted) count(chain string) int {
+	if text, ok := w.own[chain]; ok {
+		return bytes.Count(text, []byte{'\n'})
+	}
+	return len(w.rules[chain])
+}
+
+// compare says how got differs from the rules chain should hold, or ""
+// when each rule does what the wanted one does, in order.
+func (w *wanted) compare(chain string, got []string) string {
+	text, ok := w.own[chain]
+	if !ok {
+		return compareRules(w.rules[chain], got)
+	}
+	if n := bytes.Count(text, []byte{'\n'}); n != len(got) {
+		return strconv.Itoa(len(got)) + " rules, want " + strconv.Itoa(n)
+	}
+	i := 0
+	for line := range bytes.Lines(text) {
+		if msg := compareRule(i, string(line[:len(line)-1]), got[i]); msg != "" {
+			return msg
+		}
+		i++
+	}
+	return ""
+}
+
+// write appends the rules chain should hold to a restore input.
+func (w *wanted) write(b *writer, chain string) {
+	if text, ok := w.own[chain]; ok {
+		for line := range bytes.Lines(text) {
+			b.line("-A ", chain, " ", string(line[:len(line)-1]))
+		}
+		return
+	}
+	for _, r := range w.rules[chain] {
+		b.line("-A ", chain, " ", r)
+	}
+}
+
 // compareRules says how a chain's rules differ from what it should hold,
 // or "" when each rule does what the wanted one does, in order.
 func compareRules(want, got []string) string {
@@ -109,28 +190,35 @@ func compareRules(want, got []string) string {
 		return strconv.Itoa(len(got)) + " rules, want " + strconv.Itoa(len(want))
 	}
 	for i := range want {
-		if want[i] == got[i] {
-			continue
+		if msg := compareRule(i, want[i], got[i]); msg != "" {
+			return msg
 		}
-		w, _ := ruleKey(want[i])
-		if g, ok := ruleKey(got[i]); !ok || g != w {
-			return "rule " + strconv.Itoa(i+1) + " changed"
-		}
+	}
+	return ""
+}
+
+// compareRule says how rule i of a chain differs from what it should be,
+// or "" when it does the same.
+func compareRule(i int, want, got string) string {
+	if want == got {
+		return ""
+	}
+	w, _ := ruleKey(want)
+	if g, ok := ruleKey(got); !ok || g != w {
+		return "rule " + strconv.Itoa(i+1) + " changed"
 	}
 	return ""
 }
 
 // writeRepair writes the restore section that rewrites the chains fix of
 // table as want has them, deletes the chains stale and inserts jumps.
-func writeRepair(b *writer, table string, want *listing, fix, stale []string, jumps []Jump) {
+func writeRepair(b *writer, table string, want *wanted, fix, stale []string, jumps []Jump) {
 	b.line("*", table)
 	for _, c := range slices.Concat(fix, stale) {
 		b.line(":", c, " - [0:0]")
 	}
 	for _, c := range fix {
-		for _, r := range want.rules[c] {
-			b.line("-A ", c, " ", r)
-		}
+		want.write(b, c)
 	}
 	for _, c := range stale {
 		b.line("-X ", c)

@@ -121,7 +121,7 @@ func TestReconcile(t *testing.T) {
 				t.Fatalf("Reconcile after Sync = %v, %v", drift, err)
 			}
 			if tc.disturb != "" {
-				if err := fake.Restore(ctx, []byte(name.Replace(tc.disturb))); err != nil {
+				if err := fake.Restore(ctx, RestoreBytes(name.Replace(tc.disturb))); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -183,12 +184,48 @@ func validInterface(s string) bool {
 // and its own nat chains.
 type rendered struct {
 	dispatch [numShared][]string
-	chains   []ownChain
+	own      ownChains
 }
 
-type ownChain struct {
+// ownChains is the own nat chains of one service port, kept compactly:
+// every rule of every chain in one block of text, one rule per line
+// without the "-A chain " that the restore input adds, and where each
+// chain's rules end. At 10k services × 10 endpoints this holds the rules
+// in about half the memory one string per rule took, and a full sync
+// streams it to the kernel without building the input first.
+type ownChains struct {
+	text  []byte
+	spans []chainSpan
+}
+
+// chainSpan is one own chain: its name, where its rules end in the text,
+// and how many there are.
+type chainSpan struct {
 	name  string
-	rules []string
+	end   int32
+	rules int32
+}
+
+// all yields each chain's name and rules (lines, each ending in '\n').
+func (o *ownChains) all() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		start := int32(0)
+		for _, c := range o.spans {
+			if !yield(c.name, o.text[start:c.end]) {
+				return
+			}
+			start = c.end
+		}
+	}
+}
+
+// ruleCount is the number of rules in every chain.
+func (o *ownChains) ruleCount() int {
+	n := 0
+	for _, c := range o.spans {
+		n += int(c.rules)
+	}
+	return n
 }
 
 // renderer writes rules for one view.
@@ -198,6 +235,62 @@ type renderer struct {
 	b     strings.Builder
 	// epChains caches endpoint chain names within one renderPort.
 	epChains map[*endpoints.Endpoint]string
+	// own collects the own chains of the port being rendered; it is
+	// copied out, at its exact size, when the port is done.
+	own ownChains
+	// rules counts the rules of the chain being written, and line is
+	// where the rule being written starts in its text.
+	rules int32
+	line  int
+	// probs caches probability(n) by n.
+	probs []string
+}
+
+// add appends one rule, from its space-separated parts, to the own chain
+// being written.
+func (r *renderer) add(parts ...string) {
+	for _, p := range parts {
+		r.word(p)
+	}
+	r.endRule()
+}
+
+// word appends one part of a rule; empty parts are left out.
+func (r *renderer) word(p string) {
+	if p == "" {
+		return
+	}
+	r.space()
+	r.own.text = append(r.own.text, p...)
+}
+
+// space separates the next part of a rule from the previous one.
+func (r *renderer) space() {
+	if len(r.own.text) > r.line {
+		r.own.text = append(r.own.text, ' ')
+	}
+}
+
+// endRule ends the rule being written.
+func (r *renderer) endRule() {
+	r.own.text = append(r.own.text, '\n')
+	r.line = len(r.own.text)
+	r.rules++
+}
+
+// endChain ends the own chain name, whose rules were added since the last
+// endChain.
+func (r *renderer) endChain(name string) {
+	r.own.spans = append(r.own.spans, chainSpan{name: name, end: int32(len(r.own.text)), rules: r.rules})
+	r.rules = 0
+}
+
+// takeOwn returns the own chains written since the last takeOwn, in memory
+// of their own.
+func (r *renderer) takeOwn() ownChains {
+	out := ownChains{text: slices.Clone(r.own.text), spans: slices.Clone(r.own.spans)}
+	r.own.text, r.own.spans, r.line = r.own.text[:0], r.own.spans[:0], 0
+	return out
 }
 
 // rule builds one rule from its space-separated parts.
@@ -217,12 +310,22 @@ func (r *renderer) rule(parts ...string) string {
 
 func comment(text string) string { return `-m comment --comment "` + text + `"` }
 
-// epComment is a comment that large-cluster mode leaves out.
-func (r *renderer) epComment(text string) string {
+// epComment is the comment of p's endpoint chains, which large-cluster
+// mode leaves out.
+func (r *renderer) epComment(p *port) string {
 	if r.v.noComments {
 		return ""
 	}
-	return comment(text)
+	return comment(p.name)
+}
+
+// targetComment is the comment of p's rules that pick endpoint e, which
+// large-cluster mode leaves out.
+func (r *renderer) targetComment(p *port, e *endpoints.Endpoint) string {
+	if r.v.noComments {
+		return ""
+	}
+	return comment(p.name + " -> " + e.Addr.String())
 }
 
 func dstMatch(a netip.Addr) string { return "-d " + a.String() }
@@ -346,85 +449,100 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	}
 
 	if usesExt {
-		var rules []string
 		if !sp.ExternalPolicyLocal {
-			rules = append(rules, r.rule(comment("masquerade traffic for "+p.name+" external destinations"), "-j", r.names.markMasq))
+			r.add(comment("masquerade traffic for "+p.name+" external destinations"), "-j", r.names.markMasq)
 		} else {
 			if r.v.ifLocal != "" && usesCluster {
-				rules = append(rules, r.rule(comment("pod traffic for "+p.name+" external destinations"), r.v.ifLocal, "-j", svc))
+				r.add(comment("pod traffic for "+p.name+" external destinations"), r.v.ifLocal, "-j", svc)
 			}
-			rules = append(rules, r.rule(comment("masquerade LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", r.names.markMasq))
+			r.add(comment("masquerade LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", r.names.markMasq)
 			if usesCluster {
-				rules = append(rules, r.rule(comment("route LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", svc))
+				r.add(comment("route LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", svc)
 			}
 		}
 		if hasExternal {
-			rules = append(rules, "-j "+externalPolicy)
+			r.add("-j", externalPolicy)
 		}
-		out.chains = append(out.chains, ownChain{ext, rules})
+		r.endChain(ext)
 	}
 
 	if usesFW {
-		var rules []string
 		c := comment(p.name + " loadbalancer IP")
 		fromNode := false
 		for _, cidr := range p.sourceRanges {
-			rules = append(rules, r.rule(c, "-s", cidr.String(), "-j", ext))
+			r.add(c, "-s", cidr.String(), "-j", ext)
 			fromNode = fromNode || slices.ContainsFunc(r.v.nodeIPs, cidr.Contains)
 		}
 		if fromNode {
 			for _, a := range p.lbVIPs {
-				rules = append(rules, r.rule(c, "-s", a.String(), "-j", ext))
+				r.add(c, "-s", a.String(), "-j", ext)
 			}
 		}
-		rules = append(rules, comment("other traffic to "+p.name+" will be dropped by "+r.names.proxyFirewall))
-		out.chains = append(out.chains, ownChain{fw, rules})
+		r.add(comment("other traffic to " + p.name + " will be dropped by " + r.names.proxyFirewall))
+		r.endChain(fw)
 	}
 
 	if usesCluster {
-		out.chains = append(out.chains, r.policyChain(p, svc, sel.cluster, internalChain == svc, internalMasq))
+		r.policyChain(p, svc, sel.cluster, internalChain == svc, internalMasq)
 	}
 	if usesLocal {
-		out.chains = append(out.chains, r.policyChain(p, svl, sel.local, internalChain == svl, internalMasq))
+		r.policyChain(p, svl, sel.local, internalChain == svl, internalMasq)
 	}
+	// The endpoint chains are most of the ruleset: their addresses are
+	// written straight into the text.
+	c := r.epComment(p)
 	for _, e := range sel.all {
 		epc := r.epChain(p, e)
-		c := r.epComment(p.name)
-		rules := []string{r.rule(c, "-s", e.Addr.Addr().String(), "-j", r.names.markMasq)}
-		var aff string
+		r.word(c)
+		r.word("-s")
+		r.space()
+		r.own.text = e.Addr.Addr().AppendTo(r.own.text)
+		r.word("-j")
+		r.word(r.names.markMasq)
+		r.endRule()
+		r.word(c)
 		if p.affinitySeconds > 0 {
-			aff = "-m recent --name " + epc + " --set"
+			r.word("-m recent --name")
+			r.word(epc)
+			r.word("--set")
 		}
-		rules = append(rules, r.rule(c, aff, proto, "-j DNAT --to-destination", e.Addr.String()))
-		out.chains = append(out.chains, ownChain{epc, rules})
+		r.word(proto)
+		r.word("-j DNAT --to-destination")
+		r.space()
+		r.own.text = e.Addr.AppendTo(r.own.text)
+		r.endRule()
+		r.endChain(epc)
 	}
+	out.own = r.takeOwn()
 	return out
 }
 
 // policyChain writes a SVC or SVL chain balancing over eps; masq, when the
 // chain is the internal one, is its leading masquerade rule.
-func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, internal bool, masq string) ownChain {
-	var rules []string
+func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, internal bool, masq string) {
 	if internal && masq != "" {
-		rules = append(rules, masq)
+		r.add(masq)
 	}
 	if p.affinitySeconds > 0 {
 		secs := strconv.FormatInt(p.affinitySeconds, 10)
 		for _, e := range eps {
 			epc := r.epChain(p, e)
-			rules = append(rules, r.rule(r.epComment(p.name+" -> "+e.Addr.String()), "-m recent --name", epc, "--rcheck --seconds", secs, "--reap -j", epc))
+			r.add(r.targetComment(p, e), "-m recent --name", epc, "--rcheck --seconds", secs, "--reap -j", epc)
 		}
 	}
 	n := len(eps)
 	for i, e := range eps {
 		epc := r.epChain(p, e)
-		var stat string
+		r.word(r.targetComment(p, e))
 		if i < n-1 {
-			stat = "-m statistic --mode random --probability " + probability(n-i)
+			r.word("-m statistic --mode random --probability")
+			r.word(r.probability(n - i))
 		}
-		rules = append(rules, r.rule(r.epComment(p.name+" -> "+e.Addr.String()), stat, "-j", epc))
+		r.word("-j")
+		r.word(epc)
+		r.endRule()
 	}
-	return ownChain{name, rules}
+	r.endChain(name)
 }
 
 // epChain names the chain of endpoint e of p, hashing each endpoint once
@@ -436,12 +554,18 @@ func (r *renderer) epChain(p *port, e *endpoints.Endpoint) string {
 	if r.epChains == nil {
 		r.epChains = map[*endpoints.Endpoint]string{}
 	}
-	c := r.names.endpointChain(p.id, e.Addr.String())
+	c := r.names.endpointChainOf(p.id, e.Addr)
 	r.epChains[e] = c
 	return c
 }
 
-// probability is upstream's 1/n, to ten decimals.
-func probability(n int) string {
-	return strconv.FormatFloat(1/float64(n), 'f', 10, 64)
+// probability is upstream's 1/n, to ten decimals, formatted once per n.
+func (r *renderer) probability(n int) string {
+	if n >= len(r.probs) {
+		r.probs = append(r.probs, make([]string, n+1-len(r.probs))...)
+	}
+	if r.probs[n] == "" {
+		r.probs[n] = strconv.FormatFloat(1/float64(n), 'f', 10, 64)
+	}
+	return r.probs[n]
 }

@@ -40,6 +40,7 @@ type Rule struct {
 	probability          int64
 	Target               string
 	toDestination        string
+	toPorts              string
 	orMark, xorMark      uint32
 	setsMark, clearsMark bool
 	randomFully          bool
@@ -227,6 +228,14 @@ func parseRule(words []string) (*Rule, error) {
 				_, err = netip.ParseAddrPort(v)
 				r.toDestination = v
 			}
+		case "--to-ports":
+			if v, err = arg(); err == nil {
+				var port int
+				if port, err = strconv.Atoi(v); err == nil && (port < 1 || port > 65535) {
+					err = fmt.Errorf("port %d out of range", port)
+				}
+				r.toPorts = v
+			}
 		case "--set-xmark":
 			// iptables-save's spelling of both: --or-mark M is
 			// --set-xmark M/M, --xor-mark M is --set-xmark M/0.
@@ -270,6 +279,9 @@ func parseRule(words []string) (*Rule, error) {
 	}
 	if (r.Target == "DNAT") != (r.toDestination != "") {
 		return nil, fmt.Errorf("DNAT needs --to-destination and only DNAT takes it")
+	}
+	if r.toPorts != "" && r.Target != "REDIRECT" {
+		return nil, fmt.Errorf("only REDIRECT takes --to-ports")
 	}
 	if r.dport != 0 && r.proto == "" {
 		return nil, fmt.Errorf("--dport needs -p")
@@ -350,6 +362,7 @@ func (r *Rule) Key() string {
 	str("comment", r.Comment)
 	str("j", r.Target)
 	str("to", r.toDestination)
+	str("to-ports", r.toPorts)
 	if r.setsMark {
 		num("or-mark", int64(r.orMark))
 	}

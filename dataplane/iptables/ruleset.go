@@ -39,7 +39,7 @@ var builtinChains = map[string][]string{
 // builtinTargets are the targets that are not chains.
 var builtinTargets = map[string]bool{
 	"ACCEPT": true, "DROP": true, "REJECT": true, "RETURN": true,
-	"DNAT": true, "SNAT": true, "MASQUERADE": true, "MARK": true,
+	"DNAT": true, "SNAT": true, "MASQUERADE": true, "MARK": true, "REDIRECT": true,
 }
 
 // NewRuleset returns empty filter and nat tables.

@@ -1,10 +1,12 @@
 package iptables
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,11 +20,12 @@ import (
 // through it, which is what lets tests swap in a FakeRunner or run the real
 // one inside a network namespace.
 type Runner interface {
-	// Restore feeds data to iptables-restore --noflush: only the chains
-	// data names are touched, each table is committed atomically. A
-	// rejected input returns a *RestoreError. data is reused after the
-	// call returns: copy it to keep it.
-	Restore(ctx context.Context, data []byte) error
+	// Restore feeds in to iptables-restore --noflush: only the chains it
+	// names are touched, each table is committed atomically. A rejected
+	// input returns a *RestoreError. in is streamed, never held whole by
+	// the dataplane; it may be written more than once (to quote the line
+	// the kernel rejected) and writes the same bytes each time.
+	Restore(ctx context.Context, in RestoreInput) error
 	// Save returns the iptables-save text of table.
 	Save(ctx context.Context, table string) ([]byte, error)
 	// EnsureJump puts j first in its built-in chain unless it is there.
@@ -33,6 +36,43 @@ type Runner interface {
 	// them ("-A CHAIN ..."), without reading the rest of the table where
 	// the backend allows; exists is false when the chain is missing.
 	ListChain(ctx context.Context, table, chain string) (rules []string, exists bool, err error)
+}
+
+// RestoreInput is iptables-restore input, written on demand: the input of
+// a full sync of a large cluster is tens of megabytes, which the dataplane
+// streams from what it keeps of each service instead of copying it into
+// one buffer first.
+type RestoreInput interface {
+	// WriteTo writes the whole input to w. Every call writes the same
+	// bytes.
+	io.WriterTo
+	// Len is the number of bytes WriteTo writes.
+	Len() int
+}
+
+// RestoreBytes is a RestoreInput held in memory.
+type RestoreBytes []byte
+
+// WriteTo implements io.WriterTo.
+func (b RestoreBytes) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(b)
+	return int64(n), err
+}
+
+// Len implements RestoreInput.
+func (b RestoreBytes) Len() int { return len(b) }
+
+// readAll returns in as bytes, copying only when it is not RestoreBytes.
+func readAll(in RestoreInput) ([]byte, error) {
+	if b, ok := in.(RestoreBytes); ok {
+		return b, nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(in.Len())
+	if _, err := in.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Jump is a rule in a built-in chain that hooks one of the dataplane's
@@ -127,19 +167,39 @@ func (r *ExecRunner) Version() string {
 	return fmt.Sprintf("%d.%d.%d", a, b, c)
 }
 
-// Restore implements Runner.
-func (r *ExecRunner) Restore(ctx context.Context, data []byte) error {
-	limit := r.cfg.RestoreTimeout(len(data))
+// Restore implements Runner. The input is written to the command's
+// standard input as the command reads it, through a small buffer.
+func (r *ExecRunner) Restore(ctx context.Context, in RestoreInput) error {
+	limit := r.cfg.RestoreTimeout(in.Len())
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, r.restore, "-w", fmt.Sprint(r.cfg.WaitSeconds), "--noflush")
-	cmd.Stdin = bytes.NewReader(data)
-	out, err := cmd.CombinedOutput()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	stdin, err := cmd.StdinPipe()
+	var werr error
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err == nil {
+		bw := bufio.NewWriterSize(stdin, 1<<16)
+		if _, werr = in.WriteTo(bw); werr == nil {
+			werr = bw.Flush()
+		}
+		// A command that rejects a line stops reading: the write fails
+		// with a broken pipe, and its exit status and output say why.
+		stdin.Close()
+		err = cmd.Wait()
+	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return &RestoreError{Output: string(out), Timeout: limit, Err: fmt.Errorf("%w: %w", context.DeadlineExceeded, err)}
+		return &RestoreError{Output: out.String(), Timeout: limit, Err: fmt.Errorf("%w: %w", context.DeadlineExceeded, err)}
 	}
 	if err != nil {
-		return parseRestoreError(data, out, err)
+		data, _ := readAll(in)
+		return parseRestoreError(data, out.Bytes(), err)
+	}
+	if werr != nil {
+		return fmt.Errorf("%s: writing its input: %w", filepath.Base(r.restore), werr)
 	}
 	return nil
 }

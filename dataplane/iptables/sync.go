@@ -25,7 +25,9 @@ type svcState struct {
 type programmed struct {
 	view     *view
 	services map[types.NamespacedName]*svcState
-	shared   [numShared][]entry
+	// ports caches sortedPorts.
+	ports  []keyed
+	shared [numShared][]entry
 	// endpoints is the total endpoint count, for large-cluster mode.
 	endpoints int
 	// liberal is nf_conntrack_tcp_be_liberal being set, which makes the
@@ -35,9 +37,6 @@ type programmed struct {
 	state *dataplane.State
 	// rules counts the rules of the dataplane's own chains, per table.
 	rules [numTables]int
-	// size is the length of the last full restore input, a good guess
-	// for the next full rendering's buffer.
-	size int
 	// verified maps "table chain" to a hash of the rules a Reconcile
 	// read back for that chain and found as programmed. Until the
 	// dataplane writes the chain again, the same listing needs no

@@ -204,7 +204,7 @@ func TestRestartReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign := "*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:OTHER - [0:0]\n-A OTHER -j RETURN\n-A PREROUTING -j OTHER\nCOMMIT\n"
-	if err := fake.Restore(ctx, []byte(foreign)); err != nil {
+	if err := fake.Restore(ctx, RestoreBytes(foreign)); err != nil {
 		t.Fatal(err)
 	}
 	delete(svcs, 1)
@@ -226,7 +226,7 @@ func TestRestartReconciles(t *testing.T) {
 // fresh is the nat table a first sync of s writes over the foreign rules.
 func fresh(t *testing.T, s *dataplane.State, foreign string) string {
 	d, fake := newFake(t, Config{})
-	if err := fake.Restore(t.Context(), []byte(foreign)); err != nil {
+	if err := fake.Restore(t.Context(), RestoreBytes(foreign)); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Sync(t.Context(), s); err != nil {
@@ -282,7 +282,7 @@ func TestCleanupRemovesOnlyOwnChains(t *testing.T) {
 	settings := genSettings(r)
 	fake := NewFakeRunner()
 	foreign := "*filter\n:KUBE-FORWARD - [0:0]\n-A KUBE-FORWARD -j ACCEPT\n-A FORWARD -j KUBE-FORWARD\nCOMMIT\n"
-	if err := fake.Restore(t.Context(), []byte(foreign)); err != nil {
+	if err := fake.Restore(t.Context(), RestoreBytes(foreign)); err != nil {
 		t.Fatal(err)
 	}
 	want := dump(fake)

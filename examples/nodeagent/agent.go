@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -217,6 +218,9 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 // real run always programs IPv4 and adds IPv6 when ip6tables works, as
 // kube-proxy goes dual-stack when both families' tools do.
 func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer, out io.Writer) ([]plane, error) {
+	if o.proxyMode == "userspace" {
+		return o.userspacePlanes(h, log, reg)
+	}
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg}
@@ -239,16 +243,20 @@ func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer,
 		if err != nil {
 			return nil, err
 		}
-		planes = append(planes, plane{recorded: &recorded{Dataplane: d}, family: f, runner: cfg.Runner})
+		r := &recorded{Dataplane: d}
+		planes = append(planes, plane{Dataplane: r, last: &r.last, family: f, runner: cfg.Runner, prefix: iptables.DefaultChainPrefix})
 	}
 	return planes, nil
 }
 
-// plane is one family's dataplane and the Runner it programs through.
+// plane is one family's dataplane, the last State it programmed, and the
+// Runner it programs through, with the prefix of its chains.
 type plane struct {
-	*recorded
+	dataplane.Dataplane
+	last   *atomic.Pointer[dataplane.State]
 	family v1.IPFamily
 	runner iptables.Runner
+	prefix string
 }
 
 func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *input, stdout io.Writer) error {
@@ -273,7 +281,7 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		Recorder:      src.recorder,
 	}
 	for _, pl := range planes {
-		cfg.Dataplanes = append(cfg.Dataplanes, proxykit.DataplaneConfig{Family: pl.family, Dataplane: pl.recorded})
+		cfg.Dataplanes = append(cfg.Dataplanes, proxykit.DataplaneConfig{Family: pl.family, Dataplane: pl.Dataplane})
 	}
 	if o.minSyncPeriod == 0 {
 		cfg.MinSyncPeriod = -1

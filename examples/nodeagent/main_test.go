@@ -364,9 +364,9 @@ func TestBadCommandLines(t *testing.T) {
 	}{
 		{[]string{"--bogus"}, exitUsage, "flag provided but not defined: -bogus"},
 		{[]string{"--proxy-mode", "kernelspace"}, exitUsage, `unknown --proxy-mode "kernelspace": use one of iptables, nftables, ipvs, userspace`},
-		{[]string{"--proxy-mode", "nftables", "--dry-run"}, exitFailure, "--proxy-mode nftables: not built yet (built: iptables)"},
+		{[]string{"--proxy-mode", "nftables", "--dry-run"}, exitFailure, "--proxy-mode nftables: not built yet (built: iptables, userspace)"},
 		{[]string{"--proxy-mode", "ipvs", "--once"}, exitFailure, "--proxy-mode ipvs: not built yet"},
-		{[]string{"--proxy-mode", "userspace", "--once"}, exitFailure, "--proxy-mode userspace: not built yet"},
+		{[]string{"--proxy-mode", "userspace", "--dry-run"}, exitFailure, "--proxy-mode userspace cannot --dry-run"},
 		{[]string{"--kubeconfig", "a", "--manifests", "b"}, exitUsage, "--kubeconfig and --manifests are exclusive"},
 		{[]string{"--once", "--cleanup"}, exitUsage, "--once and --cleanup are exclusive"},
 		{[]string{"--sync-period", "0s"}, exitUsage, "--sync-period must be positive"},

@@ -24,7 +24,7 @@ const (
 // The proxy modes kube-proxy knows, and the one this agent has built.
 var (
 	proxyModes = []string{"iptables", "nftables", "ipvs", "userspace"}
-	builtModes = []string{"iptables"}
+	builtModes = []string{"iptables", "userspace"}
 )
 
 // options is the parsed command line.

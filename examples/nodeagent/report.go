@@ -65,7 +65,7 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 	for _, pl := range planes {
 		// Counted first: Cleanup removes whatever it finds and says
 		// nothing of it.
-		counts, countErr := ownedChains(ctx, pl.runner)
+		counts, countErr := ownedChains(ctx, pl.runner, pl.prefix)
 		if err := pl.Cleanup(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("cleanup %s (%s): %w", pl.Name(), pl.family, err))
 			continue
@@ -83,15 +83,14 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if !removed {
-		log.Info("Nothing to clean up: no " + iptables.DefaultChainPrefix + " chains found")
+	if !removed && len(planes) > 0 {
+		log.Info("Nothing to clean up: no " + planes[0].prefix + " chains found")
 	}
 	return nil
 }
 
-// ownedChains counts the chains of the agent's prefix in the filter and
-// nat tables.
-func ownedChains(ctx context.Context, r iptables.Runner) (map[string]int, error) {
+// ownedChains counts the chains of prefix in the filter and nat tables.
+func ownedChains(ctx context.Context, r iptables.Runner, prefix string) (map[string]int, error) {
 	counts := map[string]int{}
 	for _, table := range []string{"filter", "nat"} {
 		saved, err := r.Save(ctx, table)
@@ -99,7 +98,7 @@ func ownedChains(ctx context.Context, r iptables.Runner) (map[string]int, error)
 			return nil, err
 		}
 		for line := range bytes.Lines(saved) {
-			if bytes.HasPrefix(line, []byte(":"+iptables.DefaultChainPrefix)) {
+			if bytes.HasPrefix(line, []byte(":"+prefix)) {
 				counts[table]++
 			}
 		}

@@ -30,6 +30,11 @@
 // dataplane's affinity memory cleared before each connection
 // (Config.ForgetAffinity), several do.
 //
+// A proxy (Config.Proxy, the userspace dataplane) completes the TCP
+// handshake before it decides: for it, a connection reset after it was
+// accepted is Reject, one never answered is Drop, and every DNAT is
+// masqueraded, as the proxy connects to the endpoint itself.
+//
 // A connection does not show which service rule matched, nor whether a
 // client is pinned to a service's only endpoint, so the Harness implements
 // dataplanetest.Partial: the suite compares it with the expected verdict

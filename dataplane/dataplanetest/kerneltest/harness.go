@@ -38,6 +38,13 @@ type Config struct {
 	// namespace. Return dataplanetest.ErrCannotDisturb for a disturbance
 	// it cannot make. Without it the suite's reconcile checks are skipped.
 	Disturb func(d dataplanetest.Disturbance) error
+	// Proxy says the dataplane is a proxy that connects to endpoints
+	// itself (the userspace dataplane): it completes a TCP handshake
+	// before it decides, so a connection it accepts and never answers
+	// counts as a Drop and one it resets as a Reject, and every
+	// connection reaches its endpoint from the proxy's address, so every
+	// DNAT is masqueraded.
+	Proxy bool
 }
 
 // Harness is a dataplanetest.Harness over a dataplane programmed into a
@@ -151,6 +158,9 @@ func (h *Harness) Observable(v dataplane.Verdict) dataplane.Verdict {
 	if len(v.Endpoints) < 2 {
 		v.Affinity = false
 	}
+	if h.cfg.Proxy && v.Action == dataplane.DNAT {
+		v.Masquerade = true
+	}
 	return v
 }
 
@@ -192,7 +202,7 @@ func (h *Harness) Trace(ctx context.Context, p dataplane.Packet) (dataplane.Verd
 		if err := ctx.Err(); err != nil {
 			return answer{}, err
 		}
-		return connect(from.ns, nw, p.Src, p.Dst)
+		return connect(from.ns, nw, p.Src, p.Dst, h.cfg.Proxy)
 	}
 
 	first, err := probe()

@@ -124,8 +124,9 @@ func (a answer) String() string {
 // connect makes one connection from src (inside ns) to dst and reports
 // what came of it. An error is something that is none of the outcomes (an
 // unreachable network, a malformed answer): the lab is broken, not the
-// dataplane's verdict.
-func connect(ns *netns.NS, network string, src netip.Addr, dst netip.AddrPort) (answer, error) {
+// dataplane's verdict. With proxy, a TCP connection that is accepted and
+// then reset or never answered is refused or silent.
+func connect(ns *netns.NS, network string, src netip.Addr, dst netip.AddrPort, proxy bool) (answer, error) {
 	var a answer
 	err := ns.Do(func() error {
 		d := net.Dialer{Timeout: silentTCP}
@@ -151,7 +152,11 @@ func connect(ns *netns.NS, network string, src netip.Addr, dst netip.AddrPort) (
 		_ = c.SetDeadline(time.Now().Add(wait))
 		line, err := bufio.NewReader(c).ReadString('\n')
 		if err != nil {
-			if network == "tcp" {
+			if network == "tcp" && proxy && errors.Is(err, syscall.ECONNRESET) {
+				a.outcome = refused
+				return nil
+			}
+			if network == "tcp" && !proxy {
 				return fmt.Errorf("connected to %s but no answer: %w", dst, err)
 			}
 			return classify(&a, err)

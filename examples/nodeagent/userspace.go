@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/userspace"
+	v1 "k8s.io/api/core/v1"
+)
+
+// userspacePlanes returns one userspace dataplane in redirect mode per IP
+// family: Go forwarders on free ports, behind REDIRECT rules written with
+// the family's iptables Runner. IPv6 is added when ip6tables works.
+func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Registerer) ([]plane, error) {
+	if o.dryRun {
+		// Its rules name the ports its forwarders listen on, and a dry
+		// run listens on nothing.
+		return nil, errors.New("--proxy-mode userspace cannot --dry-run: its rules redirect to the ports its forwarders listen on")
+	}
+	var planes []plane
+	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		r, err := h.runner(f)
+		switch {
+		case err != nil && f == v1.IPv6Protocol:
+			log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		d, err := userspace.New(userspace.Config{
+			Family:     f,
+			Redirect:   &userspace.RedirectConfig{Runner: r},
+			Logger:     log,
+			Registerer: reg,
+		})
+		if err != nil {
+			return nil, err
+		}
+		rec := &recordedUserspace{Dataplane: d}
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, runner: r, prefix: userspace.DefaultRedirectChainPrefix})
+	}
+	return planes, nil
+}
+
+// recordedUserspace is a userspace dataplane that keeps the last State it
+// programmed, as recorded does for iptables.
+type recordedUserspace struct {
+	*userspace.Dataplane
+	last atomic.Pointer[dataplane.State]
+}
+
+// Sync implements dataplane.Dataplane.
+func (r *recordedUserspace) Sync(ctx context.Context, s *dataplane.State) error {
+	if err := r.Dataplane.Sync(ctx, s); err != nil {
+		return err
+	}
+	r.last.Store(s)
+	return nil
+}
