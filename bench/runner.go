@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	v1 "k8s.io/api/core/v1"
@@ -15,7 +17,7 @@ type pkRunner struct {
 	exec  iptables.Runner
 	fail  bool
 	last  int
-	first []byte
+	first iptables.RestoreInput
 }
 
 func newPKRunner(be string, family v1.IPFamily) (*pkRunner, error) {
@@ -39,9 +41,19 @@ func newPKRunner(be string, family v1.IPFamily) (*pkRunner, error) {
 	return &pkRunner{exec: r}, nil
 }
 
-func (r *pkRunner) failNext()          { r.fail = true }
-func (r *pkRunner) written() int       { return r.last }
-func (r *pkRunner) firstInput() []byte { return r.first }
+func (r *pkRunner) failNext()    { r.fail = true }
+func (r *pkRunner) written() int { return r.last }
+
+func (r *pkRunner) firstInput() []byte {
+	if r.first == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	if _, err := r.first.WriteTo(&b); err != nil {
+		return nil
+	}
+	return b.Bytes()
+}
 
 // dump is the nat and filter tables the fake holds, as iptables-save
 // prints them.
@@ -57,19 +69,23 @@ func (r *pkRunner) dump() ([]byte, error) {
 	return out, nil
 }
 
-func (r *pkRunner) Restore(ctx context.Context, data []byte) error {
+// Restore writes the input out, as the ExecRunner streams it into
+// iptables-restore, so that a discarded restore costs the dataplane what
+// a real one does.
+func (r *pkRunner) Restore(ctx context.Context, in iptables.RestoreInput) error {
 	if r.fail {
 		r.fail = false
 		return errInjected
 	}
-	r.last = len(data)
+	r.last = in.Len()
 	if r.first == nil {
-		r.first = data
+		r.first = in
 	}
 	if r.exec == nil {
-		return nil
+		_, err := in.WriteTo(io.Discard)
+		return err
 	}
-	return r.exec.Restore(ctx, data)
+	return r.exec.Restore(ctx, in)
 }
 
 func (r *pkRunner) Save(ctx context.Context, table string) ([]byte, error) {
