@@ -1,0 +1,61 @@
+// Command bench compares proxykit's dataplanes with upstream kube-proxy's
+// proxiers (k8s.io/kubernetes v1.37.2, built by their exported
+// constructors) on identical workloads, side by side in one run, and
+// prints a Markdown table of medians and ratios:
+//
+//	cd bench && go run . -out results.md          # every workload
+//	cd bench && go run . -quick -out results.md   # 1k and 10k services × 10 endpoints
+//
+// It is a module of its own so that nobody who imports proxykit gets
+// k8s.io/kubernetes in their module graph. It needs root (or user
+// namespaces) and, for the kernel rows, iptables-legacy and nft.
+//
+// # What is measured
+//
+// Each workload (N ClusterIP services × E endpoints, or a mix of NodePort,
+// LoadBalancer with source ranges, externalTrafficPolicy Local and
+// ClientIP affinity) is handed, as Services and EndpointSlices, to every
+// system: upstream through its proxier's informer handlers, proxykit
+// through a dataplane.Builder. The operations are the first sync (objects
+// in to rules handed over), one endpoint changed, one service added, a
+// forced full resync (the sync after a failed one, which every system
+// answers with a full rewrite) and an idle resync (nothing changed). For
+// each: wall time, heap allocations (bytes and objects) and the bytes
+// handed to the kernel; per process, the peak resident set (VmHWM).
+//
+// Compute-only runs hand the rules to a backend that discards them
+// (proxykit's iptables.Runner, upstream's utiliptables.Interface and
+// knftables.Interface alike), so the figures are the proxies' own cost;
+// the projects' fakes, which simulate a kernel, would add their own.
+// Kernel runs program the real kernel (iptables-legacy, iptables-nft or
+// nftables) and are set beside a bare restore of the same input, the
+// kernel's floor.
+//
+// # Isolation
+//
+// Every measurement runs in a child process (so that systems do not share
+// a heap and the peak RSS is each one's) created in a network namespace
+// of its own, which the kernel deletes when the child exits: nothing
+// reaches the machine's own rules, and upstream's proxiers, which open
+// netlink sockets and create nfacct counters even on a fake backend, stay
+// inside it. The children of the systems alternate, so that a busy spell
+// of a shared machine falls on all of them. Kernel children use an
+// xtables lock of their own, so that other programs' iptables runs are
+// not timed.
+//
+// # Correctness cross-check
+//
+// For each workload up to 100k endpoints, a sample of packets is looked
+// up in proxykit's State (State.Lookup, the specification) and traced,
+// with proxykit's iptables tracer, through upstream's rules and
+// proxykit's; the table reports disagreements, so that the comparison is
+// between programs doing the same job.
+//
+// # Adding a system
+//
+// A system is a constructor in the systems table (system.go) returning
+// something that takes objects and syncs synchronously. proxykit's
+// dataplanes go through newProxykitSystem with a backend that can discard,
+// record and fail a write on request (runner.go for iptables; nftBackend
+// in kubebackend.go serves a knftables.Interface).
+package main

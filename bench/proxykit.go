@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/sysctl"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// proxykitSystem is a proxykit dataplane fed by a dataplane.Builder, the
+// way the proxykit package drives it.
+type proxykitSystem struct {
+	b  *dataplane.Builder
+	dp dataplane.Dataplane
+	be backend
+	// full is whether the last sync was a full one, as the dataplane
+	// reports it.
+	full bool
+}
+
+// builderSettings are the settings every system runs with: local traffic
+// detected by the cluster CIDR, node ports on every node address, no
+// localhost node ports.
+func builderSettings() dataplane.Settings {
+	return dataplane.Settings{LocalDetector: dataplane.LocalDetector{
+		Mode:  dataplane.LocalModeClusterCIDR,
+		CIDRs: []netip.Prefix{netip.MustParsePrefix(clusterCIDR), netip.MustParsePrefix(clusterCIDRv6)},
+	}}
+}
+
+// newProxykitSystem returns dp fed by a Builder of States of dp's family.
+func newProxykitSystem(dp dataplane.Dataplane, family v1.IPFamily, be backend) *proxykitSystem {
+	return &proxykitSystem{
+		b: dataplane.NewBuilder(dataplane.BuilderConfig{
+			Families: []v1.IPFamily{family}, NodeName: nodeName, Settings: builderSettings(),
+		}),
+		dp: dp,
+		be: be,
+	}
+}
+
+func (s *proxykitSystem) updateNode(n *v1.Node)              { s.b.UpdateNode(n) }
+func (s *proxykitSystem) updateService(old, new *v1.Service) { s.b.UpdateService(old, new) }
+func (s *proxykitSystem) updateSlice(old, new *discovery.EndpointSlice) {
+	s.b.UpdateEndpointSlice(old, new)
+}
+func (s *proxykitSystem) backend() backend { return s.be }
+
+func (s *proxykitSystem) sync() error {
+	st := s.b.Build().States[0]
+	if err := s.dp.Sync(context.Background(), st); err != nil {
+		return fmt.Errorf("%s: %w", s.dp.Name(), err)
+	}
+	if r, ok := s.dp.(dataplane.SyncReporter); ok {
+		s.full = r.LastSync().Full
+	}
+	return nil
+}
+
+func newProxykitIPTables(be string, family v1.IPFamily) (system, error) {
+	r, err := newPKRunner(be, family)
+	if err != nil {
+		return nil, err
+	}
+	cfg := iptables.Config{Family: family, Runner: r, Logger: logr.Discard()}
+	if be == discard {
+		cfg.Sysctl = sysctl.NewFake(nil)
+	}
+	d, err := iptables.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newProxykitSystem(d, family, r), nil
+}
