@@ -67,9 +67,12 @@
 // any more (left by a failed sync or an earlier run of the program) are
 // deleted, found with iptables-save. The jumps from the built-in chains
 // that the listing lacks are inserted by the same restore (an iptables
-// process per jump would each read the whole, by then full, table), so a
-// first sync costs about one bare restore of its input: 1.07× at 10k
-// services with iptables-legacy here, 1.22× at 1k. A restart thus
+// process per jump would each read the whole, by then full, table), and
+// the rendering runs beside the two listings, so a first sync costs about
+// one bare restore of its input: with iptables-legacy, 1.19× at 1k and at
+// 10k services in the bench module's run (kube-proxy's iptables proxier
+// there: 2.52× and 1.14×), 1.07× and 1.22× in BenchmarkFirstSync before
+// the listings overlapped the rendering. A restart thus
 // reconciles whatever it finds. A rejected restore changes nothing in the
 // kernel and is returned as a *RestoreError naming the failing line with
 // its context; one that outlives the deadline its size allows is killed
