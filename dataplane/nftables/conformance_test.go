@@ -21,7 +21,7 @@ type fakeHarness struct {
 	nodeIPs []netip.Addr
 }
 
-func (h *fakeHarness) Name() string          { return "nftables" }
+func (h *fakeHarness) Name() string         { return "nftables" }
 func (h *fakeHarness) Mode() dataplane.Mode { return dataplane.ModeNFTables }
 
 func (h *fakeHarness) Sync(ctx context.Context, s *dataplane.State) error {
