@@ -89,7 +89,9 @@ type Dataplane struct {
 	mu sync.Mutex
 	// prog is what the table holds; nil until a full sync succeeded and
 	// after any failure.
-	prog     *programmed
+	prog *programmed
+	// st is the fixed part of the table as programmed with prog.
+	st       *static
 	lastGen  uint64
 	lastFull time.Time
 	// recreated is set once a full sync re-created the base chains, so
@@ -104,6 +106,7 @@ type Dataplane struct {
 var (
 	_ dataplane.Dataplane    = (*Dataplane)(nil)
 	_ dataplane.SyncReporter = (*Dataplane)(nil)
+	_ dataplane.Reconciler   = (*Dataplane)(nil)
 )
 
 // New checks cfg and returns a Dataplane. Unless cfg.NFT is set it probes

@@ -45,6 +45,18 @@ func (h *fakeHarness) Cleanup(ctx context.Context) error {
 	return h.dp.Cleanup(ctx)
 }
 
+func (h *fakeHarness) Disturb(ctx context.Context, d dataplanetest.Disturbance) error {
+	return disturb(ctx, h.fake, d)
+}
+
+func (h *fakeHarness) Reconcile(ctx context.Context) (dataplane.Drift, error) {
+	return h.dp.Reconcile(ctx)
+}
+
+func (h *fakeHarness) KernelChanged(context.Context) (bool, error) {
+	return false, dataplanetest.ErrNotImplemented
+}
+
 func (h *fakeHarness) Trace(_ context.Context, p dataplane.Packet) (dataplane.Verdict, error) {
 	if h.fake == nil {
 		return dataplane.Verdict{Action: dataplane.NotAService}, nil

@@ -105,7 +105,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 	if err != nil {
 		return err
 	}
-	d.prog, d.recreated, d.lastFull = prog, true, d.clock.Now()
+	d.prog, d.st, d.recreated, d.lastFull = prog, st, true, d.clock.Now()
 	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
 	return nil
 }
@@ -129,6 +129,18 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static) *programmed {
 func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recreate bool) *plan {
 	p := &plan{}
 	d.writeStatic(p, st, recreate)
+	d.diffPlan(p, prog, k, nil)
+	return p
+}
+
+// diffPlan adds to p the operations that make the per-service objects of
+// table k those of prog, describing each in drift when it is not nil.
+func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[]string) {
+	note := func(format string, args ...any) {
+		if drift != nil {
+			*drift = append(*drift, fmt.Sprintf(format, args...))
+		}
+	}
 
 	names := make([]types.NamespacedName, 0, len(prog.services))
 	for nn := range prog.services {
@@ -142,6 +154,7 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 		for _, s := range r.sets {
 			if !want[s.name] && !k.sets[s.name] {
 				p.ops = append(p.ops, op{verbAdd, d.affinitySetObj(s)})
+				note("set %s: missing", s.name)
 			}
 			want[s.name] = true
 		}
@@ -153,8 +166,14 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 			}
 			if exists && have.rules > 0 {
 				chainOps = append(chainOps, op{verbFlush, &knftables.Chain{Name: c.name}})
+				note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
 			} else {
 				chainOps = append(chainOps, op{verbAdd, &knftables.Chain{Name: c.name}})
+				if !exists {
+					note("chain %s: missing", c.name)
+				} else {
+					note("chain %s: empty, want %d rules", c.name, len(c.rules))
+				}
 			}
 			delete(d.stale, c.name)
 			chainOps = appendRules(chainOps, c)
@@ -178,11 +197,19 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 		for _, key := range sortedKeys(have) {
 			if c, ok := wantSet[key]; !ok || c.value != have[key] {
 				p.ops = append(p.ops, op{verbDelete, element(elemKey{sd.name, key}, claim{value: have[key]})})
+				if !ok {
+					note("%s: unexpected element %s", sd.name, key)
+				} else {
+					note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
+				}
 			}
 		}
 		for _, key := range sortedKeys(wantSet) {
 			if v, ok := have[key]; !ok || v != wantSet[key].value {
 				adds = append(adds, op{verbAdd, element(elemKey{sd.name, key}, wantSet[key])})
+				if !ok {
+					note("%s: element %s missing", sd.name, key)
+				}
 			}
 		}
 	}
@@ -195,6 +222,7 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 		}
 		if k.chains[name].rules > 0 {
 			p.flush(&knftables.Chain{Name: name})
+			note("chain %s: unexpected", name)
 		}
 		if _, ok := d.stale[name]; !ok {
 			d.stale[name] = now
@@ -203,9 +231,9 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 	for _, name := range sortedKeys(k.sets) {
 		if strings.HasPrefix(name, prefixAffinity) && !want[name] {
 			p.delete(&knftables.Set{Name: name})
+			note("set %s: unexpected", name)
 		}
 	}
-	return p
 }
 
 func sortedKeys[V any](m map[string]V) []string {

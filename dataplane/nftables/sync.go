@@ -53,7 +53,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		d.log.Error(err, "Sync failed; the next one is full", "full", full)
 		return err
 	}
-	d.lastGen = s.Generation
+	d.lastGen, d.st = s.Generation, st
 	d.metrics.operations.Observe(float64(d.stats.Operations))
 	d.metrics.elements.Set(float64(len(d.prog.claims) + len(st.nodePortIPs)))
 	d.metrics.chains.Set(float64(d.prog.chains() + len(baseChains) + len(staticChains)))
