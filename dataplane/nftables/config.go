@@ -91,7 +91,9 @@ type Dataplane struct {
 	// after any failure.
 	prog *programmed
 	// st is the fixed part of the table as programmed with prog.
-	st       *static
+	st *static
+	// last is the State last programmed, lastGen its generation.
+	last     *dataplane.State
 	lastGen  uint64
 	lastFull time.Time
 	// recreated is set once a full sync re-created the base chains, so

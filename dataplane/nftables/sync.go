@@ -33,6 +33,10 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 
 	st := d.static(s)
 	changed, ok := s.ChangedSince(d.lastGen)
+	if s == d.last || s.Generation != 0 && s.Generation == d.lastGen {
+		// The State programmed last: nothing changed.
+		changed, ok = nil, true
+	}
 	full := d.prog == nil || !ok || d.prog.static != st.sig ||
 		d.cfg.FullSyncPeriod > 0 && d.clock.Since(d.lastFull) >= d.cfg.FullSyncPeriod
 	var err error
@@ -53,7 +57,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		d.log.Error(err, "Sync failed; the next one is full", "full", full)
 		return err
 	}
-	d.lastGen, d.st = s.Generation, st
+	d.lastGen, d.st, d.last = s.Generation, st, s
 	d.metrics.operations.Observe(float64(d.stats.Operations))
 	d.metrics.elements.Set(float64(len(d.prog.claims) + len(st.nodePortIPs)))
 	d.metrics.chains.Set(float64(d.prog.chains() + len(baseChains) + len(staticChains)))
