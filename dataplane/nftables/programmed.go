@@ -16,8 +16,8 @@ type programmed struct {
 	// claims are every service port's element wishes, the winner first:
 	// the table holds the first claim's value of every key.
 	claims map[elemKey][]claim
-	// rules counts the rules of the per-service chains.
-	rules int
+	// chains and rules count the per-service chains and their rules.
+	chains, rules int
 }
 
 func newProgrammed() *programmed {
@@ -62,6 +62,7 @@ func compareClaims(a, b claim) int {
 func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 	if old := p.services[nn]; old != nil {
 		p.rules -= countRules(old)
+		p.chains -= len(old.chains)
 		for _, e := range old.elems {
 			p.removeClaim(e.elemKey, e.claim)
 		}
@@ -72,6 +73,7 @@ func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 	}
 	p.services[nn] = r
 	p.rules += countRules(r)
+	p.chains += len(r.chains)
 	for _, e := range r.elems {
 		p.addClaim(e.elemKey, e.claim)
 	}
@@ -85,10 +87,3 @@ func countRules(r *rendering) int {
 	return n
 }
 
-func (p *programmed) chains() int {
-	n := 0
-	for _, r := range p.services {
-		n += len(r.chains)
-	}
-	return n
-}
