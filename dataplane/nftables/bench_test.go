@@ -81,7 +81,9 @@ type discardNFT struct {
 
 func (discardNFT) Run(context.Context, *knftables.Transaction) error { return nil }
 
-func newDiscard() discardNFT { return discardNFT{knftables.NewFake(knftables.IPv4Family, DefaultTable)} }
+func newDiscard() discardNFT {
+	return discardNFT{knftables.NewFake(knftables.IPv4Family, DefaultTable)}
+}
 
 var benchSizes = []struct {
 	name     string

@@ -86,4 +86,3 @@ func countRules(r *rendering) int {
 	}
 	return n
 }
-
