@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	"sigs.k8s.io/knftables"
 )
 
 // run is the whole program: it parses args, does what they say, and returns
@@ -49,6 +51,9 @@ type host struct {
 	// runner returns family's iptables Runner, or why its tools cannot be
 	// used.
 	runner func(family v1.IPFamily) (iptables.Runner, error)
+	// nft returns family's nftables interface for the agent's table, or
+	// why nft cannot be used.
+	nft func(family v1.IPFamily) (knftables.Interface, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
 }
@@ -63,6 +68,7 @@ func machine() host {
 			}
 			return r, nil
 		},
+		nft: realNFT,
 		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
@@ -217,6 +223,9 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 // real run always programs IPv4 and adds IPv6 when ip6tables works, as
 // kube-proxy goes dual-stack when both families' tools do.
 func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer, out io.Writer) ([]plane, error) {
+	if o.proxyMode == "nftables" {
+		return o.nftPlanes(h, log, reg, out)
+	}
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg}
@@ -239,16 +248,26 @@ func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer,
 		if err != nil {
 			return nil, err
 		}
-		planes = append(planes, plane{recorded: &recorded{Dataplane: d}, family: f, runner: cfg.Runner})
+		rec := &recorded{Dataplane: d}
+		runner := cfg.Runner
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f,
+			owned: func(ctx context.Context) (string, []any, error) {
+				counts, err := ownedChains(ctx, runner)
+				return "no " + iptables.DefaultChainPrefix + " chains found", []any{"filterChains", counts["filter"], "natChains", counts["nat"]}, err
+			}})
 	}
 	return planes, nil
 }
 
-// plane is one family's dataplane and the Runner it programs through.
+// plane is one family's dataplane, recording the last State it programmed.
 type plane struct {
-	*recorded
+	dataplane.Dataplane
+	last   *atomic.Pointer[dataplane.State]
 	family v1.IPFamily
-	runner iptables.Runner
+	// owned describes what the dataplane owns, for --cleanup: how to say
+	// there is nothing, and key-value pairs counting it (all zero when
+	// there is nothing).
+	owned func(ctx context.Context) (nothing string, counts []any, err error)
 }
 
 func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *input, stdout io.Writer) error {
@@ -273,7 +292,7 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		Recorder:      src.recorder,
 	}
 	for _, pl := range planes {
-		cfg.Dataplanes = append(cfg.Dataplanes, proxykit.DataplaneConfig{Family: pl.family, Dataplane: pl.recorded})
+		cfg.Dataplanes = append(cfg.Dataplanes, proxykit.DataplaneConfig{Family: pl.family, Dataplane: pl.Dataplane})
 	}
 	if o.minSyncPeriod == 0 {
 		cfg.MinSyncPeriod = -1

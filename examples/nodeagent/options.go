@@ -24,7 +24,7 @@ const (
 // The proxy modes kube-proxy knows, and the one this agent has built.
 var (
 	proxyModes = []string{"iptables", "nftables", "ipvs", "userspace"}
-	builtModes = []string{"iptables"}
+	builtModes = []string{"iptables", "nftables"}
 )
 
 // options is the parsed command line.
@@ -113,7 +113,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.syncPeriod, "sync-period", 30*time.Second, "the longest time between two syncs; each reads the rules back and repairs what someone else changed")
 	fs.StringVar(&o.healthzBindAddress, "healthz-bind-address", "0.0.0.0:10256", "host:port to serve /healthz and /livez on; empty to disable")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "127.0.0.1:10249", "host:port to serve /metrics on; empty to disable")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be programmed (the iptables-restore input) and touch nothing; needs no privileges")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be programmed (the iptables-restore input, or the nft script) and touch nothing; needs no privileges")
 	fs.BoolVar(&o.once, "once", false, "sync once and exit: 0 on success, 1 with the reason on failure")
 	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything the agent programmed and exit")
 	fs.IntVar(&o.verbosity, "v", 0, "log verbosity")
@@ -245,7 +245,9 @@ func (o *options) settings() dataplane.Settings {
 	s := dataplane.Settings{
 		MasqueradeAll:     o.masqueradeAll,
 		NodePortAddresses: o.nodePortAddresses,
-		NodePortPrimary:   o.nodePortPrimary,
+		// kube-proxy's nftables mode serves node ports on the node's
+		// primary IPs unless told otherwise.
+		NodePortPrimary: o.nodePortPrimary || o.proxyMode == "nftables" && !o.set["nodeport-addresses"],
 		// kube-proxy's --iptables-localhost-nodeports defaults to true.
 		LocalhostNodePorts: true,
 	}

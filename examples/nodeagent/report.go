@@ -62,10 +62,12 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 	}
 	var errs []error
 	removed := false
+	nothing := ""
 	for _, pl := range planes {
 		// Counted first: Cleanup removes whatever it finds and says
 		// nothing of it.
-		counts, countErr := ownedChains(ctx, pl.runner)
+		none, counts, countErr := pl.owned(ctx)
+		nothing = none
 		if err := pl.Cleanup(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("cleanup %s (%s): %w", pl.Name(), pl.family, err))
 			continue
@@ -74,9 +76,8 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 		case countErr != nil:
 			log.Info("Removed the agent's rules", "ipFamily", pl.family, "countErr", countErr)
 			removed = true
-		case counts["filter"]+counts["nat"] > 0:
-			log.Info("Removed the agent's rules", "ipFamily", pl.family,
-				"filterChains", counts["filter"], "natChains", counts["nat"])
+		case anyCounted(counts):
+			log.Info("Removed the agent's rules", append([]any{"ipFamily", pl.family}, counts...)...)
 			removed = true
 		}
 	}
@@ -84,9 +85,20 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 		return err
 	}
 	if !removed {
-		log.Info("Nothing to clean up: no " + iptables.DefaultChainPrefix + " chains found")
+		log.Info("Nothing to clean up: " + nothing)
 	}
 	return nil
+}
+
+// anyCounted reports whether a key-value list of counts holds a non-zero
+// one.
+func anyCounted(kv []any) bool {
+	for i := 1; i < len(kv); i += 2 {
+		if n, ok := kv[i].(int); ok && n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ownedChains counts the chains of the agent's prefix in the filter and
