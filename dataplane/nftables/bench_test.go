@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +74,22 @@ func changeOneEndpoint(c *benchCluster, i, k int) *dataplane.State {
 	return c.b.Build().States[0]
 }
 
+// cpuTime is the CPU time the process used so far, all threads (the
+// garbage collector's included): on a shared machine a steadier figure
+// than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU seconds per iteration since start.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric((cpuTime()-start).Seconds()/float64(b.N), "cpu-s/op")
+}
+
 // discardNFT accepts every transaction and forgets it: the dataplane's own
 // cost, without the fake's copy of the table per transaction.
 type discardNFT struct {
@@ -103,6 +120,7 @@ func BenchmarkRender(b *testing.B) {
 			}
 			b.ReportAllocs()
 			var n int
+			cpu := cpuTime()
 			for b.Loop() {
 				out, err := d.Render(st)
 				if err != nil {
@@ -110,6 +128,7 @@ func BenchmarkRender(b *testing.B) {
 				}
 				n = len(out)
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(n), "bytes/op")
 		})
 	}
@@ -123,6 +142,7 @@ func BenchmarkFullSync(b *testing.B) {
 			_, st := benchBuilder(size.services, benchEndpoints)
 			b.ReportAllocs()
 			ops := 0
+			cpu := cpuTime()
 			for b.Loop() {
 				d, err := New(Config{NFT: newDiscard(), MaxOperations: -1})
 				if err != nil {
@@ -133,6 +153,7 @@ func BenchmarkFullSync(b *testing.B) {
 				}
 				ops = d.Stats().Operations
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(ops), "nftops/op")
 		})
 	}
@@ -154,6 +175,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 			}
 			b.ReportAllocs()
 			ops, i := 0, 0
+			cpu := cpuTime()
 			for b.Loop() {
 				i++
 				s := changeOneEndpoint(c, i*7919%size.services, i%benchEndpoints)
@@ -165,6 +187,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 				}
 				ops += d.Stats().Operations
 			}
+			reportCPU(b, cpu)
 			b.ReportMetric(float64(ops)/float64(i), "nftops/op")
 		})
 	}
@@ -184,6 +207,8 @@ func BenchmarkIdleResync(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
+			cpu := cpuTime()
+			defer reportCPU(b, cpu)
 			for b.Loop() {
 				if err := d.Sync(ctx, c.b.Build().States[0]); err != nil {
 					b.Fatal(err)

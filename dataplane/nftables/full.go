@@ -182,21 +182,17 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	p.ops = append(p.ops, chainOps...)
 
 	// Elements: deletions first, as nft refuses to add an existing map key.
-	wantElems := map[string]map[string]claim{}
-	for key, claims := range prog.claims {
-		m := wantElems[key.set]
-		if m == nil {
-			m = map[string]claim{}
-			wantElems[key.set] = m
-		}
-		m[key.key] = claims[0]
+	keys := make([]elemKey, 0, len(prog.winners))
+	for k := range prog.winners {
+		keys = append(keys, k)
 	}
-	var adds []op
+	slices.SortFunc(keys, compareElemKeys)
 	for _, sd := range d.sets() {
-		have, wantSet := k.elems[sd.name], wantElems[sd.name]
+		have := k.elems[sd.name]
 		for _, key := range sortedKeys(have) {
-			if c, ok := wantSet[key]; !ok || c.value != have[key] {
-				p.ops = append(p.ops, op{verbDelete, element(elemKey{sd.name, key}, claim{value: have[key]})})
+			ek := elemKey{sd.name, key}
+			if c, ok := prog.winner(ek); !ok || c.value != have[key] {
+				p.ops = append(p.ops, op{verbDelete, element(ek, claim{value: have[key]})})
 				if !ok {
 					note("%s: unexpected element %s", sd.name, key)
 				} else {
@@ -204,16 +200,16 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 				}
 			}
 		}
-		for _, key := range sortedKeys(wantSet) {
-			if v, ok := have[key]; !ok || v != wantSet[key].value {
-				adds = append(adds, op{verbAdd, element(elemKey{sd.name, key}, wantSet[key])})
-				if !ok {
-					note("%s: element %s missing", sd.name, key)
-				}
+	}
+	for _, ek := range keys {
+		c := prog.winners[ek]
+		if v, ok := k.elems[ek.set][ek.key]; !ok || v != c.value {
+			p.ops = append(p.ops, op{verbAdd, element(ek, c)})
+			if !ok {
+				note("%s: element %s missing", ek.set, ek.key)
 			}
 		}
 	}
-	p.ops = append(p.ops, adds...)
 
 	now := d.clock.Now()
 	for _, name := range sortedKeys(k.chains) {

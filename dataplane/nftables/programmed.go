@@ -13,41 +13,56 @@ type programmed struct {
 	static string
 	// services are the renderings of the services programmed.
 	services map[types.NamespacedName]*rendering
-	// claims are every service port's element wishes, the winner first:
-	// the table holds the first claim's value of every key.
-	claims map[elemKey][]claim
+	// winners holds, for every element key some service port claims, the
+	// first claim by order: the table holds its value. others holds the
+	// other claims of the keys several ports claim, sorted; most keys
+	// have one claim, which costs no slice.
+	winners map[elemKey]claim
+	others  map[elemKey][]claim
 	// chains and rules count the per-service chains and their rules.
 	chains, rules int
 }
 
 func newProgrammed() *programmed {
-	return &programmed{services: map[types.NamespacedName]*rendering{}, claims: map[elemKey][]claim{}}
+	return &programmed{services: map[types.NamespacedName]*rendering{}, winners: map[elemKey]claim{}, others: map[elemKey][]claim{}}
 }
 
 // winner is the claim on k whose element is in the table; ok is false
 // when there is none.
 func (p *programmed) winner(k elemKey) (c claim, ok bool) {
-	if list := p.claims[k]; len(list) > 0 {
-		return list[0], true
-	}
-	return claim{}, false
+	c, ok = p.winners[k]
+	return c, ok
 }
 
 func (p *programmed) addClaim(k elemKey, c claim) {
-	list := p.claims[k]
+	w, ok := p.winners[k]
+	if !ok {
+		p.winners[k] = c
+		return
+	}
+	if compareClaims(c, w) < 0 {
+		p.winners[k], c = c, w
+	}
+	list := p.others[k]
 	i, _ := slices.BinarySearchFunc(list, c, compareClaims)
-	p.claims[k] = slices.Insert(list, i, c)
+	p.others[k] = slices.Insert(list, i, c)
 }
 
 func (p *programmed) removeClaim(k elemKey, c claim) {
-	list := p.claims[k]
-	if i := slices.Index(list, c); i >= 0 {
+	list := p.others[k]
+	if w, ok := p.winners[k]; ok && w == c {
+		if len(list) == 0 {
+			delete(p.winners, k)
+			return
+		}
+		p.winners[k], list = list[0], list[1:]
+	} else if i := slices.Index(list, c); i >= 0 {
 		list = slices.Delete(list, i, i+1)
 	}
 	if len(list) == 0 {
-		delete(p.claims, k)
+		delete(p.others, k)
 	} else {
-		p.claims[k] = list
+		p.others[k] = list
 	}
 }
 

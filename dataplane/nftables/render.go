@@ -1,8 +1,7 @@
 package nftables
 
 import (
-	"hash/fnv"
-	"net/netip"
+		"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,6 +66,8 @@ type renderer struct {
 	// ifLocal matches local pod traffic, "" without a detector.
 	ifLocal string
 	b       strings.Builder
+	// num is scratch space for formatting.
+	num []byte
 }
 
 func (d *Dataplane) newRenderer(s *dataplane.State) *renderer {
@@ -76,7 +77,7 @@ func (d *Dataplane) newRenderer(s *dataplane.State) *renderer {
 // service renders the ports of one Service; nil when it has none to
 // program.
 func (r *renderer) service(ports []*servicemodel.ServicePort) *rendering {
-	var out rendering
+	out := rendering{elems: make([]elemClaim, 0, 3*len(ports))}
 	for _, sp := range ports {
 		p, why := checkPort(sp, r.d.ipv6, func(reason string) { r.d.skip(reason, "servicePort", sp.Name.String()) })
 		if why != "" {
@@ -96,6 +97,9 @@ func (r *renderer) service(ports []*servicemodel.ServicePort) *rendering {
 }
 
 func (r *renderer) usable(eps []*endpoints.Endpoint, sp *servicemodel.ServicePort) []*endpoints.Endpoint {
+	if !slices.ContainsFunc(eps, func(e *endpoints.Endpoint) bool { return !usableEndpoint(e, r.d.ipv6) }) {
+		return eps
+	}
 	out := eps[:0:0]
 	for _, e := range eps {
 		if usableEndpoint(e, r.d.ipv6) {
@@ -269,7 +273,12 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 				if i > 0 {
 					b.WriteString(" , ")
 				}
-				b.WriteString(strconv.Itoa(i) + " : " + e.Addr.Addr().String() + " . " + strconv.Itoa(int(e.Addr.Port())))
+				r.num = strconv.AppendInt(r.num[:0], int64(i), 10)
+				r.num = append(r.num, " : "...)
+				r.num = e.Addr.Addr().AppendTo(r.num)
+				r.num = append(r.num, " . "...)
+				r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
+				b.Write(r.num)
 			}
 			b.WriteString(" }")
 		}
@@ -298,11 +307,16 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 	out.chains = append(out.chains, newChain(name, append(rules, b.String())))
 }
 
+// newChain returns the chain with its signature, an FNV-1a hash of the
+// rules.
 func newChain(name string, rules []string) chainDef {
-	h := fnv.New64a()
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
 	for _, r := range rules {
-		h.Write([]byte(r))
-		h.Write([]byte{0})
+		for i := 0; i < len(r); i++ {
+			h = (h ^ uint64(r[i])) * prime
+		}
+		h *= prime // the separator, a zero byte
 	}
-	return chainDef{name: name, rules: rules, sig: "pk:" + strconv.FormatUint(h.Sum64(), 36)}
+	return chainDef{name: name, rules: rules, sig: "pk:" + strconv.FormatUint(h, 36)}
 }

@@ -59,7 +59,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	}
 	d.lastGen, d.st, d.last = s.Generation, st, s
 	d.metrics.operations.Observe(float64(d.stats.Operations))
-	d.metrics.elements.Set(float64(len(d.prog.claims) + len(st.nodePortIPs)))
+	d.metrics.elements.Set(float64(len(d.prog.winners) + len(st.nodePortIPs)))
 	d.metrics.chains.Set(float64(d.prog.chains + len(baseChains) + len(staticChains)))
 	staticRules := 0
 	for _, r := range st.rules {
