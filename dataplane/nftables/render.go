@@ -1,7 +1,7 @@
 package nftables
 
 import (
-		"net/netip"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
