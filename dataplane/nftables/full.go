@@ -112,7 +112,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 
 // renderAll renders every service of s.
 func (d *Dataplane) renderAll(s *dataplane.State, st *static) *programmed {
-	prog := newProgrammed()
+	prog := newProgrammed(s.Services.Len())
 	prog.static = st.sig
 	r := d.newRenderer(s)
 	for nn, ports := range s.Services.Services() {
@@ -127,7 +127,7 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static) *programmed {
 // rewritten, and of the rest only what differs. Stale chains are flushed
 // and left for a later sync to delete.
 func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recreate bool) *plan {
-	p := &plan{}
+	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+2*prog.chains+prog.rules)}
 	d.writeStatic(p, st, recreate)
 	d.diffPlan(p, prog, k, nil)
 	return p

@@ -23,8 +23,10 @@ type programmed struct {
 	chains, rules int
 }
 
-func newProgrammed() *programmed {
-	return &programmed{services: map[types.NamespacedName]*rendering{}, winners: map[elemKey]claim{}, others: map[elemKey][]claim{}}
+// newProgrammed returns an empty programmed sized for services.
+func newProgrammed(services int) *programmed {
+	return &programmed{services: make(map[types.NamespacedName]*rendering, services),
+		winners: make(map[elemKey]claim, 3*services), others: map[elemKey][]claim{}}
 }
 
 // winner is the claim on k whose element is in the table; ok is false
