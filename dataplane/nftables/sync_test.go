@@ -273,3 +273,69 @@ add element ip proxykit service-ips { 172.30.0.41 . tcp . 80 : goto service-ULMV
 add element ip proxykit service-ips { 172.30.0.42 . udp . 53 : goto service-VITOD6J3-ns2/svc2/udp/p53 }
 add element ip proxykit service-nodeports { tcp . 3001 : goto external-ULMVA6XW-ns1/svc1/tcp/p80 }
 `
+
+// TestClaimedTwice: two services claim one external IP and port. The
+// first by namespace and name gets it, as in State.Lookup, and when it
+// goes the other takes over through an incremental sync.
+func TestClaimedTwice(t *testing.T) {
+	withExternalIP := func(n int) *v1.Service {
+		s := clusterIPService(n)
+		s.Spec.ExternalIPs = []string{"192.168.99.1"}
+		return s
+	}
+	fake := newFake(false)
+	d, _ := testDataplane(t, fake)
+	b := newBuilder()
+	for _, n := range []int{1, 2} {
+		b.UpdateService(nil, withExternalIP(n))
+		b.UpdateEndpointSlice(nil, slice(n, 1, 0))
+	}
+	key := "192.168.99.1 . tcp . 80"
+	target := func() string {
+		e := fake.Table.Maps[mapServiceIPs].FindElement(key)
+		if e == nil {
+			return ""
+		}
+		return strings.Join(e.Value, " ")
+	}
+	if err := d.Sync(t.Context(), b.Build().States[0]); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := target(), "goto "+prefixExternal+hashedName("ns/svc1/tcp/p80"); got != want {
+		t.Errorf("with both: %s goes to %q, want %q", key, got, want)
+	}
+	b.UpdateService(withExternalIP(1), nil)
+	s := b.Build().States[0]
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := target(), "goto "+prefixExternal+hashedName("ns/svc2/tcp/p80"); got != want || d.Stats().Full {
+		t.Errorf("after deleting svc1: %s goes to %q (full sync %v), want %q by a partial sync", key, got, d.Stats().Full, want)
+	}
+}
+
+// TestSplitFullSync: a full sync larger than MaxOperations is split into
+// transactions that each apply, and the table equals an unsplit sync's.
+func TestSplitFullSync(t *testing.T) {
+	b := newBuilder()
+	for n := range 30 {
+		b.UpdateService(nil, clusterIPService(n))
+		b.UpdateEndpointSlice(nil, slice(n, 3, 1))
+	}
+	s := b.Build().States[0]
+	fake := newFake(false)
+	d, err := New(Config{NFT: fake, MaxOperations: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	st := d.Stats()
+	if want := (st.Operations + 9) / 10; st.Transactions != want || want < 10 {
+		t.Errorf("%d operations in %d transactions, want %d", st.Operations, st.Transactions, want)
+	}
+	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake)); diff != "" {
+		t.Errorf("the split sync's table differs (-unsplit +split):\n%s", diff)
+	}
+}
