@@ -211,6 +211,12 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		}
 	}
 
+	// Stale chains someone else removed need no deleting.
+	for name := range d.stale {
+		if _, ok := k.chains[name]; !ok {
+			delete(d.stale, name)
+		}
+	}
 	now := d.clock.Now()
 	for _, name := range sortedKeys(k.chains) {
 		if !isServiceChain(name) || want[name] {
