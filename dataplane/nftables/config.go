@@ -171,7 +171,7 @@ func New(cfg Config) (*Dataplane, error) {
 		if d.ipv6 {
 			family = knftables.IPv6Family
 		}
-		nft, err := knftables.New(family, cfg.Table)
+		nft, err := knftables.New(family, cfg.Table, knftables.UseNetlink)
 		if err != nil {
 			return nil, &UnsupportedError{Err: err}
 		}

@@ -2,9 +2,11 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
@@ -35,7 +37,7 @@ type chainSummary struct {
 func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 	k := &kernelTable{chains: map[string]chainSummary{}, sets: map[string]bool{}, maps: map[string]bool{}, elems: map[string]map[string]string{}}
 	all, err := d.nft.ListAll(ctx)
-	if knftables.IsNotFound(err) {
+	if notFound(err) {
 		return k, nil
 	}
 	if err != nil {
@@ -52,7 +54,7 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 		k.maps[m] = true
 	}
 	rules, err := d.nft.ListRules(ctx, "")
-	if err != nil && !knftables.IsNotFound(err) {
+	if err != nil && !notFound(err) {
 		return nil, fmt.Errorf("list the rules of table %s: %w", d.cfg.Table, err)
 	}
 	for _, r := range rules {
@@ -84,6 +86,14 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 		k.elems[sd.name] = m
 	}
 	return k, nil
+}
+
+// notFound reports whether err says the table (or an object in it) does
+// not exist, as nft or netlink say it; the netlink listing reports the
+// errno only in its message.
+func notFound(err error) bool {
+	return err != nil && (knftables.IsNotFound(err) || errors.Is(err, syscall.ENOENT) ||
+		strings.HasSuffix(err.Error(), ": "+syscall.ENOENT.Error()))
 }
 
 // syncFull renders every service, reads the table back and converges it.
