@@ -32,7 +32,8 @@ type Config struct {
 	// 0-9, '-' and '_'.
 	Table string
 	// NFT is the dataplane's door to nftables; nil means
-	// knftables.New(Family, Table), which needs nft 1.0.1 or later. A
+	// knftables.New(Family, Table, knftables.UseNetlink) (listings through
+	// netlink, as kube-proxy 1.37 does), which needs nft 1.0.1 or later. A
 	// knftables.NewFake(family, Table) is the way to run without a
 	// kernel; it must be made for the same family and table.
 	NFT knftables.Interface

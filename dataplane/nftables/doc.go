@@ -57,7 +57,8 @@
 //
 // The first Sync, the first after any failure, one after a change of the
 // fixed part (node addresses, settings) and one per Config.FullSyncPeriod
-// are full: every service is rendered, the table is read back (names, the
+// are full: every service is rendered, the table is read back (through
+// netlink by default: names, the
 // rule count and first comment of every chain, the elements of the fixed
 // sets and maps) and only what differs is written, besides the small fixed
 // part. The first rule of every per-service chain carries its signature
