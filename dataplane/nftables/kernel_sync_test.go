@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/internal/netns"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 )
 
@@ -164,5 +165,44 @@ func TestKernelSyncs(t *testing.T) {
 	do("cleanup", func() error { return d.Cleanup(ctx) })
 	if out, err := ns.Run("nft", "list", "tables"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("tables after Cleanup: %q, %v", out, err)
+	}
+}
+
+// TestKernelAffinityTimeoutChange: through a real nft, a new affinity
+// timeout replaces the sets (deleted in the transaction that rewrote the
+// rules referring to them) and a Reconcile finds nothing to repair.
+func TestKernelAffinityTimeoutChange(t *testing.T) {
+	sticky := func(secs int32) *v1.Service {
+		s := clusterIPService(1)
+		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &secs}}
+		return s
+	}
+	b := newBuilder()
+	b.UpdateService(nil, sticky(60))
+	b.UpdateEndpointSlice(nil, slice(1, 2, 0))
+	ctx := t.Context()
+	var d *Dataplane
+	ns := inNamespace(t, func() (err error) {
+		if d, err = New(Config{}); err != nil {
+			return err
+		}
+		return d.Sync(ctx, b.Build().States[0])
+	})
+	b.UpdateService(sticky(60), sticky(120))
+	if err := ns.Do(func() error {
+		if err := d.Sync(ctx, b.Build().States[0]); err != nil {
+			return err
+		}
+		drift, err := d.Reconcile(ctx)
+		if err == nil && !drift.Empty() {
+			err = errors.New("drift: " + drift.String())
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sets := ns.MustRun("nft", "list", "sets", "ip"); !strings.Contains(sets, "timeout 2m") || strings.Contains(sets, "timeout 1m") {
+		t.Errorf("affinity sets after the change:\n%s", sets)
 	}
 }

@@ -288,8 +288,11 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 	rules := make([]string, 0, len(eps)+1)
 	b.WriteString("numgen random mod " + strconv.Itoa(len(eps)) + " vmap { ")
 	for i, e := range eps {
-		epName := hashedName(endpointBase(base, e.Addr))
-		chain, set := prefixEndpoint+epName, prefixAffinity+epName
+		epBase := endpointBase(base, e.Addr)
+		// The set's name holds its timeout: nft cannot change the timeout
+		// of a set, so a new one replaces it.
+		chain := prefixEndpoint + hashedName(epBase)
+		set := prefixAffinity + hashedName(epBase+"/"+strconv.FormatInt(p.affinitySeconds, 10)+"s")
 		rules = append(rules, r.d.ipX+" saddr @"+set+" goto "+chain)
 		if i > 0 {
 			b.WriteString(" , ")

@@ -218,8 +218,8 @@ add chain ip proxykit service-ULMVA6XW-ns1/svc1/tcp/p80
 add chain ip proxykit service-VITOD6J3-ns2/svc2/udp/p53
 add chain ip proxykit service-endpoints-check
 add chain ip proxykit services
-add set ip proxykit affinity-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
-add set ip proxykit affinity-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add set ip proxykit affinity-CF7EZ53B-ns2/svc2/udp/p53__10.180.4.1/5353/10800s { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add set ip proxykit affinity-YKKJRTXW-ns2/svc2/udp/p53__10.180.3.1/5353/10800s { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
 add set ip proxykit cluster-ips { type ipv4_addr ; comment "Active ClusterIPs" ; }
 add set ip proxykit hairpin-connections { type ipv4_addr . ipv4_addr . inet_proto . inet_service ; comment "service hairpin connections" ; }
 add map ip proxykit firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "destinations that are subject to LoadBalancerSourceRanges" ; }
@@ -228,9 +228,9 @@ add map ip proxykit no-endpoint-services { type ipv4_addr . inet_proto . inet_se
 add map ip proxykit service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }
 add map ip proxykit service-nodeports { type inet_proto . inet_service : verdict ; comment "NodePort traffic" ; }
 add rule ip proxykit cluster-ips-check ip daddr @cluster-ips reject
-add rule ip proxykit endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 update @affinity-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 { ip saddr } comment "pk:2tbx1y3i1ppru"
+add rule ip proxykit endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 update @affinity-CF7EZ53B-ns2/svc2/udp/p53__10.180.4.1/5353/10800s { ip saddr } comment "pk:gnzyzi5jmrsh"
 add rule ip proxykit endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 meta l4proto udp dnat to 10.180.4.1:5353
-add rule ip proxykit endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 update @affinity-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 { ip saddr } comment "pk:3d9nwskbbz5uy"
+add rule ip proxykit endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 update @affinity-YKKJRTXW-ns2/svc2/udp/p53__10.180.3.1/5353/10800s { ip saddr } comment "pk:2584ixsmcm2a0"
 add rule ip proxykit endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 meta l4proto udp dnat to 10.180.3.1:5353
 add rule ip proxykit external-ULMVA6XW-ns1/svc1/tcp/p80 ip saddr 10.0.0.0/8 goto service-ULMVA6XW-ns1/svc1/tcp/p80 comment "pk:118ee31bdxyzo"
 add rule ip proxykit external-ULMVA6XW-ns1/svc1/tcp/p80 fib saddr type local mark set mark or 0x4000
@@ -255,8 +255,8 @@ add rule ip proxykit nat-prerouting jump services
 add rule ip proxykit nodeport-endpoints-check ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports
 add rule ip proxykit reject-chain reject
 add rule ip proxykit service-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.1 . 80 , 1 : 10.180.2.1 . 80 } comment "pk:rjz6m54dlf8w"
-add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 ip saddr @affinity-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 goto endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 comment "pk:3nvtue6ht48km"
-add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 ip saddr @affinity-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 goto endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353
+add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 ip saddr @affinity-YKKJRTXW-ns2/svc2/udp/p53__10.180.3.1/5353/10800s goto endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 comment "pk:1qbodlnovp46t"
+add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 ip saddr @affinity-CF7EZ53B-ns2/svc2/udp/p53__10.180.4.1/5353/10800s goto endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353
 add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 numgen random mod 2 vmap { 0 : goto endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 , 1 : goto endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 }
 add rule ip proxykit service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services
 add rule ip proxykit services ip daddr @cluster-ips ip saddr != 10.0.0.0/8 mark set mark or 0x4000
@@ -337,5 +337,42 @@ func TestSplitFullSync(t *testing.T) {
 	}
 	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake)); diff != "" {
 		t.Errorf("the split sync's table differs (-unsplit +split):\n%s", diff)
+	}
+}
+
+// TestAffinityTimeoutChange: nft cannot change a set's timeout, so a new
+// timeout brings new affinity sets, through an incremental sync.
+func TestAffinityTimeoutChange(t *testing.T) {
+	sticky := func(secs int32) *v1.Service {
+		s := clusterIPService(1)
+		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &secs}}
+		return s
+	}
+	fake := newFake(false)
+	d, clk := testDataplane(t, fake)
+	b := newBuilder()
+	b.UpdateService(nil, sticky(60))
+	b.UpdateEndpointSlice(nil, slice(1, 2, 0))
+	if err := d.Sync(t.Context(), b.Build().States[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.UpdateService(sticky(60), sticky(120))
+	s := b.Build().States[0]
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if d.Stats().Full {
+		t.Errorf("a timeout change made a full sync")
+	}
+	clk.Step(2 * time.Second)
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake)); diff != "" {
+		t.Errorf("the table differs from a fresh full sync (-fresh +got):\n%s", diff)
+	}
+	if !strings.Contains(fake.Dump(), "timeout 120s") || strings.Contains(fake.Dump(), "timeout 60s") {
+		t.Errorf("affinity sets after the change:\n%s", fake.Dump())
 	}
 }
