@@ -136,6 +136,8 @@
 //     order, as State.Lookup; upstream's winner depends on map order.
 //   - Large full syncs are split into several transactions
 //     (Config.MaxOperations).
+//   - An affinity set's name ends in its timeout, so that a changed
+//     timeout (which nft cannot change in place) brings new sets.
 //   - The "drop traffic to unallocated ClusterIPs" rule is not written:
 //     the State carries no ServiceCIDRs yet. Localhost node ports (an alpha
 //     feature upstream) are not served.
