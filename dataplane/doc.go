@@ -62,6 +62,27 @@
 //     which iptables mode lets through untouched; nftables mode rejects
 //     the first and drops the second.
 //
+// # nftables mode
+//
+// State.LookupMode(ModeNFTables, p) answers as kube-proxy's nftables mode
+// does where it deliberately differs from its iptables mode:
+//
+//   - A cluster IP on a port it does not serve is rejected (with no
+//     Service in the Verdict: no port matched).
+//   - loadBalancerSourceRanges drop before DNAT, so they apply to a VIP
+//     whose port has no endpoints too (iptables rejects it).
+//   - Node ports are never served on loopback (LocalhostNodePorts is
+//     ignored), and node ports without endpoints are rejected or dropped
+//     only on the addresses that serve node ports, not on every local
+//     address.
+//   - Health-check node ports get no accept rule: they are NotAService.
+//   - Hairpin masquerading covers only endpoints on this node, so a
+//     remote endpoint reached from its own address is not a Hairpin.
+//
+// kube-proxy's nftables mode also defaults --nodeport-addresses to the
+// node's primary IPs (Settings.NodePortPrimary): that is configuration,
+// which the caller sets, not a difference of semantics.
+//
 // Local pod traffic is decided by Settings.LocalDetector: by source
 // address (ClusterCIDR: the configured CIDRs; NodeCIDR: the node's pod
 // CIDRs) or by input interface (BridgeInterface, InterfaceNamePrefix:

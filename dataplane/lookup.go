@@ -12,17 +12,31 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
+// Mode is a kube-proxy proxy mode, whose semantics LookupMode follows.
+type Mode string
+
+// The modes whose semantics differ; see the package documentation.
+const (
+	ModeIPTables Mode = "iptables"
+	ModeNFTables Mode = "nftables"
+)
+
 // Lookup answers where p goes under s, as kube-proxy's iptables mode would
 // send it; see the package documentation for the rules. It is the
 // executable specification every dataplane is tested against. The first
 // call builds an index of s; later calls cost a map lookup plus the
 // endpoint selection of the matched port.
-func (s *State) Lookup(p Packet) Verdict {
+func (s *State) Lookup(p Packet) Verdict { return s.LookupMode(ModeIPTables, p) }
+
+// LookupMode is Lookup following the semantics of mode m: ModeIPTables
+// (also any unknown mode) or ModeNFTables, which differs where kube-proxy's
+// nftables mode deliberately does (see the package documentation).
+func (s *State) LookupMode(m Mode, p Packet) Verdict {
 	p, bad := s.checkPacket(p)
 	if bad != "" {
 		return Verdict{Action: NotAService, Reason: bad}
 	}
-	t := &trace{s: s, p: p, idx: s.lookupIndex()}
+	t := &trace{s: s, p: p, idx: s.lookupIndex(), nft: m == ModeNFTables}
 	t.classify()
 	return t.run()
 }
@@ -74,6 +88,8 @@ type trace struct {
 	s   *State
 	p   Packet
 	idx *lookupIndex
+	// nft selects kube-proxy's nftables semantics.
+	nft bool
 
 	// detector is whether a local-traffic detector is configured, fromPod
 	// whether it matches p.
@@ -118,7 +134,8 @@ func (t *trace) view(sp *servicemodel.ServicePort) *portView {
 	v.hasEndpoints = v.sel.HasAny
 	v.hasInternal = v.hasEndpoints && (!v.pol.InternalLocal || len(v.sel.Local) > 0)
 	v.hasExternal = v.hasEndpoints && (!v.pol.ExternalLocal || len(v.sel.Local) > 0)
-	v.usesFirewall = v.hasEndpoints && len(sp.LoadBalancerVIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0
+	// nftables filters source ranges before DNAT, endpoints or not.
+	v.usesFirewall = (t.nft || v.hasEndpoints) && len(sp.LoadBalancerVIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0
 	t.views = append(t.views, v)
 	return v
 }
@@ -156,6 +173,14 @@ func prefixesContain(list []netip.Prefix, ip netip.Addr) bool {
 func (t *trace) run() Verdict {
 	dst := t.p.Dst
 	fronts := t.idx.frontends[frontendKey{dst.Addr(), dst.Port(), t.p.Protocol}]
+	if t.nft {
+		// The source-range firewall runs before DNAT.
+		for _, fe := range fronts {
+			if v := t.view(fe.port); fe.kind == kindLoadBalancer && v.usesFirewall && !t.allowedBySourceRanges(fe.port) {
+				return t.firewallDrop(fe)
+			}
+		}
+	}
 	for _, fe := range fronts {
 		if v, ok := t.natFrontend(fe); ok {
 			return v
@@ -184,26 +209,37 @@ func (t *trace) run() Verdict {
 			return t.noEndpoints(v, fe.kind.String()+" "+t.dest(), v.pol.ExternalLocal, "externalTrafficPolicy")
 		}
 	}
-	if t.dstLocal {
-		// Kube-proxy rejects and drops node port traffic on every local
-		// address, whatever nodePortAddresses says.
+	// Kube-proxy's iptables mode rejects and drops node port traffic on
+	// every local address, whatever nodePortAddresses says; its nftables
+	// mode only where node ports are served.
+	if t.nft && servesNodePorts || !t.nft && t.dstLocal {
 		for _, sp := range nodePorts {
 			if v := t.view(sp); !v.hasExternal {
 				return t.noEndpoints(v, "node port "+t.dest(), v.pol.ExternalLocal, "externalTrafficPolicy")
 			}
 		}
+	}
+	if t.dstLocal && !t.nft {
 		if sp, ok := t.idx.healthChecks[dst.Port()]; ok && t.p.Protocol == v1.ProtocolTCP {
 			return Verdict{Action: Accept, Service: sp.Name,
 				Reason: fmt.Sprintf("health-check node port %d of %s: accepted through the local firewall", dst.Port(), serviceOf(sp))}
 		}
 	}
 	for _, fe := range fronts {
-		if v := t.view(fe.port); fe.kind == kindLoadBalancer && v.usesFirewall {
-			return Verdict{Action: Drop, Service: fe.port.Name,
-				Reason: fmt.Sprintf("%s load balancer IP %s: source %s is not in loadBalancerSourceRanges %v", fe.port.Name, dst, t.p.Src, fe.port.LoadBalancerSourceRanges)}
+		if v := t.view(fe.port); fe.kind == kindLoadBalancer && v.usesFirewall && !t.nft {
+			return t.firewallDrop(fe)
 		}
 	}
+	if sp, ok := t.idx.clusterIPs[dst.Addr()]; ok && t.nft {
+		return Verdict{Action: Reject,
+			Reason: fmt.Sprintf("cluster IP %s of %s has no port %d/%s: rejected", dst.Addr(), serviceOf(sp), dst.Port(), t.p.Protocol)}
+	}
 	return Verdict{Action: NotAService, Reason: t.whyNotAService(nodePorts, servesNodePorts)}
+}
+
+func (t *trace) firewallDrop(fe frontend) Verdict {
+	return Verdict{Action: Drop, Service: fe.port.Name,
+		Reason: fmt.Sprintf("%s load balancer IP %s: source %s is not in loadBalancerSourceRanges %v", fe.port.Name, t.p.Dst, t.p.Src, fe.port.LoadBalancerSourceRanges)}
 }
 
 // natFrontend follows the nat rule for one service address matching the
@@ -282,7 +318,8 @@ func (t *trace) dnat(v *portView, eps []*endpoints.Endpoint, masq bool, via, why
 	var hairpin []netip.AddrPort
 	for i, e := range eps {
 		addrs[i] = e.Addr
-		if e.Addr.Addr() == t.p.Src {
+		// nftables masquerades hairpins through a set of local endpoints.
+		if e.Addr.Addr() == t.p.Src && (e.Local || !t.nft) {
 			hairpin = append(hairpin, e.Addr)
 		}
 	}
@@ -352,7 +389,8 @@ func (t *trace) servesNodePorts() bool {
 	st := &t.s.Settings
 	dst := t.p.Dst.Addr()
 	family := t.s.family()
-	loopbackOK := family == v1.IPv4Protocol && st.LocalhostNodePorts
+	// nftables mode never serves node ports on loopback.
+	loopbackOK := family == v1.IPv4Protocol && st.LocalhostNodePorts && !t.nft
 
 	var cidrs []netip.Prefix
 	matchAll := false

@@ -34,6 +34,28 @@ func TestLookupScenarios(t *testing.T) {
 	}
 }
 
+// TestLookupModeScenarios checks LookupMode against every case of the
+// conformance tables in each mode, and that both modes agree wherever a
+// case does not say they differ.
+func TestLookupModeScenarios(t *testing.T) {
+	for _, sc := range dpt.Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			_, st := sc.Build(t)
+			for _, c := range sc.Packets {
+				for _, m := range []dataplane.Mode{dataplane.ModeIPTables, dataplane.ModeNFTables} {
+					got := st.LookupMode(m, c.Packet)
+					if d := dpt.DiffVerdict(c.WantIn(m), got); d != "" {
+						t.Errorf("%s: LookupMode(%s) (-want +got):\n%s", c.Name, m, d)
+					}
+					if got.Reason == "" {
+						t.Errorf("%s: LookupMode(%s) gave no reason for %v", c.Name, m, got.Action)
+					}
+				}
+			}
+		})
+	}
+}
+
 var (
 	svc1 = dpt.PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
 	both = []string{"10.180.0.1:80", "10.180.1.1:80"}

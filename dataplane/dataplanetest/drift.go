@@ -115,7 +115,7 @@ func checkDrift(t *testing.T, h Harness, s Scenario, st *dataplane.State) {
 		}
 		for _, c := range s.Packets {
 			t.Run("repaired after "+dist.String()+"/"+c.Name, func(t *testing.T) {
-				checkTrace(t, h, c.Packet, st.Lookup(c.Packet))
+				checkTrace(t, h, c.Packet, st.LookupMode(modeOf(h), c.Packet))
 			})
 		}
 	}

@@ -32,6 +32,7 @@ func Scenarios() []Scenario {
 		noEndpointsReject(),
 		clusterIPGeneral(),
 		loadBalancer(),
+		loadBalancerSourceRangesNoEndpoints(),
 		nodePorts(),
 		healthCheckNodePort(),
 		externalTrafficPolicy(),
@@ -51,6 +52,7 @@ func Scenarios() []Scenario {
 		}
 		for j := range s.Packets {
 			tagCase(&s.Packets[j])
+			nftablesCase(&s.Packets[j])
 		}
 	}
 	return all
@@ -73,6 +75,30 @@ func tagCase(c *PacketCase) {
 		add(TagKernelSafe)
 	}
 }
+
+// nftablesCase adds the nftables verdicts of the two kinds of case kube-proxy's
+// nftables mode answers wholesale differently: it writes no health-check
+// accept rules and neither serves nor rejects node ports on loopback.
+// Cases that differ otherwise say so themselves (inMode).
+func nftablesCase(c *PacketCase) {
+	if _, ok := c.ByMode[dataplane.ModeNFTables]; ok {
+		return
+	}
+	if c.Want.Action == dataplane.Accept || c.Packet.Dst.Addr().IsLoopback() {
+		c.ByMode = map[dataplane.Mode]dataplane.Verdict{dataplane.ModeNFTables: none()}
+	}
+}
+
+// inMode sets the case's verdict under mode m.
+func inMode(c PacketCase, m dataplane.Mode, v dataplane.Verdict) PacketCase {
+	if c.ByMode == nil {
+		c.ByMode = map[dataplane.Mode]dataplane.Verdict{}
+	}
+	c.ByMode[m] = v
+	return c
+}
+
+const nft = dataplane.ModeNFTables
 
 const (
 	pod     = dataplane.FromLocalPod
@@ -220,11 +246,16 @@ func clusterIPGeneral() []Scenario {
 				dnat(svc2("dns-udp", v1.ProtocolUDP), false, "10.180.0.1:53", "10.180.2.1:53")),
 			pkt("clusterIP with TCP, UDP, and SCTP on same port (SCTP)", pod, "10.180.0.2", "172.30.0.42:53/SCTP",
 				dnat(svc2("dns-sctp", v1.ProtocolSCTP), false, "10.180.0.1:53", "10.180.2.1:53")),
-			pkt("TCP-only port does not match UDP traffic", pod, "10.180.0.2", "172.30.0.42:80/UDP", none()),
-			pkt("svc1 does not accept svc2's ports", pod, "10.180.0.2", "172.30.0.41:443", none()),
+			// nftables rejects unserved ports of cluster IPs.
+			inMode(pkt("TCP-only port does not match UDP traffic", pod, "10.180.0.2", "172.30.0.42:80/UDP", none()),
+				nft, dataplane.Verdict{Action: dataplane.Reject}),
+			inMode(pkt("svc1 does not accept svc2's ports", pod, "10.180.0.2", "172.30.0.41:443", none()),
+				nft, dataplane.Verdict{Action: dataplane.Reject}),
 			pkt("unallocated cluster IP is not a service", pod, "10.180.0.2", "172.30.0.50:80", none()),
-			pkt("hairpin through one of several endpoints", pod, "10.180.2.1", "172.30.0.42:80",
+			// nftables masquerades hairpins of local endpoints only.
+			inMode(pkt("hairpin through one of several endpoints", pod, "10.180.2.1", "172.30.0.42:80",
 				withHairpin(dnat(svc2("http", v1.ProtocolTCP), false, "10.180.0.1:80", "10.180.2.1:80"), "10.180.2.1:80")),
+				nft, dnat(svc2("http", v1.ProtocolTCP), false, "10.180.0.1:80", "10.180.2.1:80")),
 			pkt("node to clusterIP is masqueraded", node, NodeIP, "172.30.0.41:80", dnat(svc1, true, "10.180.0.1:80")),
 			pkt("external to clusterIP is masqueraded", outside, ExternalClient, "172.30.0.41:80", dnat(svc1, true, "10.180.0.1:80")),
 		},
@@ -266,6 +297,30 @@ func loadBalancer() []Scenario {
 	}}
 }
 
+// loadBalancerSourceRangesNoEndpoints is ours: kube-proxy's nftables mode
+// filters source ranges before DNAT, endpoints or not.
+func loadBalancerSourceRangesNoEndpoints() []Scenario {
+	svc := PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
+	return []Scenario{{
+		Name: "LoadBalancerSourceRanges without endpoints",
+		Services: []*v1.Service{MakeService("ns1", "svc1", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIP = "172.30.0.41"
+			s.Spec.Ports = []v1.ServicePort{ServicePort("p80", v1.ProtocolTCP, 80, 3001, 0)}
+			s.Status.LoadBalancer.Ingress = lbIngress("1.2.3.4")
+			s.Spec.LoadBalancerSourceRanges = []string{LBSourceRange}
+		})},
+		Node:     TestNode(nil),
+		Settings: DefaultSettings(),
+		Packets: []PacketCase{
+			pkt("allowed external to LB without endpoints", outside, ExternalClient, "1.2.3.4:80", reject(svc)),
+			inMode(pkt("blocked external to LB without endpoints", outside, ExternalClientBlocked, "1.2.3.4:80", reject(svc)),
+				nft, drop(svc)),
+			pkt("blocked external to nodePort without endpoints", outside, ExternalClientBlocked, NodeIP+":3001", reject(svc)),
+		},
+	}}
+}
+
 func healthCheckNodePort() []Scenario {
 	svc := PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
 	settings := DefaultSettings()
@@ -288,7 +343,9 @@ func healthCheckNodePort() []Scenario {
 			pkt("HealthCheckNodePort only on node addresses", outside, ExternalClient, "192.168.99.22:30000", none()),
 			// The filter rules for node ports without endpoints match every
 			// local address, whatever nodePortAddresses says.
-			pkt("NodePort without endpoints rejected outside nodePortAddresses", outside, ExternalClient, NodeIP+":3001", reject(svc)),
+			// nftables rejects only where node ports are served.
+			inMode(pkt("NodePort without endpoints rejected outside nodePortAddresses", outside, ExternalClient, NodeIP+":3001", reject(svc)),
+				nft, none()),
 			pkt("localhost NodePort without endpoints rejected", node, "127.0.0.1", "127.0.0.1:3001", reject(svc)),
 		},
 	}}

@@ -369,7 +369,9 @@ func sessionAffinity() []Scenario {
 		Packets: []PacketCase{
 			pkt("pod to ClusterIP is pinned", pod, "10.0.0.2", "172.30.0.41:80", withAffinity(dnat(svc, false, both...))),
 			pkt("external to NodePort is pinned", outside, ExternalClient, NodeIP+":3001", withAffinity(dnat(svc, true, both...))),
-			pkt("hairpin is pinned", pod, "10.180.1.1", "172.30.0.41:80", withHairpin(withAffinity(dnat(svc, false, both...)), "10.180.1.1:80")),
+			inMode(pkt("hairpin is pinned", pod, "10.180.1.1", "172.30.0.41:80", withHairpin(withAffinity(dnat(svc, false, both...)), "10.180.1.1:80")),
+				nft, withAffinity(dnat(svc, false, both...))),
+			pkt("local hairpin is pinned", pod, "10.180.0.1", "172.30.0.41:80", withHairpin(withAffinity(dnat(svc, false, both...)), "10.180.0.1:80")),
 		},
 	}}
 }

@@ -25,6 +25,22 @@ type Harness interface {
 	Trace(ctx context.Context, p dataplane.Packet) (dataplane.Verdict, error)
 }
 
+// Moded is implemented by a Harness whose dataplane follows the semantics of
+// a kube-proxy mode other than iptables: the suite then expects
+// State.LookupMode of that mode, and PacketCase.ByMode where a case says
+// so.
+type Moded interface {
+	Mode() dataplane.Mode
+}
+
+// modeOf returns the mode h follows.
+func modeOf(h Harness) dataplane.Mode {
+	if m, ok := h.(Moded); ok {
+		return m.Mode()
+	}
+	return dataplane.ModeIPTables
+}
+
 // Partial is implemented by a Harness that sees only part of a Verdict: one
 // that sends real packets cannot tell which service rule matched them, for
 // instance. The suite compares its Trace answers with Observable(expected)
@@ -83,6 +99,16 @@ type PacketCase struct {
 	Packet dataplane.Packet
 	// Want is compared on every field but Reason.
 	Want dataplane.Verdict
+	// ByMode is the verdict under the modes where it differs from Want.
+	ByMode map[dataplane.Mode]dataplane.Verdict
+}
+
+// WantIn returns the case's verdict under mode m.
+func (c PacketCase) WantIn(m dataplane.Mode) dataplane.Verdict {
+	if v, ok := c.ByMode[m]; ok {
+		return v
+	}
+	return c.Want
 }
 
 // Build feeds the scenario's objects to a new Builder and builds its State.
@@ -168,16 +194,18 @@ func RunScenarios(t *testing.T, scenarios []Scenario, newHarness func(t *testing
 
 func runScenario(t *testing.T, s Scenario, h Harness) {
 	ctx := t.Context()
+	mode := modeOf(h)
 	b, st := s.Build(t)
 	if err := h.Sync(ctx, st); err != nil {
 		t.Fatalf("%s: Sync: %v", h.Name(), err)
 	}
 	for _, c := range s.Packets {
 		t.Run(c.Name, func(t *testing.T) {
-			if d := DiffVerdict(c.Want, st.Lookup(c.Packet)); d != "" {
-				t.Errorf("the table disagrees with State.Lookup for %s (-want +lookup):\n%s", describe(c.Packet), d)
+			want := c.WantIn(mode)
+			if d := DiffVerdict(want, st.LookupMode(mode, c.Packet)); d != "" {
+				t.Errorf("the table disagrees with State.LookupMode(%s) for %s (-want +lookup):\n%s", mode, describe(c.Packet), d)
 			}
-			checkTrace(t, h, c.Packet, c.Want)
+			checkTrace(t, h, c.Packet, want)
 		})
 	}
 	checkDrift(t, h, s, st)
@@ -190,7 +218,7 @@ func runScenario(t *testing.T, s Scenario, h Harness) {
 		}
 		for _, c := range s.Packets {
 			t.Run("after endpoint removal/"+c.Name, func(t *testing.T) {
-				checkTrace(t, h, c.Packet, st.Lookup(c.Packet))
+				checkTrace(t, h, c.Packet, st.LookupMode(mode, c.Packet))
 			})
 		}
 	}

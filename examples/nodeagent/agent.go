@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/knftables"
 )
 
 // run is the whole program: it parses args, does what they say, and returns
@@ -50,6 +51,9 @@ type host struct {
 	// runner returns family's iptables Runner, or why its tools cannot be
 	// used.
 	runner func(family v1.IPFamily) (iptables.Runner, error)
+	// nft returns family's nftables interface for the agent's table, or
+	// why nft cannot be used.
+	nft func(family v1.IPFamily) (knftables.Interface, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
 	// node holds the machine-wide settings made at start (conntrack
@@ -67,6 +71,7 @@ func machine() host {
 			}
 			return r, nil
 		},
+		nft: realNFT,
 		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
@@ -251,8 +256,11 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 // real run always programs IPv4 and adds IPv6 when ip6tables works, as
 // kube-proxy goes dual-stack when both families' tools do.
 func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer, out io.Writer) ([]plane, error) {
-	if o.proxyMode == "userspace" {
+	switch o.proxyMode {
+	case "userspace":
 		return o.userspacePlanes(h, log, reg)
+	case "nftables":
+		return o.nftPlanes(h, log, reg, out)
 	}
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
@@ -277,19 +285,20 @@ func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer,
 			return nil, err
 		}
 		r := &recorded{Dataplane: d}
-		planes = append(planes, plane{Dataplane: r, last: &r.last, family: f, runner: cfg.Runner, prefix: iptables.DefaultChainPrefix})
+		planes = append(planes, plane{Dataplane: r, last: &r.last, family: f, owned: chainsOwned(cfg.Runner, iptables.DefaultChainPrefix)})
 	}
 	return planes, nil
 }
 
-// plane is one family's dataplane, the last State it programmed, and the
-// Runner it programs through, with the prefix of its chains.
+// plane is one family's dataplane, recording the last State it programmed.
 type plane struct {
 	dataplane.Dataplane
 	last   *atomic.Pointer[dataplane.State]
 	family v1.IPFamily
-	runner iptables.Runner
-	prefix string
+	// owned describes what the dataplane owns, for --cleanup: how to say
+	// there is nothing, and key-value pairs counting it (all zero when
+	// there is nothing).
+	owned func(ctx context.Context) (nothing string, counts []any, err error)
 }
 
 func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *input, stdout io.Writer) error {

@@ -32,7 +32,7 @@ func explain(ctx context.Context, o *options, log logr.Logger, src *input, stdou
 	st := states[0]
 	origin, inferred := o.explain.origin(st)
 	p := dataplane.Packet{Src: o.explain.src, Dst: o.explain.dst, Protocol: o.explain.protocol, From: origin}
-	writeVerdict(stdout, p, inferred, st.Lookup(p))
+	writeVerdict(stdout, p, inferred, st.LookupMode(dataplane.Mode(o.proxyMode), p))
 	return exitOK
 }
 
@@ -104,7 +104,9 @@ func writeVerdict(w io.Writer, p dataplane.Packet, inferred bool, v dataplane.Ve
 		from += " (inferred from the source; choose with --from)"
 	}
 	service := "-"
-	if v.Action != dataplane.NotAService {
+	// nftables rejects a cluster IP's unserved ports, which no service
+	// port matched.
+	if v.Action != dataplane.NotAService && v.Service.Name != "" {
 		service = v.Service.String() + "/" + string(v.Service.Protocol)
 	}
 	eps := "-"

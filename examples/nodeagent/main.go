@@ -1,7 +1,7 @@
 // Command nodeagent is a kube-proxy replacement built only on proxykit's
 // public API: it watches a cluster (or manifest files, or its bundled demo
-// manifests), programs iptables, cleans conntrack, and serves kube-proxy's
-// health and metrics endpoints.
+// manifests), programs iptables or nftables, cleans conntrack, and serves
+// kube-proxy's health and metrics endpoints.
 //
 // With no flags it prints the rules it would program for the demo
 // manifests and exits:

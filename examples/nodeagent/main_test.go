@@ -368,7 +368,6 @@ func TestBadCommandLines(t *testing.T) {
 	}{
 		{[]string{"--bogus"}, exitUsage, "unknown flag: --bogus"},
 		{[]string{"--proxy-mode", "kernelspace"}, exitUsage, `--proxy-mode: Unsupported value: "kernelspace": supported values: "iptables", "nftables", "ipvs", "userspace"`},
-		{[]string{"--proxy-mode", "nftables", "--dry-run"}, exitFailure, "--proxy-mode nftables: not built yet (built: iptables, userspace)"},
 		{[]string{"--proxy-mode", "ipvs", "--once"}, exitFailure, "--proxy-mode ipvs: not built yet"},
 		{[]string{"--proxy-mode", "userspace", "--dry-run"}, exitFailure, "--proxy-mode userspace cannot --dry-run"},
 		{[]string{"--proxy-mode", "ipvs", "--feature-gates", "KubeProxyIPVS=false"}, exitUsage, `--proxy-mode: Unsupported value: "ipvs"`},

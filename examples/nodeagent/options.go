@@ -29,7 +29,7 @@ const (
 // The proxy modes kube-proxy knows, and the one this agent has built.
 var (
 	proxyModes = []string{"iptables", "nftables", "ipvs", "userspace"}
-	builtModes = []string{"iptables", "userspace"}
+	builtModes = []string{"iptables", "nftables", "userspace"}
 )
 
 // options is the parsed command line: kube-proxy's configuration (from
@@ -197,7 +197,7 @@ func newFlagSet(o *options, from *string, out io.Writer) *pflag.FlagSet {
 
 	fs = g.group("Agent (not kube-proxy's)")
 	fs.StringVar(&o.manifests, "manifests", "", "watch a file or folder of Service, EndpointSlice and Node YAML instead of a cluster")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be programmed (the iptables-restore input) and touch nothing; needs no privileges")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be programmed (the iptables-restore input, or the nft script) and touch nothing; needs no privileges")
 	fs.BoolVar(&o.once, "once", false, "sync once and exit: 0 on success, 1 with the reason on failure")
 	fs.BoolVar(&o.kubeProxyMetrics, "kube-proxy-metrics", true, "export the metrics under kube-proxy's names (kubeproxy_*) too, beside proxykit_*")
 	fs.StringVar(from, "from", "", "explain: where the packet comes from: pod (a pod on this node), node (a process on this node) or outside; default inferred from SRC")
@@ -479,9 +479,11 @@ func parseCIDRs(s string, keywords bool) ([]netip.Prefix, error) {
 func (o *options) settings() dataplane.Settings {
 	c := o.cfg
 	s := dataplane.Settings{
-		MasqueradeAll:      o.masqueradeAll,
-		NodePortAddresses:  o.nodePortAddresses,
-		NodePortPrimary:    o.nodePortPrimary,
+		MasqueradeAll:     o.masqueradeAll,
+		NodePortAddresses: o.nodePortAddresses,
+		// kube-proxy's nftables mode serves node ports on the node's
+		// primary IPs unless told otherwise.
+		NodePortPrimary:    o.nodePortPrimary || o.proxyMode == "nftables" && len(c.NodePortAddresses) == 0,
 		LocalhostNodePorts: *c.IPTables.LocalhostNodePorts,
 	}
 	switch c.DetectLocalMode {

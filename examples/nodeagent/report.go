@@ -62,10 +62,12 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 	}
 	var errs []error
 	removed := false
+	nothing := ""
 	for _, pl := range planes {
 		// Counted first: Cleanup removes whatever it finds and says
 		// nothing of it.
-		counts, countErr := ownedChains(ctx, pl.runner, pl.prefix)
+		none, counts, countErr := pl.owned(ctx)
+		nothing = none
 		if err := pl.Cleanup(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("cleanup %s (%s): %w", pl.Name(), pl.family, err))
 			continue
@@ -74,19 +76,38 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 		case countErr != nil:
 			log.Info("Removed the agent's rules", "ipFamily", pl.family, "countErr", countErr)
 			removed = true
-		case counts["filter"]+counts["nat"] > 0:
-			log.Info("Removed the agent's rules", "ipFamily", pl.family,
-				"filterChains", counts["filter"], "natChains", counts["nat"])
+		case anyCounted(counts):
+			log.Info("Removed the agent's rules", append([]any{"ipFamily", pl.family}, counts...)...)
 			removed = true
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if !removed && len(planes) > 0 {
-		log.Info("Nothing to clean up: no " + planes[0].prefix + " chains found")
+	if !removed {
+		log.Info("Nothing to clean up: " + nothing)
 	}
 	return nil
+}
+
+// anyCounted reports whether a key-value list of counts holds a non-zero
+// one.
+func anyCounted(kv []any) bool {
+	for i := 1; i < len(kv); i += 2 {
+		if n, ok := kv[i].(int); ok && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// chainsOwned describes, for --cleanup, the chains of prefix that r's
+// tables hold.
+func chainsOwned(r iptables.Runner, prefix string) func(ctx context.Context) (string, []any, error) {
+	return func(ctx context.Context) (string, []any, error) {
+		counts, err := ownedChains(ctx, r, prefix)
+		return "no " + prefix + " chains found", []any{"filterChains", counts["filter"], "natChains", counts["nat"]}, err
+	}
 }
 
 // ownedChains counts the chains of prefix in the filter and nat tables.

@@ -76,7 +76,7 @@ var kubeProxyFlags = []support{
 	{"pod-bridge-interface", supported, ""},
 	{"pod-interface-name-prefix", supported, ""},
 	{"profiling", supported, "/debug/pprof on the metrics server"},
-	{"proxy-mode", differs, "iptables, or userspace: Go forwarders behind REDIRECT rules (chains PKU-; no --dry-run, the forwarders live in the agent's process); modes not built yet fail with \"not built yet\""},
+	{"proxy-mode", differs, "iptables; nftables (tables ip proxykit and ip6 proxykit; node ports on the primary node IPs unless --nodeport-addresses says otherwise, as kube-proxy); or userspace: Go forwarders behind REDIRECT rules (chains PKU-; no --dry-run, the forwarders live in the agent's process); ipvs fails with \"not built yet\""},
 	{"show-hidden-metrics-for-version", ignored, "the agent hides no metrics"},
 	{"v", supported, ""},
 	{"version", differs, "prints the agent's version"},

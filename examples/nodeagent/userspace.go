@@ -41,7 +41,7 @@ func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Regist
 			return nil, err
 		}
 		rec := &recordedUserspace{Dataplane: d}
-		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, runner: r, prefix: userspace.DefaultRedirectChainPrefix})
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, owned: chainsOwned(r, userspace.DefaultRedirectChainPrefix)})
 	}
 	return planes, nil
 }

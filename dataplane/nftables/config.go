@@ -1,0 +1,253 @@
+package nftables
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/proxykit/proxykit/dataplane"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/knftables"
+)
+
+// DefaultTable is the name of the table the dataplane owns in its family
+// ("ip proxykit" or "ip6 proxykit"): never kube-proxy's "kube-proxy", so
+// both can run on one node.
+const DefaultTable = "proxykit"
+
+// Config configures a Dataplane. The zero value programs IPv4 through the
+// nft binary on PATH into the table "ip proxykit", with masquerade mark
+// bit 14, a full sync at least hourly and transactions of at most 100,000
+// operations.
+type Config struct {
+	// Family is the IP family programmed; "" means IPv4. States of the
+	// other family are refused.
+	Family v1.IPFamily
+	// Table is the name of the dataplane's table; "" means DefaultTable.
+	// It must not be "kube-proxy", and at most 64 characters of a-z, A-Z,
+	// 0-9, '-' and '_'.
+	Table string
+	// NFT is the dataplane's door to nftables; nil means
+	// knftables.New(Family, Table, knftables.UseNetlink) (listings through
+	// netlink, as kube-proxy 1.37 does), which needs nft 1.0.1 or later. A
+	// knftables.NewFake(family, Table) is the way to run without a
+	// kernel; it must be made for the same family and table.
+	NFT knftables.Interface
+	// MasqueradeBit is the fwmark bit that flags packets for SNAT; 0
+	// means 14, kube-proxy's default (so bit 0 cannot be chosen). At most
+	// 31.
+	MasqueradeBit int
+	// FullSyncPeriod is how long incremental syncs may follow one another
+	// before a Sync reads the table back and converges it; 0 means one
+	// hour, as kube-proxy, and a negative value never forces one.
+	FullSyncPeriod time.Duration
+	// StaleChainDelay is how long a chain nothing refers to any more is
+	// kept (flushed) before a later Sync deletes it, in a transaction of
+	// its own: kernels before 6.2 release a map element's reference to a
+	// chain only after the transaction that deleted the element. 0 means
+	// one second, as kube-proxy.
+	StaleChainDelay time.Duration
+	// MaxOperations bounds the operations of one transaction: a larger
+	// full sync (a cold start of a big cluster) is split into several
+	// transactions, ordered so that each only refers to objects the
+	// earlier ones created. 0 means 100,000; a negative value never
+	// splits. Incremental syncs are never split.
+	MaxOperations int
+	// Clock measures FullSyncPeriod and StaleChainDelay; nil means the
+	// real clock.
+	Clock clock.PassiveClock
+	// Logger receives sync summaries and skip reasons; the zero value
+	// logs nothing.
+	Logger logr.Logger
+	// OnSkip, if set, is called with a short reason for every service
+	// port, endpoint, address or setting left out as invalid.
+	OnSkip func(reason string)
+	// Registerer receives the dataplane's metrics (see the package
+	// documentation); nil registers none. The IPv4 and IPv6 Dataplanes
+	// may share one: their series differ by the ip_family label.
+	Registerer prometheus.Registerer
+	// MetricsNamespace prefixes the metric names; "" means "proxykit".
+	MetricsNamespace string
+}
+
+// Dataplane programs States into one nftables table. Its methods are safe
+// for concurrent use; syncs are serialized.
+type Dataplane struct {
+	cfg     Config
+	nft     knftables.Interface
+	ipv6    bool
+	ipX     string // "ip" or "ip6"
+	addrT   string // "ipv4_addr" or "ipv6_addr"
+	mark    string
+	log     logr.Logger
+	clock   clock.PassiveClock
+	metrics *metrics
+
+	mu sync.Mutex
+	// prog is what the table holds; nil until a full sync succeeded and
+	// after any failure.
+	prog *programmed
+	// st is the fixed part of the table as programmed with prog.
+	st *static
+	// last is the State last programmed, lastGen its generation.
+	last     *dataplane.State
+	lastGen  uint64
+	lastFull time.Time
+	// recreated is set once a full sync re-created the base chains, so
+	// that a table left by another version converges.
+	recreated bool
+	// stale holds flushed chains nothing refers to, and when they became
+	// so; a later Sync deletes them.
+	stale map[string]time.Time
+	stats SyncStats
+}
+
+var (
+	_ dataplane.Dataplane    = (*Dataplane)(nil)
+	_ dataplane.SyncReporter = (*Dataplane)(nil)
+	_ dataplane.Reconciler   = (*Dataplane)(nil)
+)
+
+// New checks cfg and returns a Dataplane. Unless cfg.NFT is set it probes
+// the nft binary; the error then says what is missing.
+func New(cfg Config) (*Dataplane, error) {
+	if cfg.Family == "" {
+		cfg.Family = v1.IPv4Protocol
+	}
+	if cfg.Family != v1.IPv4Protocol && cfg.Family != v1.IPv6Protocol {
+		return nil, fmt.Errorf("nftables: unknown IP family %q", cfg.Family)
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if err := checkTableName(cfg.Table); err != nil {
+		return nil, err
+	}
+	if cfg.MasqueradeBit == 0 {
+		cfg.MasqueradeBit = 14
+	}
+	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
+		return nil, fmt.Errorf("nftables: masquerade bit %d out of range [0, 31]", cfg.MasqueradeBit)
+	}
+	if cfg.FullSyncPeriod == 0 {
+		cfg.FullSyncPeriod = time.Hour
+	}
+	if cfg.StaleChainDelay == 0 {
+		cfg.StaleChainDelay = time.Second
+	}
+	if cfg.MaxOperations == 0 {
+		cfg.MaxOperations = 100_000
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.MetricsNamespace == "" {
+		cfg.MetricsNamespace = "proxykit"
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dataplane{
+		cfg:     cfg,
+		nft:     cfg.NFT,
+		ipv6:    cfg.Family == v1.IPv6Protocol,
+		ipX:     "ip",
+		addrT:   "ipv4_addr",
+		mark:    fmt.Sprintf("0x%x", uint32(1)<<cfg.MasqueradeBit),
+		log:     cfg.Logger.WithValues("dataplane", "nftables", "ipFamily", cfg.Family),
+		clock:   cfg.Clock,
+		metrics: m,
+		stale:   map[string]time.Time{},
+	}
+	if d.ipv6 {
+		d.ipX, d.addrT = "ip6", "ipv6_addr"
+	}
+	if d.nft == nil {
+		family := knftables.IPv4Family
+		if d.ipv6 {
+			family = knftables.IPv6Family
+		}
+		nft, err := knftables.New(family, cfg.Table, knftables.UseNetlink)
+		if err != nil {
+			return nil, &UnsupportedError{Err: err}
+		}
+		d.nft = nft
+	}
+	return d, nil
+}
+
+func checkTableName(name string) error {
+	if name == "kube-proxy" {
+		return fmt.Errorf("nftables: table %q belongs to kube-proxy", name)
+	}
+	ok := len(name) <= 64 && strings.IndexFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	}) < 0
+	if !ok {
+		return fmt.Errorf("nftables: table name %q: want at most 64 characters of a-z, A-Z, 0-9, '-' and '_'", name)
+	}
+	return nil
+}
+
+// UnsupportedError is returned by New when this host cannot run the
+// dataplane: no nft binary, one older than 1.0.1, or a kernel without
+// nftables.
+type UnsupportedError struct {
+	Err error
+}
+
+func (e *UnsupportedError) Error() string {
+	return "nftables: this host cannot run the nftables dataplane (it needs the nft binary 1.0.1 or later and a kernel with nf_tables): " + e.Err.Error()
+}
+
+func (e *UnsupportedError) Unwrap() error { return e.Err }
+
+// Name implements dataplane.Dataplane.
+func (d *Dataplane) Name() string { return "nftables" }
+
+// SyncStats describes the last successful Sync.
+type SyncStats struct {
+	dataplane.SyncReport
+	// Operations is the number of operations of its transactions.
+	Operations int
+	// Transactions is how many transactions they were split into.
+	Transactions int
+}
+
+// Stats returns the statistics of the last successful Sync.
+func (d *Dataplane) Stats() SyncStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+// LastSync implements dataplane.SyncReporter.
+func (d *Dataplane) LastSync() dataplane.SyncReport { return d.Stats().SyncReport }
+
+func (d *Dataplane) skip(reason string, kv ...any) {
+	d.log.V(1).Info("Skipping invalid input", append([]any{"reason", reason}, kv...)...)
+	d.metrics.skipped.Inc()
+	if d.cfg.OnSkip != nil {
+		d.cfg.OnSkip(reason)
+	}
+}
+
+// checkState refuses States the dataplane cannot program at all.
+func (d *Dataplane) checkState(s *dataplane.State) error {
+	if s == nil {
+		return fmt.Errorf("nftables: nil State")
+	}
+	fam := s.Family
+	if fam == "" {
+		fam = v1.IPv4Protocol
+	}
+	if fam != d.cfg.Family {
+		return fmt.Errorf("nftables: State is %s, dataplane programs %s", fam, d.cfg.Family)
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/knftables"
+)
+
+// kernelTable is what a listing of the table showed.
+type kernelTable struct {
+	exists bool
+	// chains maps every chain to its rule count and first rule's comment.
+	chains map[string]chainSummary
+	sets   map[string]bool
+	maps   map[string]bool
+	// elems holds the elements of the fixed sets and maps, by set, key to
+	// value.
+	elems map[string]map[string]string
+}
+
+type chainSummary struct {
+	rules   int
+	comment string
+}
+
+// readBack lists the table: names, the rule count and first comment of
+// every chain, and the elements of the fixed sets and maps. A table that
+// does not exist is empty.
+func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
+	k := &kernelTable{chains: map[string]chainSummary{}, sets: map[string]bool{}, maps: map[string]bool{}, elems: map[string]map[string]string{}}
+	all, err := d.nft.ListAll(ctx)
+	if notFound(err) {
+		return k, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list table %s: %w", d.cfg.Table, err)
+	}
+	k.exists = true
+	for _, c := range all["chain"] {
+		k.chains[c] = chainSummary{}
+	}
+	for _, s := range all["set"] {
+		k.sets[s] = true
+	}
+	for _, m := range all["map"] {
+		k.maps[m] = true
+	}
+	rules, err := d.nft.ListRules(ctx, "")
+	if err != nil && !notFound(err) {
+		return nil, fmt.Errorf("list the rules of table %s: %w", d.cfg.Table, err)
+	}
+	for _, r := range rules {
+		c := k.chains[r.Chain]
+		if c.rules == 0 && r.Comment != nil {
+			c.comment = *r.Comment
+		}
+		c.rules++
+		k.chains[r.Chain] = c
+	}
+	for _, sd := range d.sets() {
+		typ := "set"
+		if sd.isMap {
+			typ = "map"
+			if !k.maps[sd.name] {
+				continue
+			}
+		} else if !k.sets[sd.name] {
+			continue
+		}
+		elems, err := d.nft.ListElements(ctx, typ, sd.name)
+		if err != nil {
+			return nil, fmt.Errorf("list %s %s of table %s: %w", typ, sd.name, d.cfg.Table, err)
+		}
+		m := make(map[string]string, len(elems))
+		for _, e := range elems {
+			m[strings.Join(e.Key, " . ")] = strings.Join(e.Value, " . ")
+		}
+		k.elems[sd.name] = m
+	}
+	return k, nil
+}
+
+// notFound reports whether err says the table (or an object in it) does
+// not exist, as nft or netlink say it; the netlink listing reports the
+// errno only in its message.
+func notFound(err error) bool {
+	return err != nil && (knftables.IsNotFound(err) || errors.Is(err, syscall.ENOENT) ||
+		strings.HasSuffix(err.Error(), ": "+syscall.ENOENT.Error()))
+}
+
+// syncFull renders every service, reads the table back and converges it.
+func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static) error {
+	prog := d.renderAll(s, st)
+	k, err := d.readBack(ctx)
+	if err != nil {
+		// Without a listing, start from an empty table: this forgets
+		// affinities, but converges.
+		d.log.Error(err, "Reading the table back failed; rewriting it from scratch")
+		k = &kernelTable{}
+	}
+	p := d.fullPlan(prog, st, k, !d.recreated)
+	if !k.exists && err != nil {
+		p.ops = append([]op{{verbAdd, &knftables.Table{}}, {verbDelete, &knftables.Table{}}}, p.ops...)
+	}
+	max := d.cfg.MaxOperations
+	txs, bytes, err := d.run(ctx, p, max)
+	if err != nil {
+		return err
+	}
+	d.prog, d.st, d.recreated, d.lastFull = prog, st, true, d.clock.Now()
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
+	return nil
+}
+
+// renderAll renders every service of s.
+func (d *Dataplane) renderAll(s *dataplane.State, st *static) *programmed {
+	prog := newProgrammed(s.Services.Len())
+	prog.static = st.sig
+	r := d.newRenderer(s)
+	for nn, ports := range s.Services.Services() {
+		if rd := r.service(ports); rd != nil {
+			prog.setService(nn, rd)
+		}
+	}
+	return prog
+}
+
+// fullPlan is the operations that turn table k into prog: the fixed part
+// rewritten, and of the rest only what differs. Stale chains are flushed
+// and left for a later sync to delete.
+func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recreate bool) *plan {
+	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+2*prog.chains+prog.rules)}
+	d.writeStatic(p, st, recreate)
+	d.diffPlan(p, prog, k, nil)
+	return p
+}
+
+// diffPlan adds to p the operations that make the per-service objects of
+// table k those of prog, describing each in drift when it is not nil.
+func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[]string) {
+	note := func(format string, args ...any) {
+		if drift != nil {
+			*drift = append(*drift, fmt.Sprintf(format, args...))
+		}
+	}
+
+	names := make([]types.NamespacedName, 0, len(prog.services))
+	for nn := range prog.services {
+		names = append(names, nn)
+	}
+	slices.SortFunc(names, compareNames)
+	want := map[string]bool{}
+	var chainOps []op
+	for _, nn := range names {
+		r := prog.services[nn]
+		for _, s := range r.sets {
+			if !want[s.name] && !k.sets[s.name] {
+				p.ops = append(p.ops, op{verbAdd, d.affinitySetObj(s)})
+				note("set %s: missing", s.name)
+			}
+			want[s.name] = true
+		}
+		for _, c := range r.chains {
+			want[c.name] = true
+			have, exists := k.chains[c.name]
+			if exists && have.rules == len(c.rules) && (len(c.rules) == 0 || have.comment == c.sig) {
+				continue
+			}
+			if exists && have.rules > 0 {
+				chainOps = append(chainOps, op{verbFlush, &knftables.Chain{Name: c.name}})
+				note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
+			} else {
+				chainOps = append(chainOps, op{verbAdd, &knftables.Chain{Name: c.name}})
+				if !exists {
+					note("chain %s: missing", c.name)
+				} else {
+					note("chain %s: empty, want %d rules", c.name, len(c.rules))
+				}
+			}
+			delete(d.stale, c.name)
+			chainOps = appendRules(chainOps, c)
+		}
+	}
+	p.ops = append(p.ops, chainOps...)
+
+	// Elements: deletions first, as nft refuses to add an existing map key.
+	keys := make([]elemKey, 0, len(prog.winners))
+	for k := range prog.winners {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareElemKeys)
+	for _, sd := range d.sets() {
+		have := k.elems[sd.name]
+		for _, key := range sortedKeys(have) {
+			ek := elemKey{sd.name, key}
+			if c, ok := prog.winner(ek); !ok || c.value != have[key] {
+				p.ops = append(p.ops, op{verbDelete, element(ek, claim{value: have[key]})})
+				if !ok {
+					note("%s: unexpected element %s", sd.name, key)
+				} else {
+					note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
+				}
+			}
+		}
+	}
+	for _, ek := range keys {
+		c := prog.winners[ek]
+		if v, ok := k.elems[ek.set][ek.key]; !ok || v != c.value {
+			p.ops = append(p.ops, op{verbAdd, element(ek, c)})
+			if !ok {
+				note("%s: element %s missing", ek.set, ek.key)
+			}
+		}
+	}
+
+	// Stale chains someone else removed need no deleting.
+	for name := range d.stale {
+		if _, ok := k.chains[name]; !ok {
+			delete(d.stale, name)
+		}
+	}
+	now := d.clock.Now()
+	for _, name := range sortedKeys(k.chains) {
+		if !isServiceChain(name) || want[name] {
+			continue
+		}
+		if k.chains[name].rules > 0 {
+			p.flush(&knftables.Chain{Name: name})
+			note("chain %s: unexpected", name)
+		}
+		if _, ok := d.stale[name]; !ok {
+			d.stale[name] = now
+		}
+	}
+	for _, name := range sortedKeys(k.sets) {
+		if strings.HasPrefix(name, prefixAffinity) && !want[name] {
+			p.delete(&knftables.Set{Name: name})
+			note("set %s: unexpected", name)
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Render returns the nft -f script that the first full sync of s into an
+// empty table would run: deterministic, byte-identical for equal States.
+// It needs no privileges and changes nothing.
+func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
+	if err := d.checkState(s); err != nil {
+		return nil, err
+	}
+	st := d.static(s)
+	p := d.fullPlan(d.renderAll(s, st), st, &kernelTable{}, false)
+	return []byte(transaction(d.nft, p.ops).String()), nil
+}
+
+// Cleanup implements dataplane.Dataplane: it deletes the dataplane's table
+// (only its own), and succeeds when there is none.
+func (d *Dataplane) Cleanup(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.prog, d.stale = nil, map[string]time.Time{}
+	tx := d.nft.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	if err := d.nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("nftables: delete table %s %s: %w", d.ipX, d.cfg.Table, err)
+	}
+	d.metrics.elements.Set(0)
+	d.metrics.chains.Set(0)
+	d.metrics.rules.Set(0)
+	return nil
+}

@@ -1,0 +1,208 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/netns"
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
+)
+
+// inNamespace runs fn in a new network namespace.
+func inNamespace(t *testing.T, fn func() error) *netns.NS {
+	t.Helper()
+	netns.Require(t, "nft")
+	ns := netns.New(t, "nft")
+	if err := ns.Do(fn); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// rejectingNFT runs every transaction through the real nft with one more
+// line that nft rejects, while fail is set.
+type rejectingNFT struct {
+	knftables.Interface
+	fail bool
+}
+
+func (r *rejectingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if !r.fail {
+		return r.Interface.Run(ctx, tx)
+	}
+	bad := r.Interface.NewTransaction()
+	bad.Add(&knftables.Rule{Chain: "no-such-chain", Rule: "accept"})
+	// Not one transaction: the real one is checked, then a failing one
+	// stands for the kernel refusing it.
+	if err := r.Interface.Check(ctx, tx); err != nil {
+		return err
+	}
+	return r.Interface.Run(ctx, bad)
+}
+
+// TestKernelSyncs runs the changes of TestSyncOperations through a real
+// nft: the same operation counts, and after each sync a Reconcile (which
+// reads the table back through nft's JSON) finds nothing to repair.
+// Then a new Dataplane on the same table (a restart) converges with
+// the fixed part only, and a rejected transaction leaves the table
+// intact, is counted, and is followed by a full sync that converges.
+func TestKernelSyncs(t *testing.T) {
+	var d *Dataplane
+	var nft *rejectingNFT
+	b := newBuilder()
+	for n := range 20 {
+		b.UpdateService(nil, clusterIPService(n))
+		b.UpdateEndpointSlice(nil, slice(n, 3, 1))
+	}
+	var s *dataplane.State
+	ctx := t.Context()
+	ns := inNamespace(t, func() error {
+		real, err := knftables.New(knftables.IPv4Family, DefaultTable)
+		if err != nil {
+			return err
+		}
+		nft = &rejectingNFT{Interface: real}
+		if d, err = New(Config{NFT: nft, StaleChainDelay: time.Millisecond}); err != nil {
+			return err
+		}
+		s = b.Build().States[0]
+		return d.Sync(ctx, s)
+	})
+	do := func(what string, fn func() error) {
+		t.Helper()
+		if err := ns.Do(fn); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	clean := func(what string) {
+		t.Helper()
+		do(what, func() error {
+			drift, err := d.Reconcile(ctx)
+			if err == nil && !drift.Empty() {
+				err = errors.New("drift: " + drift.String())
+			}
+			return err
+		})
+	}
+	clean("first sync")
+
+	svc20 := clusterIPService(20)
+	steps := []struct {
+		name   string
+		change func()
+		ops    int
+	}{
+		{"idle resync", func() {}, 0},
+		{"new service", func() { b.UpdateService(nil, svc20); b.UpdateEndpointSlice(nil, slice(20, 0, 1)) }, 5},
+		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 2},
+		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 0, 0)) }, 4},
+		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 1)) }, 5},
+		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 4},
+	}
+	for _, step := range steps {
+		step.change()
+		s = b.Build().States[0]
+		do(step.name, func() error { return d.Sync(ctx, s) })
+		if st := d.Stats(); st.Full || st.Operations != step.ops {
+			t.Errorf("%s: full %v, %d operations, want a partial sync of %d", step.name, st.Full, st.Operations, step.ops)
+		}
+		clean(step.name)
+		time.Sleep(2 * time.Millisecond) // let stale chains go
+	}
+
+	// A restart: a new Dataplane finds everything in place.
+	var restarted *Dataplane
+	do("restart", func() error {
+		var err error
+		if restarted, err = New(Config{NFT: nft.Interface}); err != nil {
+			return err
+		}
+		return restarted.Sync(ctx, s)
+	})
+	var static plan
+	restarted.writeStatic(&static, restarted.static(s), true)
+	if got, want := restarted.Stats().Operations, len(static.ops); got != want {
+		t.Errorf("first sync after a restart: %d operations, want the %d of the fixed part", got, want)
+	}
+
+	// A rejected transaction.
+	listing := func() string {
+		out, err := ns.Run("nft", "list", "table", "ip", DefaultTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// The old Dataplane deletes the chains it left stale.
+	do("idle sync", func() error { return d.Sync(ctx, s) })
+	before := listing()
+	b.UpdateEndpointSlice(slice(5, 3, 1), slice(5, 1, 1))
+	s = b.Build().States[0]
+	nft.fail = true
+	err := ns.Do(func() error { return d.Sync(ctx, s) })
+	if err == nil || !strings.Contains(err.Error(), "no-such-chain") {
+		t.Fatalf("Sync through a rejecting nft: %v, want its error", err)
+	}
+	if after := listing(); after != before {
+		t.Errorf("a rejected transaction changed the table:\n%s\nwant\n%s", after, before)
+	}
+	if n := testutil.ToFloat64(d.metrics.partialFailures); n != 1 {
+		t.Errorf("partial sync failures = %v, want 1", n)
+	}
+	nft.fail = false
+	do("sync after the failure", func() error { return d.Sync(ctx, s) })
+	if !d.Stats().Full {
+		t.Errorf("the sync after a failure was not full: %+v", d.Stats())
+	}
+	clean("sync after the failure")
+
+	do("cleanup", func() error { return d.Cleanup(ctx) })
+	if out, err := ns.Run("nft", "list", "tables"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("tables after Cleanup: %q, %v", out, err)
+	}
+}
+
+// TestKernelAffinityTimeoutChange: through a real nft, a new affinity
+// timeout replaces the sets (deleted in the transaction that rewrote the
+// rules referring to them) and a Reconcile finds nothing to repair.
+func TestKernelAffinityTimeoutChange(t *testing.T) {
+	sticky := func(secs int32) *v1.Service {
+		s := clusterIPService(1)
+		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &secs}}
+		return s
+	}
+	b := newBuilder()
+	b.UpdateService(nil, sticky(60))
+	b.UpdateEndpointSlice(nil, slice(1, 2, 0))
+	ctx := t.Context()
+	var d *Dataplane
+	ns := inNamespace(t, func() (err error) {
+		if d, err = New(Config{}); err != nil {
+			return err
+		}
+		return d.Sync(ctx, b.Build().States[0])
+	})
+	b.UpdateService(sticky(60), sticky(120))
+	if err := ns.Do(func() error {
+		if err := d.Sync(ctx, b.Build().States[0]); err != nil {
+			return err
+		}
+		drift, err := d.Reconcile(ctx)
+		if err == nil && !drift.Empty() {
+			err = errors.New("drift: " + drift.String())
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sets := ns.MustRun("nft", "list", "sets", "ip"); !strings.Contains(sets, "timeout 2m") || strings.Contains(sets, "timeout 1m") {
+		t.Errorf("affinity sets after the change:\n%s", sets)
+	}
+}

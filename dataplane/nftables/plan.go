@@ -1,0 +1,80 @@
+package nftables
+
+import (
+	"context"
+
+	"sigs.k8s.io/knftables"
+)
+
+type verb uint8
+
+const (
+	verbAdd verb = iota
+	verbFlush
+	verbDelete
+)
+
+type op struct {
+	verb verb
+	obj  knftables.Object
+}
+
+// plan is the operations of one sync, in an order where each refers only to
+// objects created before it, so that it can be cut into several
+// transactions.
+type plan struct {
+	ops []op
+}
+
+func (p *plan) add(o knftables.Object)    { p.ops = append(p.ops, op{verbAdd, o}) }
+func (p *plan) flush(o knftables.Object)  { p.ops = append(p.ops, op{verbFlush, o}) }
+func (p *plan) delete(o knftables.Object) { p.ops = append(p.ops, op{verbDelete, o}) }
+
+// transaction returns ops as one transaction of nft.
+func transaction(nft knftables.Interface, ops []op) *knftables.Transaction {
+	tx := nft.NewTransaction()
+	for _, o := range ops {
+		switch o.verb {
+		case verbAdd:
+			tx.Add(o.obj)
+		case verbFlush:
+			tx.Flush(o.obj)
+		case verbDelete:
+			tx.Delete(o.obj)
+		}
+	}
+	return tx
+}
+
+// run runs the plan as transactions of at most max operations (max <= 0:
+// one), returning how many ran and the bytes of their nft input.
+func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, err error) {
+	if len(p.ops) == 0 {
+		return 0, 0, nil
+	}
+	if max <= 0 {
+		max = len(p.ops)
+	}
+	for start := 0; start < len(p.ops); start += max {
+		tx := transaction(d.nft, p.ops[start:min(start+max, len(p.ops))])
+		if err := d.nft.Run(ctx, tx); err != nil {
+			return txs, bytes, &TransactionError{Operations: tx.NumOperations(), Err: err}
+		}
+		txs++
+		bytes += len(tx.String())
+	}
+	return txs, bytes, nil
+}
+
+// TransactionError is a transaction nftables rejected: nothing of it was
+// applied.
+type TransactionError struct {
+	Operations int
+	Err        error
+}
+
+func (e *TransactionError) Error() string {
+	return "nftables: transaction of " + itoa(e.Operations) + " operations failed: " + e.Err.Error()
+}
+
+func (e *TransactionError) Unwrap() error { return e.Err }

@@ -1,0 +1,75 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/proxykit/proxykit/dataplane"
+)
+
+// Reconcile implements dataplane.Reconciler: it reads the table back and
+// repairs, in one transaction, what differs from the last successful
+// Sync. The fixed part (base and fixed chains, sets and maps) is compared
+// by rule counts, and rewritten whole when any of it differs; the
+// per-service chains by rule count and the signature comment of their
+// first rule; elements exactly. An untouched table costs the listing and
+// no transaction.
+func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prog == nil {
+		return dataplane.Drift{}, nil
+	}
+	k, err := d.readBack(ctx)
+	if err != nil {
+		d.prog, d.stale = nil, map[string]time.Time{}
+		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
+	}
+	var drift []string
+	p := &plan{}
+	if why := d.staticDrift(k); len(why) > 0 {
+		drift = append(drift, why...)
+		d.writeStatic(p, d.st, false)
+	}
+	d.diffPlan(p, d.prog, k, &drift)
+	if len(p.ops) == 0 {
+		return dataplane.Drift{}, nil
+	}
+	if _, _, err := d.run(ctx, p, d.cfg.MaxOperations); err != nil {
+		d.metrics.fullFailures.Inc()
+		d.prog, d.stale = nil, map[string]time.Time{}
+		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
+	}
+	slices.Sort(drift)
+	return dataplane.Drift{Repaired: drift}, nil
+}
+
+// staticDrift describes how the fixed part of table k differs from d.st.
+func (d *Dataplane) staticDrift(k *kernelTable) []string {
+	var why []string
+	if !k.exists {
+		return []string{"table " + d.ipX + " " + d.cfg.Table + ": missing"}
+	}
+	for _, c := range append(baseChainNames(), staticChains[:]...) {
+		have, ok := k.chains[c]
+		switch want := len(d.st.rules[c]); {
+		case !ok:
+			why = append(why, "chain "+c+": missing")
+		case have.rules != want:
+			why = append(why, fmt.Sprintf("chain %s: %d rules, want %d", c, have.rules, want))
+		}
+	}
+	for _, sd := range d.sets() {
+		if sd.isMap && !k.maps[sd.name] || !sd.isMap && !k.sets[sd.name] {
+			why = append(why, sd.name+": missing")
+		}
+	}
+	if d.st.nodePortIPs != nil {
+		if !k.sets[setNodePortIPs] {
+			why = append(why, setNodePortIPs+": missing")
+		}
+	}
+	return why
+}

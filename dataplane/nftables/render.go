@@ -1,0 +1,325 @@
+package nftables
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/servicemodel"
+)
+
+// elemKey names one element: the set or map it is in and its key, the
+// parts joined by " . " as nft prints them.
+type elemKey struct {
+	set, key string
+}
+
+// claim is a service port's wish for an element; value is "" in a set.
+// When several ports claim one key, the first by order gets it. comment
+// names the port on the elements of the no-endpoint maps, whose verdicts
+// name no chain.
+type claim struct {
+	order, value, comment string
+}
+
+// elemClaim is one element a service port asks for.
+type elemClaim struct {
+	elemKey
+	claim
+}
+
+// chainDef is a per-service chain and its rules. sig identifies the rules;
+// it is the first rule's comment, so a full sync can tell from a listing
+// (which shows comments but not rules) that a chain is already right.
+type chainDef struct {
+	name  string
+	rules []string
+	sig   string
+}
+
+// affinitySet is an endpoint's set of pinned clients.
+type affinitySet struct {
+	name    string
+	timeout int64
+}
+
+// rendering is everything one Service (all its ports) puts in the table.
+type rendering struct {
+	elems  []elemClaim
+	chains []chainDef
+	sets   []affinitySet
+}
+
+// verdicts of the no-endpoint maps.
+const (
+	verdictReject = "goto " + chainRejectChain
+	verdictDrop   = "drop"
+)
+
+// renderer renders the service ports of one State.
+type renderer struct {
+	d *Dataplane
+	s *dataplane.State
+	// ifLocal matches local pod traffic, "" without a detector.
+	ifLocal string
+	b       strings.Builder
+	// num is scratch space for formatting.
+	num []byte
+}
+
+func (d *Dataplane) newRenderer(s *dataplane.State) *renderer {
+	return &renderer{d: d, s: s, ifLocal: d.localMatch(s, false)}
+}
+
+// service renders the ports of one Service; nil when it has none to
+// program.
+func (r *renderer) service(ports []*servicemodel.ServicePort) *rendering {
+	out := rendering{elems: make([]elemClaim, 0, 3*len(ports))}
+	for _, sp := range ports {
+		p, why := checkPort(sp, r.d.ipv6, func(reason string) { r.d.skip(reason, "servicePort", sp.Name.String()) })
+		if why != "" {
+			name := "<nil>"
+			if sp != nil {
+				name = sp.Name.String()
+			}
+			r.d.skip(why, "servicePort", name)
+			continue
+		}
+		r.port(&out, p)
+	}
+	if len(out.elems) == 0 && len(out.chains) == 0 {
+		return nil
+	}
+	return &out
+}
+
+func (r *renderer) usable(eps []*endpoints.Endpoint, sp *servicemodel.ServicePort) []*endpoints.Endpoint {
+	if !slices.ContainsFunc(eps, func(e *endpoints.Endpoint) bool { return !usableEndpoint(e, r.d.ipv6) }) {
+		return eps
+	}
+	out := eps[:0:0]
+	for _, e := range eps {
+		if usableEndpoint(e, r.d.ipv6) {
+			out = append(out, e)
+		} else {
+			r.d.skip("endpoint invalid or of another family", "servicePort", sp.Name.String())
+		}
+	}
+	return out
+}
+
+func (r *renderer) port(out *rendering, p *port) {
+	sp := p.sp
+	sel := r.s.Select(sp)
+	pol := sp.Policy()
+	cluster, local := r.usable(sel.Cluster, sp), r.usable(sel.Local, sp)
+	hasEndpoints := sel.HasAny
+
+	base := portBase(p)
+	hashed := hashedName(base)
+	svcChain, localChain := prefixService+hashed, prefixLocal+hashed
+	extChain, fwChain := prefixExternal+hashed, prefixFirewall+hashed
+	if len(cluster) > 0 {
+		r.dnatChain(out, p, base, svcChain, cluster)
+	} else {
+		svcChain = ""
+	}
+	if len(local) > 0 {
+		r.dnatChain(out, p, base, localChain, local)
+	} else {
+		localChain = ""
+	}
+	// As dataplane.Lookup: the port has endpoints for internal and external
+	// traffic unless its policy is Local and none is on this node.
+	hasInternal := hasEndpoints && (!pol.InternalLocal || len(local) > 0)
+	hasExternal := hasEndpoints && (!pol.ExternalLocal || len(local) > 0)
+	internal := svcChain
+	if pol.InternalLocal {
+		internal = localChain
+	}
+	// The external chain exists whenever some external traffic can reach
+	// an endpoint.
+	useExternal := p.externallyAccessible() && hasEndpoints && (svcChain != "" || pol.ExternalLocal && localChain != "")
+	noEndpoint := verdictReject
+	if hasEndpoints {
+		noEndpoint = verdictDrop
+	}
+
+	add := func(set, key, value string) {
+		c := claim{order: p.order, value: value}
+		if set == mapNoEndpointServices || set == mapNoEndpointNodePort {
+			c.comment = base
+		}
+		out.elems = append(out.elems, elemClaim{elemKey{set, key}, c})
+	}
+	dport := " . " + p.proto + " . " + strconv.Itoa(int(sp.Port))
+	cip := sp.ClusterIP.String()
+	add(setClusterIPs, cip, "")
+	switch {
+	case !hasInternal:
+		add(mapNoEndpointServices, cip+dport, noEndpoint)
+	case internal != "":
+		add(mapServiceIPs, cip+dport, "goto "+internal)
+	}
+
+	if useExternal {
+		r.externalChain(out, extChain, svcChain, localChain, pol.ExternalLocal)
+	}
+	externalDest := func(ip netip.Addr) {
+		key := ip.String() + dport
+		if useExternal {
+			add(mapServiceIPs, key, "goto "+extChain)
+		}
+		if !hasExternal {
+			add(mapNoEndpointServices, key, noEndpoint)
+		}
+	}
+	for _, ip := range p.externalIPs {
+		externalDest(ip)
+	}
+	for _, ip := range p.lbVIPs {
+		externalDest(ip)
+	}
+	if len(p.lbVIPs) > 0 && len(p.sourceRanges) > 0 {
+		r.firewallChain(out, fwChain, p)
+		for _, ip := range p.lbVIPs {
+			add(mapFirewallIPs, ip.String()+dport, "goto "+fwChain)
+		}
+	}
+	if sp.NodePort != 0 {
+		key := p.proto + " . " + strconv.Itoa(int(sp.NodePort))
+		if useExternal {
+			add(mapServiceNodePorts, key, "goto "+extChain)
+		}
+		if !hasExternal {
+			add(mapNoEndpointNodePort, key, noEndpoint)
+		}
+	}
+	// Hairpin masquerading through one set of local endpoints, instead of
+	// a rule per endpoint.
+	for _, eps := range [][]*endpoints.Endpoint{cluster, local} {
+		for _, e := range eps {
+			if e.Local {
+				ip := e.Addr.Addr().String()
+				add(setHairpin, ip+" . "+ip+" . "+p.proto+" . "+strconv.Itoa(int(e.Addr.Port())), "")
+			}
+		}
+	}
+}
+
+// externalChain is where external destinations go: masquerade and the
+// cluster endpoints, or for externalTrafficPolicy Local, pod and node
+// traffic short-circuited to the cluster endpoints and the rest to the
+// local ones.
+func (r *renderer) externalChain(out *rendering, name, svcChain, localChain string, etpLocal bool) {
+	masq := "mark set mark or " + r.d.mark
+	var rules []string
+	if !etpLocal {
+		rules = append(rules, masq, "goto "+svcChain)
+	} else {
+		if svcChain != "" {
+			if r.ifLocal != "" {
+				rules = append(rules, r.ifLocal+" goto "+svcChain)
+			}
+			rules = append(rules, "fib saddr type local "+masq, "fib saddr type local goto "+svcChain)
+		}
+		if localChain != "" {
+			rules = append(rules, "goto "+localChain)
+		}
+	}
+	out.chains = append(out.chains, newChain(name, rules))
+}
+
+// firewallChain drops sources outside the port's ranges. A node that owns
+// a VIP reaches it from the VIP, so the VIPs are allowed too when a range
+// holds one of the node's IPs.
+func (r *renderer) firewallChain(out *rendering, name string, p *port) {
+	b := &r.b
+	b.Reset()
+	b.WriteString(r.d.ipX + " saddr != { ")
+	for i, c := range p.sourceRanges {
+		if i > 0 {
+			b.WriteString(" , ")
+		}
+		b.WriteString(c.String())
+	}
+	if slices.ContainsFunc(r.s.Node.IPs, func(ip netip.Addr) bool {
+		return slices.ContainsFunc(p.sourceRanges, func(c netip.Prefix) bool { return c.Contains(ip) })
+	}) {
+		for _, ip := range p.lbVIPs {
+			b.WriteString(" , " + ip.String())
+		}
+	}
+	b.WriteString(" } drop")
+	out.chains = append(out.chains, newChain(name, []string{b.String()}))
+}
+
+// dnatChain sends connections to one of eps, chosen by numgen; with
+// ClientIP affinity through a chain per endpoint that remembers the
+// client.
+func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*endpoints.Endpoint) {
+	b := &r.b
+	b.Reset()
+	if p.affinitySeconds == 0 {
+		b.WriteString("meta l4proto " + p.proto + " dnat ")
+		if len(eps) == 1 {
+			b.WriteString("to " + eps[0].Addr.String())
+		} else {
+			b.WriteString(r.d.ipX + " addr . port to numgen random mod " + strconv.Itoa(len(eps)) + " map { ")
+			for i, e := range eps {
+				if i > 0 {
+					b.WriteString(" , ")
+				}
+				r.num = strconv.AppendInt(r.num[:0], int64(i), 10)
+				r.num = append(r.num, " : "...)
+				r.num = e.Addr.Addr().AppendTo(r.num)
+				r.num = append(r.num, " . "...)
+				r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
+				b.Write(r.num)
+			}
+			b.WriteString(" }")
+		}
+		out.chains = append(out.chains, newChain(name, []string{b.String()}))
+		return
+	}
+	rules := make([]string, 0, len(eps)+1)
+	b.WriteString("numgen random mod " + strconv.Itoa(len(eps)) + " vmap { ")
+	for i, e := range eps {
+		epBase := endpointBase(base, e.Addr)
+		// The set's name holds its timeout: nft cannot change the timeout
+		// of a set, so a new one replaces it.
+		chain := prefixEndpoint + hashedName(epBase)
+		set := prefixAffinity + hashedName(epBase+"/"+strconv.FormatInt(p.affinitySeconds, 10)+"s")
+		rules = append(rules, r.d.ipX+" saddr @"+set+" goto "+chain)
+		if i > 0 {
+			b.WriteString(" , ")
+		}
+		b.WriteString(strconv.Itoa(i) + " : goto " + chain)
+		if !slices.ContainsFunc(out.sets, func(a affinitySet) bool { return a.name == set }) {
+			out.sets = append(out.sets, affinitySet{set, p.affinitySeconds})
+			out.chains = append(out.chains, newChain(chain, []string{
+				"update @" + set + " { " + r.d.ipX + " saddr }",
+				"meta l4proto " + p.proto + " dnat to " + e.Addr.String(),
+			}))
+		}
+	}
+	b.WriteString(" }")
+	out.chains = append(out.chains, newChain(name, append(rules, b.String())))
+}
+
+// newChain returns the chain with its signature, an FNV-1a hash of the
+// rules.
+func newChain(name string, rules []string) chainDef {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for _, r := range rules {
+		for i := 0; i < len(r); i++ {
+			h = (h ^ uint64(r[i])) * prime
+		}
+		h *= prime // the separator, a zero byte
+	}
+	return chainDef{name: name, rules: rules, sig: "pk:" + strconv.FormatUint(h, 36)}
+}

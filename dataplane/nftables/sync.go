@@ -1,0 +1,297 @@
+package nftables
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/knftables"
+)
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// Sync implements dataplane.Dataplane. It first deletes, in a transaction
+// of their own, chains that went stale at least StaleChainDelay ago. Then
+// it programs s: when it knows the table (the last sync succeeded, the
+// fixed rules are unchanged, State.ChangedSince can tell and the full sync
+// period has not run out) with one transaction of the differences of the
+// changed services only; otherwise it reads the table back and converges
+// it with the operations that differ (see the package documentation).
+func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
+	if err := d.checkState(s); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.deleteStale(ctx)
+
+	st := d.static(s)
+	changed, ok := s.ChangedSince(d.lastGen)
+	if s == d.last || s.Generation != 0 && s.Generation == d.lastGen {
+		// The State programmed last: nothing changed.
+		changed, ok = nil, true
+	}
+	full := d.prog == nil || !ok || d.prog.static != st.sig ||
+		d.cfg.FullSyncPeriod > 0 && d.clock.Since(d.lastFull) >= d.cfg.FullSyncPeriod
+	var err error
+	if full {
+		err = d.syncFull(ctx, s, st)
+	} else {
+		err = d.syncPartial(ctx, s, changed)
+	}
+	if err != nil {
+		if full {
+			d.metrics.fullFailures.Inc()
+		} else {
+			d.metrics.partialFailures.Inc()
+		}
+		// The stale chains were maybe never flushed, and what the table
+		// holds is unknown: the next sync reads it back.
+		d.prog, d.stale = nil, map[string]time.Time{}
+		d.log.Error(err, "Sync failed; the next one is full", "full", full)
+		return err
+	}
+	d.lastGen, d.st, d.last = s.Generation, st, s
+	d.metrics.operations.Observe(float64(d.stats.Operations))
+	d.metrics.elements.Set(float64(len(d.prog.winners) + len(st.nodePortIPs)))
+	d.metrics.chains.Set(float64(d.prog.chains + len(baseChains) + len(staticChains)))
+	staticRules := 0
+	for _, r := range st.rules {
+		staticRules += len(r)
+	}
+	d.metrics.rules.Set(float64(d.prog.rules + staticRules))
+	d.log.V(2).Info("Synced", "full", full, "services", d.stats.Services, "operations", d.stats.Operations, "transactions", d.stats.Transactions)
+	return nil
+}
+
+// syncPartial writes the differences of the changed services.
+func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed sets.Set[types.NamespacedName]) error {
+	r := d.newRenderer(s)
+	w := newWriter(d)
+	names := make([]types.NamespacedName, 0, len(changed))
+	for nn := range changed {
+		names = append(names, nn)
+	}
+	slices.SortFunc(names, compareNames)
+	for _, nn := range names {
+		w.service(nn, r.service(s.Services.Service(nn)))
+	}
+	p := w.plan()
+	txs, bytes, err := d.run(ctx, p, -1)
+	if err != nil {
+		return err
+	}
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Services: len(names), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
+	return nil
+}
+
+func compareNames(a, b types.NamespacedName) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+// writer collects the operations that change what d.prog says the table
+// holds into what a new rendering of some services says, updating d.prog
+// (and d.stale) as it goes.
+type writer struct {
+	d    *Dataplane
+	prog *programmed
+	now  time.Time
+	// In plan order: affinity sets to add, chain writes, stale chains to
+	// flush, affinity sets to delete.
+	addSets, chains, flushes, delSets []op
+	// touched holds the winner of every element key a service changed, as
+	// it was before.
+	touched map[elemKey]prior
+}
+
+type prior struct {
+	claim
+	present bool
+}
+
+func newWriter(d *Dataplane) *writer {
+	return &writer{d: d, prog: d.prog, now: d.clock.Now(), touched: map[elemKey]prior{}}
+}
+
+func (w *writer) touch(k elemKey) {
+	if _, ok := w.touched[k]; !ok {
+		v, ok := w.prog.winner(k)
+		w.touched[k] = prior{v, ok}
+	}
+}
+
+// service moves service nn from its programmed rendering to r (nil: none).
+func (w *writer) service(nn types.NamespacedName, r *rendering) {
+	old := w.prog.services[nn]
+	if old == nil && r == nil {
+		return
+	}
+	var oldChains map[string]string
+	var oldSets map[string]bool
+	if old != nil {
+		oldChains = make(map[string]string, len(old.chains))
+		for _, c := range old.chains {
+			oldChains[c.name] = c.sig
+		}
+		oldSets = make(map[string]bool, len(old.sets))
+		for _, s := range old.sets {
+			oldSets[s.name] = true
+		}
+		for _, e := range old.elems {
+			w.touch(e.elemKey)
+		}
+	}
+	var keep map[string]bool
+	if r != nil {
+		keep = make(map[string]bool, len(r.chains)+len(r.sets))
+		for _, s := range r.sets {
+			keep[s.name] = true
+			if !oldSets[s.name] {
+				w.addSets = append(w.addSets, op{verbAdd, w.d.affinitySetObj(s)})
+			}
+		}
+		for _, c := range r.chains {
+			keep[c.name] = true
+			sig, existed := oldChains[c.name]
+			switch {
+			case existed && sig == c.sig:
+				continue
+			case existed:
+				w.chains = append(w.chains, op{verbFlush, &knftables.Chain{Name: c.name}})
+			default:
+				delete(w.d.stale, c.name)
+				w.chains = append(w.chains, op{verbAdd, &knftables.Chain{Name: c.name}})
+			}
+			w.chains = appendRules(w.chains, c)
+		}
+		for _, e := range r.elems {
+			w.touch(e.elemKey)
+		}
+	}
+	if old != nil {
+		for _, c := range old.chains {
+			if !keep[c.name] {
+				w.flushes = append(w.flushes, op{verbFlush, &knftables.Chain{Name: c.name}})
+				w.d.stale[c.name] = w.now
+			}
+		}
+		for _, s := range old.sets {
+			if !keep[s.name] {
+				w.delSets = append(w.delSets, op{verbDelete, &knftables.Set{Name: s.name}})
+			}
+		}
+	}
+	w.prog.setService(nn, r)
+}
+
+func appendRules(ops []op, c chainDef) []op {
+	for i, rule := range c.rules {
+		r := &knftables.Rule{Chain: c.name, Rule: rule}
+		if i == 0 {
+			r.Comment = knftables.PtrTo(c.sig)
+		}
+		ops = append(ops, op{verbAdd, r})
+	}
+	return ops
+}
+
+func (d *Dataplane) affinitySetObj(s affinitySet) *knftables.Set {
+	return &knftables.Set{Name: s.name, Type: d.addrT, Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Timeout: knftables.PtrTo(time.Duration(s.timeout) * time.Second)}
+}
+
+// plan orders the collected operations: sets and chains before the
+// elements that refer to them, element deletions before additions (nft
+// refuses to add a map key that exists), and the chains and sets nothing
+// refers to any more last.
+func (w *writer) plan() *plan {
+	p := &plan{ops: make([]op, 0, len(w.addSets)+len(w.chains)+len(w.touched)+len(w.flushes)+len(w.delSets))}
+	p.ops = append(p.ops, w.addSets...)
+	p.ops = append(p.ops, w.chains...)
+	keys := make([]elemKey, 0, len(w.touched))
+	for k := range w.touched {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareElemKeys)
+	var adds []op
+	for _, k := range keys {
+		before := w.touched[k]
+		v, ok := w.prog.winner(k)
+		if before.present == ok && before.value == v.value {
+			continue
+		}
+		if before.present {
+			p.ops = append(p.ops, op{verbDelete, element(k, before.claim)})
+		}
+		if ok {
+			adds = append(adds, op{verbAdd, element(k, v)})
+		}
+	}
+	p.ops = append(p.ops, adds...)
+	p.ops = append(p.ops, w.flushes...)
+	p.ops = append(p.ops, w.delSets...)
+	return p
+}
+
+func compareElemKeys(a, b elemKey) int {
+	return cmp.Or(strings.Compare(a.set, b.set), strings.Compare(a.key, b.key))
+}
+
+// isMap reports whether a fixed set name is a verdict map.
+func isMap(name string) bool {
+	switch name {
+	case mapServiceIPs, mapServiceNodePorts, mapFirewallIPs, mapNoEndpointServices, mapNoEndpointNodePort:
+		return true
+	}
+	return false
+}
+
+func element(k elemKey, c claim) *knftables.Element {
+	e := &knftables.Element{Key: []string{k.key}}
+	if c.comment != "" {
+		e.Comment = knftables.PtrTo(c.comment)
+	}
+	if isMap(k.set) {
+		e.Map, e.Value = k.set, []string{c.value}
+	} else {
+		e.Set = k.set
+	}
+	return e
+}
+
+// deleteStale deletes, in a transaction of their own, the stale chains
+// whose delay ran out. A failure is counted and logged and makes the next
+// sync full, which finds them again.
+func (d *Dataplane) deleteStale(ctx context.Context) {
+	now := d.clock.Now()
+	var names []string
+	for name, since := range d.stale {
+		if now.Sub(since) >= d.cfg.StaleChainDelay {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.Sort(names)
+	p := &plan{}
+	for _, name := range names {
+		p.delete(&knftables.Chain{Name: name})
+	}
+	if _, _, err := d.run(ctx, p, -1); err != nil {
+		d.metrics.cleanupFailures.Inc()
+		d.log.Error(err, "Deleting stale chains failed; the next sync is full", "chains", len(names))
+		d.prog = nil
+		d.stale = map[string]time.Time{}
+		return
+	}
+	for _, name := range names {
+		delete(d.stale, name)
+	}
+}

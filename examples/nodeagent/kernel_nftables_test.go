@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/internal/netns"
+)
+
+// nftManifests is a node with one pod, a NodePort service served by it and
+// a service without endpoints.
+const nftManifests = `apiVersion: v1
+kind: Node
+metadata:
+  name: n1
+status:
+  addresses:
+  - type: InternalIP
+    address: 10.0.1.254
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.10
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+    nodePort: 30080
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels:
+    kubernetes.io/service-name: web
+addressType: IPv4
+ports:
+- name: http
+  port: 8080
+  protocol: TCP
+endpoints:
+- addresses: [10.0.1.1]
+  conditions: {ready: true}
+  nodeName: n1
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: empty
+  namespace: default
+spec:
+  clusterIP: 10.96.0.20
+  ports:
+  - name: http
+    port: 80
+`
+
+// TestKernelNFTablesServesTraffic runs the agent in nftables mode inside a
+// node namespace and sends real connections: to the cluster IP and the
+// node port (served by a pod namespace), to a service without endpoints
+// and to an unserved port of a cluster IP (both rejected). --cleanup then
+// removes the table.
+func TestKernelNFTablesServesTraffic(t *testing.T) {
+	netns.Require(t, "nft")
+	node, pod := netns.New(t, "node"), netns.New(t, "pod")
+	netns.Veth(t, node, "veth1", []string{"10.0.1.254/24"}, pod, "eth0", []string{"10.0.1.1/24"})
+	pod.MustRun("ip", "route", "add", "default", "via", "10.0.1.254")
+	// Service addresses are routed before the nat chains rewrite them.
+	node.MustRun("ip", "route", "add", "10.96.0.0/16", "via", "10.0.1.1")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(nftManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var ln net.Listener
+	if err := pod.Do(func() (err error) {
+		ln, err = net.Listen("tcp", "10.0.1.1:8080")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("pod " + c.RemoteAddr().String() + "\n"))
+			c.Close()
+		}
+	}()
+
+	agentIn(t, node, "--proxy-mode", "nftables", "--manifests", dir, "--hostname-override", "n1", "--once")
+
+	dial := func(addr string) (string, error) {
+		var answer string
+		err := node.Do(func() error {
+			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			answer, err = bufio.NewReader(c).ReadString('\n')
+			return err
+		})
+		return strings.TrimSpace(answer), err
+	}
+	for _, addr := range []string{"10.96.0.10:80", "10.0.1.254:30080"} {
+		got, err := dial(addr)
+		if err != nil || !strings.HasPrefix(got, "pod 10.0.1.254:") {
+			t.Errorf("connect to %s: %q, %v; want the pod's answer to the node", addr, got, err)
+		}
+	}
+	for _, addr := range []string{"10.96.0.20:80", "10.96.0.10:81"} {
+		if _, err := dial(addr); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("connect to %s: %v, want it refused", addr, err)
+		}
+	}
+
+	out := agentIn(t, node, "--proxy-mode", "nftables", "--cleanup")
+	want := []string{
+		`I "Removed the agent's rules" ipFamily="IPv4" table="ip proxykit" chains=17`,
+		`I "Removed the agent's rules" ipFamily="IPv6" table="ip6 proxykit" chains=15`,
+	}
+	if diff := cmp.Diff(want, logLines(out)); diff != "" {
+		t.Errorf("--cleanup said (-want +got):\n%s", diff)
+	}
+	if tables := node.MustRun("nft", "list", "tables"); strings.TrimSpace(tables) != "" {
+		t.Errorf("tables after --cleanup:\n%s", tables)
+	}
+}
