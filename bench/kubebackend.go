@@ -197,15 +197,24 @@ type nftBackend struct {
 }
 
 func newNFTBackend(inner knftables.Interface, family v1.IPFamily) *nftBackend {
-	nftFamily := knftables.IPv4Family
-	if family == v1.IPv6Protocol {
-		nftFamily = knftables.IPv6Family
-	}
+	return newNFTBackendFor(inner, family, "kube-proxy")
+}
+
+// newNFTBackendFor is newNFTBackend for the program whose table is table.
+func newNFTBackendFor(inner knftables.Interface, family v1.IPFamily, table string) *nftBackend {
 	return &nftBackend{
 		inner: inner,
 		names: map[string]map[string]bool{"chain": {}, "set": {}, "map": {}},
-		nft:   knftables.NewFake(nftFamily, "kube-proxy"),
+		nft:   knftables.NewFake(nftFamilyOf(family), table),
 	}
+}
+
+// nftFamilyOf is the nftables family of an IP family.
+func nftFamilyOf(family v1.IPFamily) knftables.Family {
+	if family == v1.IPv6Protocol {
+		return knftables.IPv6Family
+	}
+	return knftables.IPv4Family
 }
 
 func (b *nftBackend) failNext()         { b.fail = true }

@@ -8,9 +8,11 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	pknftables "github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/knftables"
 )
 
 // proxykitSystem is a proxykit dataplane fed by a dataplane.Builder, the
@@ -61,6 +63,29 @@ func (s *proxykitSystem) sync() error {
 		s.full = r.LastSync().Full
 	}
 	return nil
+}
+
+// newProxykitNFTables is proxykit's nftables dataplane over an
+// nftBackend: discarding, or wrapping a real knftables.Interface for its
+// table.
+func newProxykitNFTables(be string, family v1.IPFamily) (system, error) {
+	var inner knftables.Interface
+	switch be {
+	case discard:
+	case nftables:
+		var err error
+		if inner, err = knftables.New(nftFamilyOf(family), pknftables.DefaultTable); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("proxykit nftables cannot run on %s", be)
+	}
+	b := newNFTBackendFor(inner, family, pknftables.DefaultTable)
+	d, err := pknftables.New(pknftables.Config{Family: family, NFT: b, Logger: logr.Discard()})
+	if err != nil {
+		return nil, err
+	}
+	return newProxykitSystem(d, family, b), nil
 }
 
 func newProxykitIPTables(be string, family v1.IPFamily) (system, error) {

@@ -74,10 +74,8 @@ var systems = []systemSpec{
 		kernels: []string{iptablesLegacy, iptablesNFT}, new: newProxykitIPTables},
 	{key: "kube-nftables", title: "kube-proxy nftables", pair: "nftables", upstream: true,
 		kernels: []string{nftables}, new: newKubeNFTables},
-	// proxykit's nftables dataplane plugs in here: a constructor like
-	// newProxykitIPTables over an nftBackend (kubebackend.go).
 	{key: "proxykit-nftables", title: "proxykit nftables", pair: "nftables",
-		kernels: []string{nftables}},
+		kernels: []string{nftables}, new: newProxykitNFTables},
 }
 
 // newSystem returns spec's system for the families: one proxier or
