@@ -6,7 +6,7 @@
 // With no flags it prints the rules it would program for the demo
 // manifests and exits:
 //
-//	go run ./examples/nodeagent
+//	go -C examples/nodeagent run .
 //
 // `nodeagent explain SRC DST:PORT/PROTO` answers where a packet goes and
 // why, from the same model the rules are built from. See README.md.
