@@ -11,6 +11,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/internal/logtext"
+	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -63,12 +64,12 @@ func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, 
 	out := selection{hasAny: sel.HasAny}
 	dropped := 0
 	keep := func(in []*endpoints.Endpoint) []*endpoints.Endpoint {
-		if !slices.ContainsFunc(in, func(e *endpoints.Endpoint) bool { return !usableEndpoint(e, d.ipv6) }) {
+		if !slices.ContainsFunc(in, func(e *endpoints.Endpoint) bool { return !ruleport.UsableEndpoint(e, d.ipv6) }) {
 			return in
 		}
 		var res []*endpoints.Endpoint
 		for _, e := range in {
-			if usableEndpoint(e, d.ipv6) {
+			if ruleport.UsableEndpoint(e, d.ipv6) {
 				res = append(res, e)
 			} else {
 				dropped++

@@ -178,7 +178,7 @@ func sliceService(nn types.NamespacedName, n int, ports []discovery.EndpointPort
 			if p.Protocol != nil {
 				proto = *p.Protocol
 			}
-			if p.Name == nil || protoString(proto) == "" || seen[*p.Name+"/"+string(proto)] {
+			if p.Name == nil || !knownProto(proto) || seen[*p.Name+"/"+string(proto)] {
 				continue
 			}
 			seen[*p.Name+"/"+string(proto)] = true

@@ -9,6 +9,7 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/ruleport"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -84,7 +85,7 @@ func newView(s *dataplane.State, ipv6 bool) *view {
 	v := &view{ipv6: ipv6, masqueradeAll: s.Settings.MasqueradeAll}
 	skip := func(reason string) { v.ignored = append(v.ignored, reason) }
 	for _, a := range s.Node.IPs {
-		if ofFamily(a, ipv6) {
+		if ruleport.OfFamily(a, ipv6) {
 			v.nodeIPs = append(v.nodeIPs, a)
 		}
 	}
@@ -340,8 +341,8 @@ type selection struct {
 func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	out := &rendered{}
 	clear(r.epChains)
-	sp := p.sp
-	proto := "-m " + p.proto + " -p " + p.proto
+	sp := p.SP
+	proto := "-m " + p.Proto + " -p " + p.Proto
 	dport := "--dport " + strconv.Itoa(int(sp.Port))
 
 	svc := r.names.serviceChain(kindSVC, p.id)
@@ -370,10 +371,10 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	if externalPolicy == svc && !usesCluster || externalPolicy == svl && !usesLocal {
 		hasExternal = false
 	}
-	accessible := sp.NodePort != 0 || len(p.externalIPs) > 0 || len(p.lbVIPs) > 0
+	accessible := sp.NodePort != 0 || len(p.ExternalIPs) > 0 || len(p.LBVIPs) > 0
 	usesExt := sel.hasAny && accessible
 	lbChain := ext
-	usesFW := sel.hasAny && len(p.lbVIPs) > 0 && len(p.sourceRanges) > 0
+	usesFW := sel.hasAny && len(p.LBVIPs) > 0 && len(p.SourceRanges) > 0
 	if usesFW {
 		lbChain = fw
 	}
@@ -399,7 +400,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	} else {
 		add(filterServices, r.rule(intComment, proto, cip, dport, "-j", intTarget))
 	}
-	for _, a := range p.externalIPs {
+	for _, a := range p.ExternalIPs {
 		if sel.hasAny {
 			add(natServices, r.rule(comment(p.name+" external IP"), proto, dstMatch(a), dport, "-j", ext))
 		}
@@ -407,7 +408,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 			add(filterExternal, r.rule(extComment, proto, dstMatch(a), dport, "-j", extTarget))
 		}
 	}
-	for _, a := range p.lbVIPs {
+	for _, a := range p.LBVIPs {
 		if sel.hasAny {
 			add(natServices, r.rule(comment(p.name+" loadbalancer IP"), proto, dstMatch(a), dport, "-j", lbChain))
 		}
@@ -416,7 +417,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		}
 	}
 	if !hasExternal {
-		for _, a := range p.lbVIPs {
+		for _, a := range p.LBVIPs {
 			add(filterExternal, r.rule(extComment, proto, dstMatch(a), dport, "-j", extTarget))
 		}
 	}
@@ -469,12 +470,12 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	if usesFW {
 		c := comment(p.name + " loadbalancer IP")
 		fromNode := false
-		for _, cidr := range p.sourceRanges {
+		for _, cidr := range p.SourceRanges {
 			r.add(c, "-s", cidr.String(), "-j", ext)
 			fromNode = fromNode || slices.ContainsFunc(r.v.nodeIPs, cidr.Contains)
 		}
 		if fromNode {
-			for _, a := range p.lbVIPs {
+			for _, a := range p.LBVIPs {
 				r.add(c, "-s", a.String(), "-j", ext)
 			}
 		}
@@ -501,7 +502,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		r.word(r.names.markMasq)
 		r.endRule()
 		r.word(c)
-		if p.affinitySeconds > 0 {
+		if p.AffinitySeconds > 0 {
 			r.word("-m recent --name")
 			r.word(epc)
 			r.word("--set")
@@ -523,8 +524,8 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 	if internal && masq != "" {
 		r.add(masq)
 	}
-	if p.affinitySeconds > 0 {
-		secs := strconv.FormatInt(p.affinitySeconds, 10)
+	if p.AffinitySeconds > 0 {
+		secs := strconv.FormatInt(p.AffinitySeconds, 10)
 		for _, e := range eps {
 			epc := r.epChain(p, e)
 			r.add(r.targetComment(p, e), "-m recent --name", epc, "--rcheck --seconds", secs, "--reap -j", epc)

@@ -123,7 +123,7 @@ func parseRule(words []string) (*Rule, error) {
 			}
 		case "-p":
 			if v, err = arg(); err == nil {
-				if protoString(protoFromString(v)) == "" {
+				if !knownProto(protoFromString(v)) {
 					err = fmt.Errorf("unknown protocol %q", v)
 				}
 				r.proto = v
@@ -292,6 +292,11 @@ func parseRule(words []string) (*Rule, error) {
 
 func protoFromString(s string) v1.Protocol {
 	return v1.Protocol(strings.ToUpper(s))
+}
+
+// knownProto reports whether rules can match p.
+func knownProto(p v1.Protocol) bool {
+	return p == v1.ProtocolTCP || p == v1.ProtocolUDP || p == v1.ProtocolSCTP
 }
 
 // Key returns what r does, independent of how it was spelled: the order of

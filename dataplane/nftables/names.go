@@ -65,8 +65,8 @@ func hashedName(base string) string {
 // portBase is "namespace/name/protocol/port", the base of a service port's
 // object names.
 func portBase(p *port) string {
-	n := p.sp.Name
-	return n.Namespace + "/" + n.Name + "/" + p.proto + "/" + n.Port
+	n := p.SP.Name
+	return n.Namespace + "/" + n.Name + "/" + p.Proto + "/" + n.Port
 }
 
 // endpointBase is the base of an endpoint's chain and affinity set: the

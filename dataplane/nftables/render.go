@@ -8,6 +8,7 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 )
 
@@ -97,12 +98,12 @@ func (r *renderer) service(ports []*servicemodel.ServicePort) *rendering {
 }
 
 func (r *renderer) usable(eps []*endpoints.Endpoint, sp *servicemodel.ServicePort) []*endpoints.Endpoint {
-	if !slices.ContainsFunc(eps, func(e *endpoints.Endpoint) bool { return !usableEndpoint(e, r.d.ipv6) }) {
+	if !slices.ContainsFunc(eps, func(e *endpoints.Endpoint) bool { return !ruleport.UsableEndpoint(e, r.d.ipv6) }) {
 		return eps
 	}
 	out := eps[:0:0]
 	for _, e := range eps {
-		if usableEndpoint(e, r.d.ipv6) {
+		if ruleport.UsableEndpoint(e, r.d.ipv6) {
 			out = append(out, e)
 		} else {
 			r.d.skip("endpoint invalid or of another family", "servicePort", sp.Name.String())
@@ -112,7 +113,7 @@ func (r *renderer) usable(eps []*endpoints.Endpoint, sp *servicemodel.ServicePor
 }
 
 func (r *renderer) port(out *rendering, p *port) {
-	sp := p.sp
+	sp := p.SP
 	sel := r.s.Select(sp)
 	pol := sp.Policy()
 	cluster, local := r.usable(sel.Cluster, sp), r.usable(sel.Local, sp)
@@ -142,7 +143,7 @@ func (r *renderer) port(out *rendering, p *port) {
 	}
 	// The external chain exists whenever some external traffic can reach
 	// an endpoint.
-	useExternal := p.externallyAccessible() && hasEndpoints && (svcChain != "" || pol.ExternalLocal && localChain != "")
+	useExternal := p.ExternallyAccessible() && hasEndpoints && (svcChain != "" || pol.ExternalLocal && localChain != "")
 	noEndpoint := verdictReject
 	if hasEndpoints {
 		noEndpoint = verdictDrop
@@ -155,7 +156,7 @@ func (r *renderer) port(out *rendering, p *port) {
 		}
 		out.elems = append(out.elems, elemClaim{elemKey{set, key}, c})
 	}
-	dport := " . " + p.proto + " . " + strconv.Itoa(int(sp.Port))
+	dport := " . " + p.Proto + " . " + strconv.Itoa(int(sp.Port))
 	cip := sp.ClusterIP.String()
 	add(setClusterIPs, cip, "")
 	switch {
@@ -177,20 +178,20 @@ func (r *renderer) port(out *rendering, p *port) {
 			add(mapNoEndpointServices, key, noEndpoint)
 		}
 	}
-	for _, ip := range p.externalIPs {
+	for _, ip := range p.ExternalIPs {
 		externalDest(ip)
 	}
-	for _, ip := range p.lbVIPs {
+	for _, ip := range p.LBVIPs {
 		externalDest(ip)
 	}
-	if len(p.lbVIPs) > 0 && len(p.sourceRanges) > 0 {
+	if len(p.LBVIPs) > 0 && len(p.SourceRanges) > 0 {
 		r.firewallChain(out, fwChain, p)
-		for _, ip := range p.lbVIPs {
+		for _, ip := range p.LBVIPs {
 			add(mapFirewallIPs, ip.String()+dport, "goto "+fwChain)
 		}
 	}
 	if sp.NodePort != 0 {
-		key := p.proto + " . " + strconv.Itoa(int(sp.NodePort))
+		key := p.Proto + " . " + strconv.Itoa(int(sp.NodePort))
 		if useExternal {
 			add(mapServiceNodePorts, key, "goto "+extChain)
 		}
@@ -204,7 +205,7 @@ func (r *renderer) port(out *rendering, p *port) {
 		for _, e := range eps {
 			if e.Local {
 				ip := e.Addr.Addr().String()
-				add(setHairpin, ip+" . "+ip+" . "+p.proto+" . "+strconv.Itoa(int(e.Addr.Port())), "")
+				add(setHairpin, ip+" . "+ip+" . "+p.Proto+" . "+strconv.Itoa(int(e.Addr.Port())), "")
 			}
 		}
 	}
@@ -240,16 +241,16 @@ func (r *renderer) firewallChain(out *rendering, name string, p *port) {
 	b := &r.b
 	b.Reset()
 	b.WriteString(r.d.ipX + " saddr != { ")
-	for i, c := range p.sourceRanges {
+	for i, c := range p.SourceRanges {
 		if i > 0 {
 			b.WriteString(" , ")
 		}
 		b.WriteString(c.String())
 	}
 	if slices.ContainsFunc(r.s.Node.IPs, func(ip netip.Addr) bool {
-		return slices.ContainsFunc(p.sourceRanges, func(c netip.Prefix) bool { return c.Contains(ip) })
+		return slices.ContainsFunc(p.SourceRanges, func(c netip.Prefix) bool { return c.Contains(ip) })
 	}) {
-		for _, ip := range p.lbVIPs {
+		for _, ip := range p.LBVIPs {
 			b.WriteString(" , " + ip.String())
 		}
 	}
@@ -263,8 +264,8 @@ func (r *renderer) firewallChain(out *rendering, name string, p *port) {
 func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*endpoints.Endpoint) {
 	b := &r.b
 	b.Reset()
-	if p.affinitySeconds == 0 {
-		b.WriteString("meta l4proto " + p.proto + " dnat ")
+	if p.AffinitySeconds == 0 {
+		b.WriteString("meta l4proto " + p.Proto + " dnat ")
 		if len(eps) == 1 {
 			b.WriteString("to " + eps[0].Addr.String())
 		} else {
@@ -292,17 +293,17 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 		// The set's name holds its timeout: nft cannot change the timeout
 		// of a set, so a new one replaces it.
 		chain := prefixEndpoint + hashedName(epBase)
-		set := prefixAffinity + hashedName(epBase+"/"+strconv.FormatInt(p.affinitySeconds, 10)+"s")
+		set := prefixAffinity + hashedName(epBase+"/"+strconv.FormatInt(p.AffinitySeconds, 10)+"s")
 		rules = append(rules, r.d.ipX+" saddr @"+set+" goto "+chain)
 		if i > 0 {
 			b.WriteString(" , ")
 		}
 		b.WriteString(strconv.Itoa(i) + " : goto " + chain)
 		if !slices.ContainsFunc(out.sets, func(a affinitySet) bool { return a.name == set }) {
-			out.sets = append(out.sets, affinitySet{set, p.affinitySeconds})
+			out.sets = append(out.sets, affinitySet{set, p.AffinitySeconds})
 			out.chains = append(out.chains, newChain(chain, []string{
 				"update @" + set + " { " + r.d.ipX + " saddr }",
-				"meta l4proto " + p.proto + " dnat to " + e.Addr.String(),
+				"meta l4proto " + p.Proto + " dnat to " + e.Addr.String(),
 			}))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/ruleport"
 	"sigs.k8s.io/knftables"
 )
 
@@ -141,7 +142,7 @@ func (d *Dataplane) nodePortAddresses(s *dataplane.State) (ips []string, matchAl
 	}
 	ips = []string{}
 	for _, ip := range s.Node.IPs {
-		if ofFamily(ip, d.ipv6) && !ip.IsLoopback() && slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(ip) }) {
+		if ruleport.OfFamily(ip, d.ipv6) && !ip.IsLoopback() && slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(ip) }) {
 			ips = append(ips, ip.String())
 		}
 	}
