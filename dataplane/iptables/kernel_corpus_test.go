@@ -3,7 +3,6 @@ package iptables
 import (
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,47 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
-
-// corpusEntry is one decoded entry of a model fuzz corpus.
-type corpusEntry struct {
-	name string // corpus/file, for messages
-	objs fuzzobj.Objects
-}
-
-// modelCorpora decodes every checked-in entry of the model's fuzz corpora.
-func modelCorpora(t *testing.T) []corpusEntry {
-	t.Helper()
-	var out []corpusEntry
-	for _, c := range []struct {
-		pkg, target string
-		decode      func(fuzzobj.Entry) (fuzzobj.Objects, error)
-	}{
-		{"servicemodel", "FuzzNormalize", fuzzobj.NormalizeObjects},
-		{"servicemodel", "FuzzTracker", fuzzobj.ServiceTrackerObjects},
-		{"endpoints", "FuzzSliceMerge", fuzzobj.SliceMergeObjects},
-		{"endpoints", "FuzzTracker", fuzzobj.SliceTrackerObjects},
-	} {
-		entries, err := fuzzobj.ReadCorpus(filepath.Join("../..", c.pkg, "testdata/fuzz", c.target))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(entries) == 0 {
-			t.Fatalf("%s.%s: empty corpus", c.pkg, c.target)
-		}
-		services, slices := 0, 0
-		for _, e := range entries {
-			objs, err := c.decode(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			services += len(objs.Services)
-			slices += len(objs.Slices)
-			out = append(out, corpusEntry{name: c.pkg + "." + c.target + "/" + e.Name, objs: objs})
-		}
-		t.Logf("%s.%s: %d entries, %d services, %d slices", c.pkg, c.target, len(entries), services, slices)
-	}
-	return out
-}
 
 // corpusFeeder feeds decoded objects to a Builder as a source would, each
 // update naming the object of that name it replaces, and adds what makes
@@ -261,7 +219,10 @@ func portComment(pn servicemodel.PortName) string {
 // full sync of its State writes.
 func TestKernelFuzzCorporaAccepted(t *testing.T) {
 	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save", "iptables")
-	entries := modelCorpora(t)
+	entries, err := fuzzobj.ModelCorpora("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	node, ref := netns.New(t, "corpus"), netns.New(t, "corpusref")
 	families := []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 	dps, refs := map[v1.IPFamily]*nsDataplane{}, map[v1.IPFamily]*nsDataplane{}
@@ -307,7 +268,7 @@ func TestKernelFuzzCorporaAccepted(t *testing.T) {
 
 	all := newCorpusFeeder()
 	for _, e := range entries {
-		all.feed(e.objs)
+		all.feed(e.Objects)
 	}
 	replay("all entries", all, false)
 	if all.skipped == 0 {
@@ -315,8 +276,8 @@ func TestKernelFuzzCorporaAccepted(t *testing.T) {
 	}
 	for _, e := range entries {
 		f := newCorpusFeeder()
-		f.feed(e.objs)
-		replay(e.name, f, true)
+		f.feed(e.Objects)
+		replay(e.Name, f, true)
 	}
 	if stats.served == 0 || stats.sliceChains == 0 {
 		t.Errorf("programmed %+v: the decoded Services or the slices' endpoints never reached the kernel", stats)

@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
@@ -14,38 +13,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
-
-// corpusEntries decodes every checked-in entry of the model's fuzz
-// corpora: the bad objects its fuzzers found interesting.
-func corpusEntries(t *testing.T) []fuzzobj.Objects {
-	t.Helper()
-	var out []fuzzobj.Objects
-	for _, c := range []struct {
-		pkg, target string
-		decode      func(fuzzobj.Entry) (fuzzobj.Objects, error)
-	}{
-		{"servicemodel", "FuzzNormalize", fuzzobj.NormalizeObjects},
-		{"servicemodel", "FuzzTracker", fuzzobj.ServiceTrackerObjects},
-		{"endpoints", "FuzzSliceMerge", fuzzobj.SliceMergeObjects},
-		{"endpoints", "FuzzTracker", fuzzobj.SliceTrackerObjects},
-	} {
-		entries, err := fuzzobj.ReadCorpus(filepath.Join("../..", c.pkg, "testdata/fuzz", c.target))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(entries) == 0 {
-			t.Fatalf("%s.%s: empty corpus", c.pkg, c.target)
-		}
-		for _, e := range entries {
-			objs, err := c.decode(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, objs)
-		}
-	}
-	return out
-}
 
 // corpusBuilder feeds objects to a dual-stack Builder as a source would,
 // giving every decoded Service a ready local endpoint per family so that
@@ -108,7 +75,10 @@ func (f *corpusBuilder) feed(objs fuzzobj.Objects) {
 // Reconcile must find the table as programmed.
 func TestKernelFuzzCorporaAccepted(t *testing.T) {
 	netns.Require(t, "nft")
-	entries := corpusEntries(t)
+	entries, err := fuzzobj.ModelCorpora("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ns := netns.New(t, "corpus")
 	dps := map[v1.IPFamily]*Dataplane{}
 	if err := ns.Do(func() error {
@@ -148,13 +118,13 @@ func TestKernelFuzzCorporaAccepted(t *testing.T) {
 	}
 	all := newCorpusBuilder()
 	for _, e := range entries {
-		all.feed(e)
+		all.feed(e.Objects)
 	}
 	replay("all entries", all.b)
-	for i, e := range entries {
+	for _, e := range entries {
 		f := newCorpusBuilder()
-		f.feed(e)
-		replay(fmt.Sprintf("entry %d", i), f.b)
+		f.feed(e.Objects)
+		replay(e.Name, f.b)
 	}
 	t.Logf("%d entries replayed", len(entries))
 }

@@ -172,3 +172,18 @@ func FuzzParseCorpusFile(f *testing.F) {
 		}
 	})
 }
+
+func TestModelCorporaDecode(t *testing.T) {
+	entries, err := ModelCorpora("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) == 0 {
+		t.Fatal("no entries")
+	}
+	for _, e := range entries {
+		if e.Name == "" || e.Family == "" {
+			t.Errorf("entry %+v lacks a name or family", e.Name)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package fuzzobj
 
 import (
+	"fmt"
+	"path/filepath"
+
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,4 +82,45 @@ func SliceTrackerObjects(e Entry) (Objects, error) {
 	}
 	tr := SliceTracker(data)
 	return Objects{Family: tr.Family, Slices: tr.Final}, nil
+}
+
+// Decoded is one entry of a model fuzz corpus, decoded.
+type Decoded struct {
+	// Name is "pkg.Target/file", for messages.
+	Name string
+	Objects
+}
+
+// ModelCorpora decodes every checked-in entry of the model's fuzz corpora
+// (servicemodel's and endpoints' targets) under the repository root: the
+// bad objects the fuzzers found interesting, which every dataplane replays
+// into a kernel. An empty corpus is an error: a replay of nothing proves
+// nothing.
+func ModelCorpora(root string) ([]Decoded, error) {
+	var out []Decoded
+	for _, c := range []struct {
+		pkg, target string
+		decode      func(Entry) (Objects, error)
+	}{
+		{"servicemodel", "FuzzNormalize", NormalizeObjects},
+		{"servicemodel", "FuzzTracker", ServiceTrackerObjects},
+		{"endpoints", "FuzzSliceMerge", SliceMergeObjects},
+		{"endpoints", "FuzzTracker", SliceTrackerObjects},
+	} {
+		entries, err := ReadCorpus(filepath.Join(root, c.pkg, "testdata/fuzz", c.target))
+		if err != nil {
+			return nil, err
+		}
+		if len(entries) == 0 {
+			return nil, fmt.Errorf("%s.%s: empty corpus", c.pkg, c.target)
+		}
+		for _, e := range entries {
+			objs, err := c.decode(e)
+			if err != nil {
+				return nil, fmt.Errorf("%s.%s/%s: %w", c.pkg, c.target, e.Name, err)
+			}
+			out = append(out, Decoded{Name: c.pkg + "." + c.target + "/" + e.Name, Objects: objs})
+		}
+	}
+	return out, nil
 }
