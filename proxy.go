@@ -20,6 +20,7 @@ import (
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -439,6 +440,10 @@ func (h *proxyHandler) OnNode(old, new *v1.Node) {
 	p.nodeSeen.Store(new != nil)
 	p.health.SetNode(new)
 	p.changed("Node", p.builder.UpdateNode(new))
+}
+
+func (h *proxyHandler) OnServiceCIDR(old, new *networking.ServiceCIDR) {
+	h.p.changed("ServiceCIDR", h.p.builder.UpdateServiceCIDR(old, new))
 }
 
 func (h *proxyHandler) Synced() {}

@@ -12,6 +12,7 @@ import (
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 )
@@ -33,8 +34,9 @@ type BuilderConfig struct {
 	// value (logr.Discard()) logs nothing.
 	Logger logr.Logger
 	// OnSkip, if set, is called with the kind ("Service", "EndpointSlice",
-	// "Node") and a short reason (a servicemodel Reason, an endpoints Skip
-	// reason, or SkipNodeAddress / SkipPodCIDR) whenever an object or part
+	// "Node", "ServiceCIDR") and a short reason (a servicemodel Reason, an
+	// endpoints Skip reason, or SkipNodeAddress / SkipPodCIDR /
+	// SkipServiceCIDR) whenever an object or part
 	// of one is skipped as invalid. Services that are not proxied by design
 	// (headless, ExternalName, another proxy's or another family's) are not
 	// reported, and a bad Service is reported once, not once per family.
@@ -65,6 +67,10 @@ type Builder struct {
 	// changed. nodeSeen: UpdateNode has had this node.
 	nodeDirty, nodeFull, nodeSeen bool
 	zone                          string
+	// serviceCIDRs holds the CIDRs of every ServiceCIDR object by name;
+	// cidrsDirty: they changed since the last Build.
+	serviceCIDRs map[string][]netip.Prefix
+	cidrsDirty   bool
 
 	// gen is the Generation of the last Build, and claims what the
 	// services of that Build claim; only Build touches them.
@@ -92,6 +98,8 @@ type familyBuilder struct {
 const (
 	SkipNodeAddress = "invalid node address"
 	SkipPodCIDR     = "invalid pod CIDR"
+	// SkipServiceCIDR is reported with the "ServiceCIDR" kind.
+	SkipServiceCIDR = "invalid service CIDR"
 )
 
 // NewBuilder returns a Builder with one servicemodel.Tracker and one
@@ -411,6 +419,65 @@ func (b *Builder) podCIDRs(node *v1.Node) []netip.Prefix {
 	return out
 }
 
+// UpdateServiceCIDR records a change of a ServiceCIDR object
+// (networking.k8s.io/v1): old is nil for an add and new is nil for a
+// delete. The union of every object's CIDRs becomes each State's
+// ServiceCIDRs (those of its family); unparsable CIDRs are skipped and
+// reported to OnSkip. Service CIDRs change no service's rules, so the next
+// State can still tell what changed. It reports whether a Build is now due.
+func (b *Builder) UpdateServiceCIDR(old, new *networking.ServiceCIDR) bool {
+	var name string
+	var cidrs []netip.Prefix
+	switch {
+	case new != nil:
+		name = new.Name
+		for _, c := range new.Spec.CIDRs {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				b.skip("ServiceCIDR", SkipServiceCIDR)
+				b.logger.Info("Skipping invalid service CIDR", "serviceCIDR", logtext.String(new.Name), "cidr", logtext.String(c))
+				continue
+			}
+			cidrs = append(cidrs, p.Masked())
+		}
+	case old != nil:
+		name = old.Name
+	default:
+		return b.due()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prev, had := b.serviceCIDRs[name]
+	switch {
+	case new == nil && had:
+		delete(b.serviceCIDRs, name)
+		b.cidrsDirty = true
+	case new != nil && (!had || !slices.Equal(prev, cidrs)):
+		if b.serviceCIDRs == nil {
+			b.serviceCIDRs = map[string][]netip.Prefix{}
+		}
+		b.serviceCIDRs[name] = cidrs
+		b.cidrsDirty = true
+	}
+	return b.dueLocked()
+}
+
+// serviceCIDRsLocked is the sorted union of every object's CIDRs. A CIDR
+// two objects share stays while either does.
+func (b *Builder) serviceCIDRsLocked() []netip.Prefix {
+	var all []netip.Prefix
+	for _, cidrs := range b.serviceCIDRs {
+		all = append(all, cidrs...)
+	}
+	slices.SortFunc(all, func(a, c netip.Prefix) int {
+		if n := a.Addr().Compare(c.Addr()); n != 0 {
+			return n
+		}
+		return a.Bits() - c.Bits()
+	})
+	return slices.Compact(all)
+}
+
 func (b *Builder) due() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -418,7 +485,7 @@ func (b *Builder) due() bool {
 }
 
 func (b *Builder) dueLocked() bool {
-	if b.nodeDirty {
+	if b.nodeDirty || b.cidrsDirty {
 		return true
 	}
 	for _, fb := range b.families {
@@ -447,7 +514,8 @@ func (b *Builder) Build() Build {
 	for i, fb := range b.families {
 		nodes[i] = Node{Name: b.nodeName, Zone: zone, IPs: fb.ips, PodCIDRs: fb.podCIDRs}
 	}
-	b.nodeDirty, b.nodeFull = false, false
+	cidrs := b.serviceCIDRsLocked()
+	b.nodeDirty, b.nodeFull, b.cidrsDirty = false, false, false
 	b.mu.Unlock()
 
 	prev := b.gen
@@ -475,6 +543,7 @@ func (b *Builder) Build() Build {
 			Settings:     withPrimary(fb.settings, nodes[i].IPs),
 			Services:     svcs,
 			Endpoints:    eps,
+			ServiceCIDRs: filterFamily(cidrs, fb.family, func(p netip.Prefix) bool { return p.Addr().Is4() }),
 			Generation:   b.gen,
 			changed:      changed,
 			changedSince: prev,

@@ -234,6 +234,14 @@ func (t *trace) run() Verdict {
 		return Verdict{Action: Reject,
 			Reason: fmt.Sprintf("cluster IP %s of %s has no port %d/%s: rejected", dst.Addr(), serviceOf(sp), dst.Port(), t.p.Protocol)}
 	}
+	if t.nft {
+		for _, c := range t.s.ServiceCIDRs {
+			if c.Contains(dst.Addr()) {
+				return Verdict{Action: Drop,
+					Reason: fmt.Sprintf("%s is in service CIDR %s but is no service's cluster IP: dropped", dst.Addr(), c)}
+			}
+		}
+	}
 	return Verdict{Action: NotAService, Reason: t.whyNotAService(nodePorts, servesNodePorts)}
 }
 

@@ -99,6 +99,12 @@ type State struct {
 	Settings  Settings
 	Services  servicemodel.Map
 	Endpoints endpoints.Map
+	// ServiceCIDRs are the cluster's service CIDRs of this family, from its
+	// ServiceCIDR objects (Builder.UpdateServiceCIDR), sorted. In the
+	// nftables mode traffic to an address in them that is no service's
+	// cluster IP is dropped; the iptables mode ignores them, as
+	// kube-proxy's does.
+	ServiceCIDRs []netip.Prefix
 
 	// Generation identifies this State among those of one Builder: the
 	// States of one Build share it, and it grows by one per Build.

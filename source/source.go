@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -42,9 +43,18 @@ type Handler interface {
 	Synced()
 }
 
+// ServiceCIDRHandler is a Handler that also takes the cluster's
+// ServiceCIDR objects (networking.k8s.io/v1), with which the nftables mode
+// drops traffic to unallocated cluster IPs. Sources deliver them only to a
+// Handler that implements it, and never wait for them before Synced: a
+// proxy runs without them, as kube-proxy does.
+type ServiceCIDRHandler interface {
+	OnServiceCIDR(old, new *networking.ServiceCIDR)
+}
+
 // Static is a Source of a fixed set of objects, each a *v1.Service, a
-// *discovery.EndpointSlice or a *v1.Node (manifest.Decode returns such a
-// list). The objects are shared, not copied.
+// *discovery.EndpointSlice, a *v1.Node or a *networking.ServiceCIDR
+// (manifest.Decode returns such a list). The objects are shared, not copied.
 type Static []runtime.Object
 
 // Run delivers the objects in order, calls h.Synced and blocks until ctx is
@@ -52,7 +62,7 @@ type Static []runtime.Object
 func (s Static) Run(ctx context.Context, h Handler) error {
 	for _, o := range s {
 		switch o.(type) {
-		case *v1.Service, *discovery.EndpointSlice, *v1.Node:
+		case *v1.Service, *discovery.EndpointSlice, *v1.Node, *networking.ServiceCIDR:
 		default:
 			name := ""
 			if a, err := meta.Accessor(o); err == nil {
@@ -93,5 +103,11 @@ func Deliver(h Handler, old, new runtime.Object) {
 		a, _ := old.(*v1.Node)
 		b, _ := new.(*v1.Node)
 		h.OnNode(a, b)
+	case *networking.ServiceCIDR:
+		if ch, ok := h.(ServiceCIDRHandler); ok {
+			a, _ := old.(*networking.ServiceCIDR)
+			b, _ := new.(*networking.ServiceCIDR)
+			ch.OnServiceCIDR(a, b)
+		}
 	}
 }

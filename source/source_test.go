@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -38,6 +39,39 @@ func (r *recorder) OnNode(old, new *v1.Node) {
 }
 
 func (r *recorder) Synced() { r.calls = append(r.calls, "synced") }
+
+// cidrRecorder also takes ServiceCIDRs.
+type cidrRecorder struct{ recorder }
+
+func (r *cidrRecorder) OnServiceCIDR(old, new *networking.ServiceCIDR) {
+	r.calls = append(r.calls, "servicecidr "+name(old)+" -> "+name(new))
+}
+
+// TestDeliverServiceCIDR: ServiceCIDRs reach only a Handler that takes
+// them, and Static accepts them.
+func TestDeliverServiceCIDR(t *testing.T) {
+	cidr := &networking.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+	plain, wants := &recorder{}, &cidrRecorder{}
+	for _, h := range []Handler{plain, wants} {
+		Deliver(h, nil, cidr)
+		Deliver(h, cidr, nil)
+	}
+	if len(plain.calls) != 0 {
+		t.Errorf("a Handler without OnServiceCIDR got %v", plain.calls)
+	}
+	if diff := cmp.Diff([]string{"servicecidr nil -> c", "servicecidr c -> nil"}, wants.calls); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := &cidrRecorder{}
+	if err := (Static{cidr}).Run(ctx, r); err != nil {
+		t.Fatalf("Static with a ServiceCIDR: %v", err)
+	}
+	if diff := cmp.Diff([]string{"servicecidr nil -> c", "synced"}, r.calls); diff != "" {
+		t.Errorf("Static calls (-want +got):\n%s", diff)
+	}
+}
 
 func TestDeliver(t *testing.T) {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s"}}

@@ -8,6 +8,7 @@ import (
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -129,6 +130,14 @@ func TestNode(mutate func(*v1.Node)) *v1.Node {
 			mutate(n)
 		}
 	})
+}
+
+// MakeServiceCIDR returns a ServiceCIDR object holding cidrs.
+func MakeServiceCIDR(name string, cidrs ...string) *networking.ServiceCIDR {
+	return &networking.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       networking.ServiceCIDRSpec{CIDRs: cidrs},
+	}
 }
 
 // DefaultSettings returns the settings of upstream's test proxier: local

@@ -9,6 +9,7 @@ import (
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -230,8 +231,10 @@ func clusterIPGeneral() []Scenario {
 				}
 			}),
 		},
-		Node:     TestNode(nil),
-		Settings: DefaultSettings(),
+		Node: TestNode(nil),
+		// As upstream's test proxier.
+		ServiceCIDRs: []*networking.ServiceCIDR{MakeServiceCIDR("kubernetes", "172.30.0.0/16", "fd00:10:96::/112")},
+		Settings:     DefaultSettings(),
 		Packets: []PacketCase{
 			pkt("simple clusterIP", pod, "10.180.0.2", "172.30.0.41:80", dnat(svc1, false, "10.180.0.1:80")),
 			pkt("hairpin to cluster IP", pod, "10.180.0.1", "172.30.0.41:80",
@@ -251,7 +254,11 @@ func clusterIPGeneral() []Scenario {
 				nft, dataplane.Verdict{Action: dataplane.Reject}),
 			inMode(pkt("svc1 does not accept svc2's ports", pod, "10.180.0.2", "172.30.0.41:443", none()),
 				nft, dataplane.Verdict{Action: dataplane.Reject}),
-			pkt("unallocated cluster IP is not a service", pod, "10.180.0.2", "172.30.0.50:80", none()),
+			// nftables drops new connections to unallocated addresses of the
+			// service CIDRs; iptables ignores them.
+			inMode(pkt("unallocated cluster IP is not a service", pod, "10.180.0.2", "172.30.0.50:80", none()),
+				nft, dataplane.Verdict{Action: dataplane.Drop}),
+			pkt("outside the service CIDRs is not a service", pod, "10.180.0.2", "172.31.0.50:80", none()),
 			// nftables masquerades hairpins of local endpoints only.
 			inMode(pkt("hairpin through one of several endpoints", pod, "10.180.2.1", "172.30.0.42:80",
 				withHairpin(dnat(svc2("http", v1.ProtocolTCP), false, "10.180.0.1:80", "10.180.2.1:80"), "10.180.2.1:80")),

@@ -12,6 +12,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 )
 
 // Harness is a dataplane under test: the Dataplane plus a way to ask where
@@ -87,9 +88,11 @@ type Scenario struct {
 	Slices   []*discovery.EndpointSlice
 	// Node is this node's object; its name is the Builder's NodeName. When
 	// nil, the node is NodeName with no known zone, addresses or pod CIDRs.
-	Node     *v1.Node
-	Settings dataplane.Settings
-	Packets  []PacketCase
+	Node *v1.Node
+	// ServiceCIDRs are the cluster's ServiceCIDR objects.
+	ServiceCIDRs []*networking.ServiceCIDR
+	Settings     dataplane.Settings
+	Packets      []PacketCase
 }
 
 // PacketCase is one packet and the verdict Kubernetes semantics give it.
@@ -139,6 +142,9 @@ func (s Scenario) Build(t testing.TB) (*dataplane.Builder, *dataplane.State) {
 	}
 	for _, slice := range s.Slices {
 		b.UpdateEndpointSlice(nil, slice)
+	}
+	for _, c := range s.ServiceCIDRs {
+		b.UpdateServiceCIDR(nil, c)
 	}
 	return b, b.Build().States[0]
 }

@@ -8,7 +8,9 @@
 // affinity, which remembers clients in dynamic sets with timeouts),
 // loadBalancerSourceRanges in a firewall map checked before DNAT, reject
 // and drop verdict maps for ports without (local) endpoints, one global
-// hairpin set and one global ClusterIP masquerade rule, --masquerade-all,
+// hairpin set and one global ClusterIP masquerade rule, the drop of new
+// connections to addresses in the cluster's ServiceCIDRs that no service
+// has (State.ServiceCIDRs), --masquerade-all,
 // the four local-traffic detectors, and node port addresses. Which
 // endpoints serve which traffic is asked of State.Select; nothing here
 // re-decides it.
@@ -138,9 +140,7 @@
 //     (Config.MaxOperations).
 //   - An affinity set's name ends in its timeout, so that a changed
 //     timeout (which nft cannot change in place) brings new sets.
-//   - The "drop traffic to unallocated ClusterIPs" rule is not written:
-//     the State carries no ServiceCIDRs yet. Localhost node ports (an alpha
-//     feature upstream) are not served.
+//   - Localhost node ports (an alpha feature upstream) are not served.
 //   - Invalid ports, addresses and endpoints (wrong family, port 0, names
 //     unsafe in an object name, out-of-range affinity timeouts) are skipped
 //     and reported through Config.OnSkip instead of failing the whole

@@ -150,6 +150,18 @@ func (d *Dataplane) nodePortAddresses(s *dataplane.State) (ips []string, matchAl
 	return slices.Compact(ips), false
 }
 
+// serviceCIDRs lists the State's service CIDRs of this family for a rule,
+// "" when there is none.
+func (d *Dataplane) serviceCIDRs(s *dataplane.State) string {
+	var list []string
+	for _, p := range s.ServiceCIDRs {
+		if p.IsValid() && p.Addr().Is6() == d.ipv6 && !p.Addr().Is4In6() {
+			list = append(list, p.Masked().String())
+		}
+	}
+	return strings.Join(list, " , ")
+}
+
 func (d *Dataplane) static(s *dataplane.State) *static {
 	st := &static{rules: map[string][]string{}}
 	for _, j := range jumps {
@@ -161,6 +173,9 @@ func (d *Dataplane) static(s *dataplane.State) *static {
 		"mark and "+d.mark+" != 0 mark set mark xor "+d.mark+" masquerade fully-random",
 		"ct status dnat "+ipX+" saddr . "+ipX+" daddr . meta l4proto . th dport @"+setHairpin+" masquerade fully-random")
 	add(chainClusterIPsCheck, ipX+" daddr @"+setClusterIPs+" reject")
+	if cidrs := d.serviceCIDRs(s); cidrs != "" {
+		add(chainClusterIPsCheck, ipX+" daddr { "+cidrs+" } drop")
+	}
 	add(chainRejectChain, "reject")
 	add(chainServiceEPCheck, ipX+" daddr . meta l4proto . th dport vmap @"+mapNoEndpointServices)
 	add(chainFirewallCheck, ipX+" daddr . meta l4proto . th dport vmap @"+mapFirewallIPs)

@@ -7,6 +7,11 @@
 // typed clients rather than through client-go's informer factories, so
 // that only what it watches is linked in.
 //
+// When the Client also has a networking/v1 client (every
+// kubernetes.Interface has) and the Handler is a
+// source.ServiceCIDRHandler, the source watches ServiceCIDR objects too,
+// as kube-proxy does; Synced never waits for them.
+//
 // # Differences from kube-proxy
 //
 // With Config.ProxyName set, the source watches services labelled with

@@ -10,6 +10,7 @@ import (
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	discoveryv1 "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	networkingv1 "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -35,6 +37,12 @@ const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 type Client interface {
 	CoreV1() corev1.CoreV1Interface
 	DiscoveryV1() discoveryv1.DiscoveryV1Interface
+}
+
+// networkingClient is a Client that also serves ServiceCIDRs, as every
+// kubernetes.Interface does.
+type networkingClient interface {
+	NetworkingV1() networkingv1.NetworkingV1Interface
 }
 
 // Config configures a Source. The zero value watches the services no other
@@ -136,6 +144,20 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 		if err := start("node", lw, &v1.Node{}, typedHandler(s.cfg.Logger, h.OnNode)); err != nil {
 			return err
 		}
+	}
+
+	// ServiceCIDRs are optional: the handler may not want them and the
+	// client may not serve them, and the proxy never waits for them.
+	ch, wants := h.(source.ServiceCIDRHandler)
+	nc, serves := s.client.(networkingClient)
+	if wants && serves {
+		cidrs := nc.NetworkingV1().ServiceCIDRs()
+		lw := listWatch(cidrs.List, cidrs.Watch, func(*metav1.ListOptions) {})
+		essential := synced
+		if err := start("servicecidrs", lw, &networking.ServiceCIDR{}, typedHandler(s.cfg.Logger, ch.OnServiceCIDR)); err != nil {
+			return err
+		}
+		synced = essential
 	}
 
 	if cache.WaitForCacheSync(ctx.Done(), synced...) {

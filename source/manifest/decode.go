@@ -14,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -42,8 +43,8 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Decode decodes data, the content of the manifest file path (used
-// in errors only), into the Services, EndpointSlices (discovery.k8s.io/v1)
-// and Nodes it holds, in file order. data is YAML, possibly several
+// in errors only), into the Services, EndpointSlices (discovery.k8s.io/v1),
+// Nodes and ServiceCIDRs (networking.k8s.io/v1) it holds, in file order. data is YAML, possibly several
 // documents separated by "---", or a stream of JSON objects; a "kind: List"
 // contributes its items. Decoding is strict (an unknown field is an error,
 // catching typos) and uses client-go's scheme. Objects of other kinds that
@@ -163,17 +164,22 @@ func (d *decoder) decodeDocument(data []byte) ([]runtime.Object, error) {
 	case *v1.Node:
 		defaultNode(o)
 		return []runtime.Object{o}, nil
+	case *networking.ServiceCIDR:
+		return []runtime.Object{o}, nil
 	}
 	switch gvk.Kind {
-	case "Service", "EndpointSlice", "Node":
+	case "Service", "EndpointSlice", "Node", "ServiceCIDR":
 		return nil, fmt.Errorf("%s %s is not supported; use %s", gvk.Kind, gvk.GroupVersion(), supportedVersion(gvk.Kind))
 	}
 	return nil, nil
 }
 
 func supportedVersion(kind string) string {
-	if kind == "EndpointSlice" {
+	switch kind {
+	case "EndpointSlice":
 		return "discovery.k8s.io/v1"
+	case "ServiceCIDR":
+		return "networking.k8s.io/v1"
 	}
 	return "v1"
 }

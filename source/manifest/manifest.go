@@ -17,6 +17,7 @@ import (
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -247,6 +248,7 @@ const (
 	kindNode = iota
 	kindService
 	kindEndpointSlice
+	kindServiceCIDR
 )
 
 func keyOf(o runtime.Object) objectKey {
@@ -258,6 +260,8 @@ func keyOf(o runtime.Object) objectKey {
 		k.kind = kindService
 	case *discovery.EndpointSlice:
 		k.kind = kindEndpointSlice
+	case *networking.ServiceCIDR:
+		k.kind = kindServiceCIDR
 	}
 	if a, err := meta.Accessor(o); err == nil {
 		k.namespace, k.name = a.GetNamespace(), a.GetName()
@@ -266,7 +270,7 @@ func keyOf(o runtime.Object) objectKey {
 }
 
 func (k objectKey) String() string {
-	kinds := [...]string{"Node", "Service", "EndpointSlice"}
+	kinds := [...]string{"Node", "Service", "EndpointSlice", "ServiceCIDR"}
 	if k.namespace == "" {
 		return kinds[k.kind] + " " + k.name
 	}

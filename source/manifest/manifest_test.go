@@ -87,6 +87,8 @@ func TestDecode(t *testing.T) {
 {"apiVersion":"v1","kind":"Node","metadata":{"name":"n"}}`,
 			[]string{"Service x/a", "Node n"}},
 		{"crlf", strings.ReplaceAll(svcYAML, "\n", "\r\n"), []string{"Service demo/web"}},
+		{"service CIDR", "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata:\n  name: kubernetes\nspec:\n  cidrs: [10.96.0.0/16]\n",
+			[]string{"ServiceCIDR kubernetes"}},
 		{"empty", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
