@@ -65,11 +65,6 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 			changed = append(changed, nn)
 		}
 	}
-	for _, nn := range changed {
-		d.rewrite(s, nn)
-	}
-	d.last = dataplane.SyncReport{Full: d.prev == nil, Services: len(changed)}
-
 	t := &d.table
 	t.Family, t.Generation, t.NodeIPs, t.NodePortAddrs = s.Family, s.Generation, s.Node.IPs, nodePortAddrs(s)
 	t.Pods = Detector{}
@@ -79,6 +74,10 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	case dataplane.LocalModeBridgeInterface, dataplane.LocalModeInterfaceNamePrefix:
 		t.Pods = Detector{Interface: m.Interface, Prefix: m.Mode == dataplane.LocalModeInterfaceNamePrefix}
 	}
+	for _, nn := range changed {
+		d.rewrite(s, nn)
+	}
+	d.last = dataplane.SyncReport{Full: d.prev == nil, Services: len(changed)}
 	d.prev = s
 	return nil
 }
@@ -98,7 +97,7 @@ func (d *Dataplane) rewrite(s *dataplane.State, nn types.NamespacedName) {
 		}
 	}
 	for _, sp := range s.Services.Service(nn) {
-		in, ext := entries(s, sp)
+		in, ext := entries(s, sp, t.Pods)
 		for i, k := range frontendKeys(sp) {
 			e := ext
 			switch {
@@ -132,7 +131,7 @@ func frontendKeys(sp *servicemodel.ServicePort) []string {
 
 // entries decides, with State.Select, what each class of client gets at
 // the port's cluster IP (in) and at its external destinations (ext).
-func entries(s *dataplane.State, sp *servicemodel.ServicePort) (in, ext Entry) {
+func entries(s *dataplane.State, sp *servicemodel.ServicePort, pods Detector) (in, ext Entry) {
 	sel, pol := s.Select(sp), sp.Policy()
 	in = Entry{Service: sp.Name, Affinity: sp.SessionAffinity.ClientIP}
 	ext = in
@@ -146,7 +145,8 @@ func entries(s *dataplane.State, sp *servicemodel.ServicePort) (in, ext Entry) {
 	in.FromPod = dnat(internal, masq, sel.HasAny, hasInternal)
 	// Traffic not from a local pod may come from off-cluster through this
 	// node: masqueraded when a detector can tell.
-	in.FromNode = dnat(internal, masq || detects(s), sel.HasAny, hasInternal)
+	detects := pods.CIDR.IsValid() || pods.Interface != ""
+	in.FromNode = dnat(internal, masq || detects, sel.HasAny, hasInternal)
 	in.Other = in.FromNode
 
 	if !pol.ExternalLocal {
@@ -181,14 +181,6 @@ func dnat(eps []*endpoints.Endpoint, masq, hasAny, hasPolicy bool) Action {
 	}
 	slices.SortFunc(a.Backends, netip.AddrPort.Compare)
 	return a
-}
-
-// detects reports whether the State's local-traffic detector recognizes
-// any traffic.
-func detects(s *dataplane.State) bool {
-	_, byCIDR := s.DetectionCIDR()
-	m := s.Settings.LocalDetector
-	return byCIDR || (m.Mode == dataplane.LocalModeBridgeInterface || m.Mode == dataplane.LocalModeInterfaceNamePrefix) && m.Interface != ""
 }
 
 // allowed is the sources the port's VIPs accept; empty when all are. A
