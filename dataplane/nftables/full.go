@@ -65,7 +65,11 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 		c.rules++
 		k.chains[r.Chain] = c
 	}
-	for _, sd := range d.sets() {
+	lists := d.sets()
+	if k.sets[setNodePortIPs] {
+		lists = append(lists, setDef{name: setNodePortIPs})
+	}
+	for _, sd := range lists {
 		typ := "set"
 		if sd.isMap {
 			typ = "map"

@@ -67,8 +67,12 @@ func (d *Dataplane) staticDrift(k *kernelTable) []string {
 		}
 	}
 	if d.st.nodePortIPs != nil {
-		if !k.sets[setNodePortIPs] {
+		have := k.elems[setNodePortIPs]
+		switch {
+		case !k.sets[setNodePortIPs]:
 			why = append(why, setNodePortIPs+": missing")
+		case len(have) != len(d.st.nodePortIPs) || slices.ContainsFunc(d.st.nodePortIPs, func(ip string) bool { _, ok := have[ip]; return !ok }):
+			why = append(why, fmt.Sprintf("%s: %d elements, want %v", setNodePortIPs, len(have), d.st.nodePortIPs))
 		}
 	}
 	return why

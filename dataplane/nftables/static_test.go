@@ -1,11 +1,15 @@
 package nftables
 
 import (
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/dataplane"
 	dpt "github.com/proxykit/proxykit/dataplane/dataplanetest"
+	v1 "k8s.io/api/core/v1"
 )
 
 // TestServiceCIDRs: the drop rule follows the ServiceCIDR objects of the
@@ -51,5 +55,44 @@ func TestServiceCIDRs(t *testing.T) {
 		if diff := cmp.Diff(freshDump(t, s), lines); diff != "" {
 			t.Errorf("%s: the table differs from a fresh full sync (-fresh +got):\n%s", step.name, diff)
 		}
+	}
+}
+
+// TestReconcileNodePortIPs: an element of nodeport-ips deleted by another
+// program is found and put back.
+func TestReconcileNodePortIPs(t *testing.T) {
+	fake := newFake(false)
+	d, _ := testDataplane(t, fake)
+	settings := dpt.DefaultSettings()
+	settings.NodePortAddresses = []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}
+	b := dataplane.NewBuilder(dataplane.BuilderConfig{Families: []v1.IPFamily{v1.IPv4Protocol}, NodeName: dpt.NodeName, Settings: settings})
+	b.UpdateNode(dpt.TestNode(nil))
+	b.UpdateService(nil, clusterIPService(1))
+	s := b.Build().States[0]
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	want := dumpLines(fake)
+	elems, err := fake.ListElements(t.Context(), "set", setNodePortIPs)
+	if err != nil || len(elems) == 0 {
+		t.Fatalf("nodeport-ips holds %v (%v), want the node's 192.168 addresses", elems, err)
+	}
+	tx := fake.NewTransaction()
+	tx.Delete(elems[0])
+	if err := fake.Run(t.Context(), tx); err != nil {
+		t.Fatal(err)
+	}
+	drift, err := d.Reconcile(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(drift.Repaired) != 1 || !strings.HasPrefix(drift.Repaired[0], setNodePortIPs+": ") {
+		t.Errorf("Reconcile repaired %q, want the nodeport-ips set", drift.Repaired)
+	}
+	if diff := cmp.Diff(want, dumpLines(fake)); diff != "" {
+		t.Errorf("after Reconcile (-want +got):\n%s", diff)
+	}
+	if drift, err := d.Reconcile(t.Context()); err != nil || len(drift.Repaired) != 0 {
+		t.Errorf("second Reconcile: %v, %v; want nothing to repair", drift.Repaired, err)
 	}
 }
