@@ -92,7 +92,12 @@ func (rs *Ruleset) trace(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Ve
 		v.Endpoints = append(v.Endpoints, o.ep)
 		t.mark = o.mark
 		t.masq = false
+		steps := len(t.steps)
 		t.run("nat", "POSTROUTING", 0)
+		if len(v.Endpoints) > 1 {
+			// Every candidate crosses the same rules; name them once.
+			t.steps = t.steps[:steps]
+		}
 		if !t.masq {
 			v.Masquerade = false
 		}
