@@ -148,7 +148,7 @@ func verifyPort(s *dataplane.State, mode dataplane.Mode, k Kernel, sp *servicemo
 	var out []Drift
 	for _, pr := range probes(s, sp) {
 		model, kernel := s.LookupMode(mode, pr.p), k.Trace(pr.p)
-		kind, detail := compare(model, kernel)
+		kind, detail := Compare(model, kernel)
 		if kind == "" {
 			continue
 		}
@@ -165,8 +165,9 @@ func verifyPort(s *dataplane.State, mode dataplane.Mode, k Kernel, sp *servicemo
 	return out
 }
 
-// compare says how kernel differs from model; kind is "" when it does not.
-func compare(model, kernel dataplane.Verdict) (kind DriftKind, detail string) {
+// Compare says how the kernel's verdict for a packet differs from the
+// model's, as Verify does at each frontend; kind is "" when they agree.
+func Compare(model, kernel dataplane.Verdict) (kind DriftKind, detail string) {
 	same := model.Action == kernel.Action && slices.Equal(model.Endpoints, kernel.Endpoints) &&
 		(model.Action == dataplane.NotAService || model.Service == kernel.Service) &&
 		(model.Action != dataplane.DNAT || model.Masquerade == kernel.Masquerade)
