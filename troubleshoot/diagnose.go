@@ -10,6 +10,7 @@ import (
 
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/conntrack"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -25,22 +26,13 @@ type Config struct {
 	// Kernel holds, per IP family, the kernel's rules; a family without
 	// one is not checked against the kernel.
 	Kernel map[v1.IPFamily]Kernel
-	// Flows are the conntrack entries of NATed connections (as conntrack
-	// lists them); nil checks none.
-	Flows []Flow
+	// Flows are the conntrack entries of DNATed connections
+	// (conntrack.DNATFlows); nil checks none.
+	Flows []conntrack.Flow
 	// Client, when valid, is a client whose packets to each frontend are
 	// followed, from outside the node: source ranges and traffic policy
 	// decide for it.
 	Client netip.Addr
-}
-
-// Flow is one conntrack entry of a NATed connection.
-type Flow struct {
-	Protocol v1.Protocol
-	// Client is the original source, Frontend the original destination
-	// and Endpoint where the connection was DNATed to (the reply's
-	// source).
-	Client, Frontend, Endpoint netip.AddrPort
 }
 
 // Severity grades a Finding.

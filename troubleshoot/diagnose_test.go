@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/proxykit/proxykit/dataplane/conntrack"
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -122,7 +123,7 @@ func TestDiagnose(t *testing.T) {
 	}, {
 		name: "stale conntrack entries",
 		objs: []any{web(nil), webSlice(dt.ReadyEndpoint("10.1.0.7", otherNode))},
-		cfg: Config{Flows: []Flow{
+		cfg: Config{Flows: []conntrack.Flow{
 			{Protocol: v1.ProtocolTCP, Client: netip.MustParseAddrPort("10.0.0.9:4000"), Frontend: netip.MustParseAddrPort("172.30.0.10:80"), Endpoint: netip.MustParseAddrPort("10.1.0.7:8080")},
 			{Protocol: v1.ProtocolTCP, Client: netip.MustParseAddrPort("10.0.0.9:4001"), Frontend: netip.MustParseAddrPort("172.30.0.10:80"), Endpoint: netip.MustParseAddrPort("10.1.0.99:8080")},
 			{Protocol: v1.ProtocolUDP, Client: netip.MustParseAddrPort("10.0.0.9:4002"), Frontend: netip.MustParseAddrPort("172.30.0.10:80"), Endpoint: netip.MustParseAddrPort("10.1.0.98:8080")},

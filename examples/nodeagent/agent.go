@@ -56,6 +56,9 @@ type host struct {
 	nft func(family v1.IPFamily) (knftables.Interface, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
+	// flows lists family's DNATed conntrack entries, for diagnose; nil
+	// reads none.
+	flows func(ctx context.Context, family v1.IPFamily) ([]conntrack.Flow, error)
 	// node holds the machine-wide settings made at start (conntrack
 	// sysctls, OOM score); nil makes none.
 	node *nodeSettings
@@ -76,6 +79,9 @@ func machine() host {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
 		node: new(realNodeSettings()),
+		flows: func(ctx context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
+			return conntrack.DNATFlows(ctx, nil, f)
+		},
 	}
 }
 

@@ -34,7 +34,7 @@ var troubleshootFlagNames = []string{"output", "kernel", "client", "namespace", 
 func addTroubleshootFlags(fs *pflag.FlagSet, o *options) {
 	f := &o.tflags
 	fs.StringVarP(&f.output, "output", "o", "", "diagnose, verify, list: json prints JSON instead of text")
-	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save in mode iptables) and trace the packet through them")
+	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save in mode iptables) and trace packets through them; diagnose also reads conntrack")
 	fs.StringVar(&f.client, "client", "", "diagnose: a client IP whose packets to the service's frontends are followed (source ranges, family)")
 	fs.StringVar(&f.namespace, "namespace", "", "list: only services of this namespace")
 	fs.StringVar(&f.name, "name", "", "list: only services of this name")
@@ -164,6 +164,15 @@ func runTroubleshoot(ctx context.Context, o *options, h host, log logr.Logger, s
 			if k != nil {
 				cfg.Kernel[st.Family] = k
 			}
+			if h.flows == nil {
+				continue
+			}
+			flows, err := h.flows(ctx, st.Family)
+			if err != nil {
+				fmt.Fprintf(stderr, "nodeagent: diagnose --kernel: %v\n", err)
+				return exitFailure
+			}
+			cfg.Flows = append(cfg.Flows, flows...)
 		}
 	}
 	r := troubleshoot.Diagnose(states, a.service, a.port, cfg)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/dataplane/conntrack"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/troubleshoot"
 	v1 "k8s.io/api/core/v1"
@@ -87,6 +90,18 @@ func TestDiagnoseCommand(t *testing.T) {
 	if code != exitOK || !strings.HasSuffix(out, "verdict: OK: 3 endpoints, rules in place\n") {
 		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
+	h.flows = func(_ context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
+		if f != v1.IPv4Protocol {
+			return nil, nil
+		}
+		return []conntrack.Flow{{Protocol: v1.ProtocolTCP, Client: netip.MustParseAddrPort("10.244.0.9:40000"),
+			Frontend: netip.MustParseAddrPort("10.96.10.10:80"), Endpoint: netip.MustParseAddrPort("10.244.3.3:8080")}}, nil
+	}
+	code, out, _ = runOnHost(t, h, "diagnose", "default/web:http", "--kernel")
+	if code != exitOK || !strings.Contains(out, "warning: http/TCP (IPv4): stale conntrack entries: connections still go to endpoints no longer serving: 10.244.3.3:8080 (1)\n") {
+		t.Errorf("with a stale flow: exit %d, stdout:\n%s", code, out)
+	}
+	h.flows = nil
 	code, out, _ = runOnHost(t, h, "diagnose", "default/reports:http")
 	if code != exitFailure || !strings.Contains(out, "verdict: http/TCP (IPv4): no endpoints") {
 		t.Errorf("reports: exit %d, stdout:\n%s", code, out)
