@@ -42,10 +42,13 @@
 // (State.LookupMode) and through a Kernel, and reports each difference as
 // a Drift: rules Missing, Extra (also whole service ports the kernel
 // holds and the model lacks, from a ServiceLister), WrongEndpoints,
-// Shadowed (a rule that is not the proxy's decides first) or WrongVerdict.
+// Shadowed (a rule that is not the proxy's decides first), WrongVerdict,
+// or Untraceable (a rule the reading cannot follow).
 // IPTables is the Kernel of the iptables dataplane: iptables-save's
 // listing, everyone's rules, parsed by iptables.ParseSave and followed by
-// its tracer. VerifyListeners is the userspace dataplane's counterpart,
+// its tracer, which sees another program's rules too. NFTables is that of
+// the nftables dataplane: its table as nft lists it
+// (nftables.ParseListing). VerifyListeners is the userspace dataplane's counterpart,
 // comparing the model's frontends with the forwarders' listeners.
 //
 // # List

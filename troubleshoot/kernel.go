@@ -8,8 +8,10 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
 	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
 )
 
 // IPTables is the Kernel of the iptables dataplane: the nat and filter
@@ -33,12 +35,15 @@ func NewIPTables(save []byte, nodeIPs []netip.Addr) *IPTables {
 	return &IPTables{Rules: rs, NodeIPs: nodeIPs, Skipped: skipped}
 }
 
-// Trace implements Kernel.
-func (k *IPTables) Trace(p dataplane.Packet) dataplane.Verdict { return k.Rules.Trace(p, k.NodeIPs) }
+// Trace implements Kernel; it never fails.
+func (k *IPTables) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
+	return k.Rules.Trace(p, k.NodeIPs), nil
+}
 
 // TraceSteps is Trace with the rules the packet met, chain by chain.
-func (k *IPTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string) {
-	return k.Rules.TraceSteps(p, k.NodeIPs)
+func (k *IPTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	v, steps := k.Rules.TraceSteps(p, k.NodeIPs)
+	return v, steps, nil
 }
 
 // Services implements ServiceLister: the service ports named by the
@@ -48,6 +53,40 @@ func (k *IPTables) Services() []servicemodel.PortName {
 	slices.SortFunc(all, servicemodel.PortName.Compare)
 	return slices.Compact(all)
 }
+
+// NFTables is the Kernel of the nftables dataplane: its table as nft
+// lists it (nftables.ParseListing). Only the dataplane's table is read:
+// another program's table that decides first is not seen.
+type NFTables struct {
+	Rules *nftables.Ruleset
+	// NodeIPs are the node's addresses, which count as local with
+	// loopback; State.Node.IPs.
+	NodeIPs []netip.Addr
+}
+
+// NewNFTables reads what "nft list table ip|ip6 <table>" printed of the
+// dataplane's table of family.
+func NewNFTables(listing []byte, family v1.IPFamily, nodeIPs []netip.Addr) (*NFTables, error) {
+	rs, err := nftables.ParseListing(listing, family)
+	if err != nil {
+		return nil, err
+	}
+	return &NFTables{Rules: rs, NodeIPs: nodeIPs}, nil
+}
+
+// Trace implements Kernel.
+func (k *NFTables) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
+	v, _, err := k.Rules.Trace(p, k.NodeIPs)
+	return v, err
+}
+
+// TraceSteps is Trace with the chains entered and map elements matched.
+func (k *NFTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	return k.Rules.Trace(p, k.NodeIPs)
+}
+
+// Services implements ServiceLister.
+func (k *NFTables) Services() []servicemodel.PortName { return k.Rules.Services() }
 
 // VerifyListeners is Verify for the userspace dataplane, whose kernel
 // reading is the frontends its forwarders listen on
@@ -62,7 +101,7 @@ func VerifyListeners(s *dataplane.State, listeners map[userspace.Frontend]netip.
 	want := map[key]servicemodel.PortName{}
 	var order []key
 	unspec := netip.IPv4Unspecified()
-	if s.Family == "IPv6" {
+	if s.Family == v1.IPv6Protocol {
 		unspec = netip.IPv6Unspecified()
 	}
 	for sp := range s.Services.All() {

@@ -14,9 +14,10 @@ import (
 
 // Kernel answers what the rules a kernel holds do with the first packet of
 // a connection, in the shape State.Lookup answers: a dataplane's reading of
-// the kernel, such as IPTables.
+// the kernel, such as IPTables or NFTables. An error means the rules could
+// not be followed (a form the reading does not know).
 type Kernel interface {
-	Trace(p dataplane.Packet) dataplane.Verdict
+	Trace(p dataplane.Packet) (dataplane.Verdict, error)
 }
 
 // ServiceLister is a Kernel that can also name the service ports it holds
@@ -44,6 +45,8 @@ const (
 	// WrongVerdict: the kernel does something else with the packet (another
 	// action, service or masquerading).
 	WrongVerdict DriftKind = "wrong-verdict"
+	// Untraceable: the kernel's rules could not be followed.
+	Untraceable DriftKind = "untraceable"
 )
 
 // Drift is one difference between the model and the kernel.
@@ -147,8 +150,12 @@ func Verify(s *dataplane.State, mode dataplane.Mode, k Kernel) []Drift {
 func verifyPort(s *dataplane.State, mode dataplane.Mode, k Kernel, sp *servicemodel.ServicePort) []Drift {
 	var out []Drift
 	for _, pr := range probes(s, sp) {
-		model, kernel := s.LookupMode(mode, pr.p), k.Trace(pr.p)
+		model := s.LookupMode(mode, pr.p)
+		kernel, err := k.Trace(pr.p)
 		kind, detail := Compare(model, kernel)
+		if err != nil {
+			kind, detail = Untraceable, err.Error()
+		}
 		if kind == "" {
 			continue
 		}
@@ -174,10 +181,13 @@ func Compare(model, kernel dataplane.Verdict) (kind DriftKind, detail string) {
 	switch {
 	case same:
 		return "", ""
-	case kernel.Action != dataplane.NotAService && kernel.Service.Name == "" && model.Service.Name != "":
-		return Shadowed, "a rule that is not the proxy's decides first: " + Summary(kernel)
 	case kernel.Action == dataplane.NotAService:
 		return Missing, "no rule of the proxy matches; the model says " + Summary(model)
+	case kernel.Action == dataplane.Reject && kernel.Service.Name == "" && model.Service.Name != "":
+		// nftables rejects a cluster IP's ports that no rule serves.
+		return Missing, "no rule of the service matches and the packet is rejected; the model says " + Summary(model)
+	case kernel.Service.Name == "" && model.Service.Name != "":
+		return Shadowed, "a rule that is not the proxy's decides first: " + Summary(kernel)
 	case model.Action == dataplane.NotAService:
 		return Extra, "rules of " + ServiceString(kernel.Service) + " still match; the model has nothing here"
 	case model.Service != kernel.Service:

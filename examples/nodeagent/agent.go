@@ -56,6 +56,9 @@ type host struct {
 	nft func(family v1.IPFamily) (knftables.Interface, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
+	// nftListing returns what "nft list table" prints of family's table
+	// of the agent, for verify and --kernel; nil cannot read it.
+	nftListing func(ctx context.Context, family v1.IPFamily) ([]byte, error)
 	// flows lists family's DNATed conntrack entries, for diagnose; nil
 	// reads none.
 	flows func(ctx context.Context, family v1.IPFamily) ([]conntrack.Flow, error)
@@ -78,7 +81,8 @@ func machine() host {
 		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
-		node: new(realNodeSettings()),
+		node:       new(realNodeSettings()),
+		nftListing: listNFTable,
 		flows: func(ctx context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
 			return conntrack.DNATFlows(ctx, nil, f)
 		},

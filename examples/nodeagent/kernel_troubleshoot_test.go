@@ -126,3 +126,32 @@ func splitShell(s string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// TestKernelNFTablesVerify: the same in mode nftables, where the kernel
+// is read from nft's listing of the agent's table.
+func TestKernelNFTablesVerify(t *testing.T) {
+	netns.Require(t, "nft")
+	ns := netns.New(t, "nftverify")
+	mode := []string{"--proxy-mode", "nftables"}
+	agentIn(t, ns, append(mode, "--once", noConntrackMax)...)
+
+	out, errOut, code := agentExit(t, ns, append(mode, "verify")...)
+	if code != exitOK || !strings.HasPrefix(out, "OK: the kernel's rules do what the model says") {
+		t.Fatalf("verify after --once: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code = agentExit(t, ns, append(mode, "explain", "10.244.0.9", "10.96.10.10:80", "--kernel")...)
+	if code != exitOK || !strings.Contains(out, "  map service-ips: 10.96.10.10 . tcp . 80 : goto service-") || !strings.Contains(out, "agrees:     yes") {
+		t.Errorf("explain --kernel: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+
+	ns.MustRun("nft", "delete", "element", "ip", "proxykit", "service-ips", "{ 10.96.10.10 . tcp . 80 }")
+	out, errOut, code = agentExit(t, ns, append(mode, "verify")...)
+	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: missing at 10.96.10.10:80/TCP (cluster IP)") ||
+		!strings.Contains(errOut, "differ from the model for default/web:http/TCP\n") {
+		t.Errorf("verify after a deleted element: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, _, code = agentExit(t, ns, append(mode, "explain", "10.244.0.9", "10.96.10.10:80", "--kernel")...)
+	if code != exitFailure || !strings.Contains(out, "DISAGREES:  missing") {
+		t.Errorf("explain --kernel after a deleted element: exit %d, stdout:\n%s", code, out)
+	}
+}

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/troubleshoot"
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
@@ -34,7 +36,7 @@ var troubleshootFlagNames = []string{"output", "kernel", "client", "namespace", 
 func addTroubleshootFlags(fs *pflag.FlagSet, o *options) {
 	f := &o.tflags
 	fs.StringVarP(&f.output, "output", "o", "", "diagnose, verify, list: json prints JSON instead of text")
-	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save in mode iptables) and trace packets through them; diagnose also reads conntrack")
+	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save, or nft list table in mode nftables) and trace packets through them; diagnose also reads conntrack")
 	fs.StringVar(&f.client, "client", "", "diagnose: a client IP whose packets to the service's frontends are followed (source ranges, family)")
 	fs.StringVar(&f.namespace, "namespace", "", "list: only services of this namespace")
 	fs.StringVar(&f.name, "name", "", "list: only services of this name")
@@ -198,18 +200,63 @@ func writeJSON(stdout, stderr io.Writer, v any) int {
 }
 
 // errNoKernelReading is a mode whose kernel the agent cannot read.
-var errNoKernelReading = errors.New("reading the kernel's rules is built for --proxy-mode iptables only (userspace: the agent's --verify-period compares its forwarders' listeners)")
+var errNoKernelReading = errors.New("reading the kernel's rules is built for --proxy-mode iptables and nftables (userspace: the agent's --verify-period compares its forwarders' listeners)")
+
+// kernelReading is a dataplane's reading of the kernel that can also say
+// which rules a packet met.
+type kernelReading interface {
+	troubleshoot.Kernel
+	TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error)
+}
 
 // kernelOf reads family's rules from the kernel as the mode's dataplane
 // wrote them; nil (and no error) for an IPv6 whose tools are missing,
 // as the agent then proxies IPv4 alone.
-func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, family v1.IPFamily, nodeIPs []netip.Addr) (*troubleshoot.IPTables, error) {
+func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, family v1.IPFamily, nodeIPs []netip.Addr) (kernelReading, error) {
 	if o.dryRun {
 		return nil, errors.New("a dry run reads no kernel")
 	}
-	if o.proxyMode != "iptables" {
-		return nil, fmt.Errorf("--proxy-mode %s: %w", o.proxyMode, errNoKernelReading)
+	switch o.proxyMode {
+	case "iptables":
+		return iptablesKernel(ctx, h, log, family, nodeIPs)
+	case "nftables":
+		if h.nftListing == nil {
+			return nil, errors.New("nft cannot be read here")
+		}
+		listing, err := h.nftListing(ctx, family)
+		switch {
+		case errors.Is(err, errNoTable):
+			return troubleshoot.NewNFTables(nil, family, nodeIPs)
+		case err != nil && family == v1.IPv6Protocol:
+			log.V(1).Info("IPv6 rules not read: nft is not usable", "err", err)
+			return nil, nil
+		case err != nil:
+			return nil, err
+		}
+		return troubleshoot.NewNFTables(listing, family, nodeIPs)
 	}
+	return nil, fmt.Errorf("--proxy-mode %s: %w", o.proxyMode, errNoKernelReading)
+}
+
+// errNoTable is the agent's nftables table missing from the kernel.
+var errNoTable = errors.New("no table")
+
+// listNFTable runs "nft list table" for family's table of the agent.
+func listNFTable(ctx context.Context, family v1.IPFamily) ([]byte, error) {
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, "nft", "list", "table", string(nftFamily(family)), nftables.DefaultTable)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	switch {
+	case err != nil && strings.Contains(stderr.String(), "No such file or directory"):
+		return nil, errNoTable
+	case err != nil:
+		return nil, fmt.Errorf("nft list table %s %s: %w: %s", nftFamily(family), nftables.DefaultTable, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+func iptablesKernel(ctx context.Context, h host, log logr.Logger, family v1.IPFamily, nodeIPs []netip.Addr) (kernelReading, error) {
 	r, err := h.runner(family)
 	switch {
 	case err != nil && family == v1.IPv6Protocol:
@@ -288,7 +335,11 @@ func explainKernel(ctx context.Context, o *options, h host, log logr.Logger, st 
 		fmt.Fprintf(stderr, "nodeagent: explain --kernel: %v\n", err)
 		return exitFailure
 	}
-	v, steps := k.TraceSteps(p)
+	v, steps, err := k.TraceSteps(p)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodeagent: explain --kernel: %v\n", err)
+		return exitFailure
+	}
 	fmt.Fprintln(stdout, "\nkernel rules the packet meets:")
 	if len(steps) == 0 {
 		fmt.Fprintln(stdout, "  none")

@@ -29,7 +29,7 @@ type verifier struct {
 
 // startVerifier starts the periodic check; stop ends it and waits.
 func (o *options) startVerifier(ctx context.Context, h host, log logr.Logger, reg prometheus.Registerer, planes []plane) (stop func(), err error) {
-	if o.proxyMode != "iptables" && o.proxyMode != "userspace" {
+	if o.proxyMode != "iptables" && o.proxyMode != "nftables" && o.proxyMode != "userspace" {
 		return nil, fmt.Errorf("--verify-period with --proxy-mode %s: %w", o.proxyMode, errNoKernelReading)
 	}
 	v := &verifier{o: o, h: h, log: log, planes: planes,
