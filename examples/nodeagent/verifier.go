@@ -29,23 +29,9 @@ type verifier struct {
 
 // startVerifier starts the periodic check; stop ends it and waits.
 func (o *options) startVerifier(ctx context.Context, h host, log logr.Logger, reg prometheus.Registerer, planes []plane) (stop func(), err error) {
-	if o.proxyMode != "iptables" && o.proxyMode != "nftables" && o.proxyMode != "userspace" {
-		return nil, fmt.Errorf("--verify-period with --proxy-mode %s: %w", o.proxyMode, errNoKernelReading)
-	}
-	v := &verifier{o: o, h: h, log: log, planes: planes,
-		drifts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: proxykit.DefaultMetricsNamespace, Name: "verify_drifts",
-			Help: "Differences between the kernel and the model that the last periodic check (--verify-period) found",
-		}, []string{"ip_family"}),
-		total: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: proxykit.DefaultMetricsNamespace, Name: "verify_drifts_total",
-			Help: "Differences between the kernel and the model that periodic checks (--verify-period) found, by kind",
-		}, []string{"ip_family", "kind"}),
-	}
-	for _, c := range []prometheus.Collector{v.drifts, v.total} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	v, err := o.newVerifier(h, log, reg, planes)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -65,6 +51,30 @@ func (o *options) startVerifier(ctx context.Context, h host, log logr.Logger, re
 		}
 	}()
 	return func() { cancel(); <-done }, nil
+}
+
+// newVerifier returns a verifier of planes whose metrics are registered
+// on reg.
+func (o *options) newVerifier(h host, log logr.Logger, reg prometheus.Registerer, planes []plane) (*verifier, error) {
+	if o.proxyMode != "iptables" && o.proxyMode != "nftables" && o.proxyMode != "userspace" {
+		return nil, fmt.Errorf("--verify-period with --proxy-mode %s: %w", o.proxyMode, errNoKernelReading)
+	}
+	v := &verifier{o: o, h: h, log: log, planes: planes,
+		drifts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: proxykit.DefaultMetricsNamespace, Name: "verify_drifts",
+			Help: "Differences between the kernel and the model that the last periodic check (--verify-period) found",
+		}, []string{"ip_family"}),
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: proxykit.DefaultMetricsNamespace, Name: "verify_drifts_total",
+			Help: "Differences between the kernel and the model that periodic checks (--verify-period) found, by kind",
+		}, []string{"ip_family", "kind"}),
+	}
+	for _, c := range []prometheus.Collector{v.drifts, v.total} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // check compares one plane's last State with the kernel. A sync that
