@@ -1,11 +1,11 @@
 package main
 
 import (
-	"github.com/google/go-cmp/cmp"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/proxykit/proxykit/dataplane"
