@@ -92,6 +92,20 @@ var (
 	probeSource6 = netip.MustParseAddr("2001:db8:ffff::7")
 )
 
+// outsideRanges returns a probe source of family outside every range.
+func outsideRanges(ranges []netip.Prefix, family v1.IPFamily) (netip.Addr, bool) {
+	candidates := []netip.Addr{probeSource4, netip.MustParseAddr("203.0.113.77"), netip.MustParseAddr("192.0.2.77")}
+	if family == v1.IPv6Protocol {
+		candidates = []netip.Addr{probeSource6, netip.MustParseAddr("3fff::7")}
+	}
+	for _, c := range candidates {
+		if !slices.ContainsFunc(ranges, func(p netip.Prefix) bool { return p.Contains(c) }) {
+			return c, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
 // probes returns a packet from outside the node to each frontend of sp in
 // s: the cluster IP, each external IP, each LoadBalancer VIP (from inside
 // and from outside its source ranges, when it has some) and the node port
@@ -111,10 +125,15 @@ func probes(s *dataplane.State, sp *servicemodel.ServicePort) []probe {
 		add(a, sp.Port, "external IP", src)
 	}
 	for _, a := range sp.LoadBalancerVIPs {
-		if r := sp.LoadBalancerSourceRanges; len(r) > 0 && !slices.ContainsFunc(r, func(p netip.Prefix) bool { return p.Contains(src) }) {
-			add(a, sp.Port, "load balancer IP", r[0].Masked().Addr())
+		r := sp.LoadBalancerSourceRanges
+		if len(r) == 0 {
+			add(a, sp.Port, "load balancer IP", src)
+			continue
 		}
-		add(a, sp.Port, "load balancer IP", src)
+		add(a, sp.Port, "load balancer IP", r[0].Masked().Addr())
+		if out, ok := outsideRanges(r, s.Family); ok {
+			add(a, sp.Port, "load balancer IP", out)
+		}
 	}
 	if sp.NodePort != 0 {
 		for _, a := range s.Node.IPs {

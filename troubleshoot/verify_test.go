@@ -75,6 +75,12 @@ func TestVerifyIPTables(t *testing.T) {
 			Detail: "no rule of the proxy matches; the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 		summaries: true,
 	}, {
+		name: "source range rule deleted",
+		edit: dropLines(`traffic not accepted by`),
+		want: []Drift{{Service: webHTTP, Kind: Missing, Frontend: "5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7",
+			Model: "drop", Kernel: "not a service", Detail: "no rule of the proxy matches; the model says drop"}},
+		summaries: true,
+	}, {
 		name: "another program's DNAT first",
 		edit: insertAfter("*nat", "-A PREROUTING -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80"),
 		want: []Drift{{Service: webHTTP, Kind: Shadowed, Frontend: "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7",
