@@ -61,4 +61,11 @@
 // Every call that dumps the table is retried a few times when the kernel
 // reports the dump interrupted (the table changed under it), as kube-proxy
 // does on EINTR.
+//
+// # Reading
+//
+// DNATFlows lists a family's table, only reading it, and returns the
+// DNATed TCP, UDP and SCTP flows with their client, frontend and
+// endpoint: where each connection to a service went, which package
+// troubleshoot compares with the endpoints that serve now.
 package conntrack

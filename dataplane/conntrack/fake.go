@@ -120,3 +120,17 @@ func NewFlow(protocol v1.Protocol, client, frontend, endpoint netip.AddrPort) *n
 		},
 	}
 }
+
+// ConntrackTableList implements Lister: the flows of family, in the order
+// they were added.
+func (t *FakeTable) ConntrackTableList(_ netlink.ConntrackTableType, family netlink.InetFamily) ([]*netlink.ConntrackFlow, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*netlink.ConntrackFlow
+	for _, f := range t.flows {
+		if netlink.InetFamily(f.FamilyType) == family {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}

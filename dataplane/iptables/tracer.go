@@ -25,6 +25,19 @@ const maxTraceDepth = 32
 // but marks the verdict as pinned by affinity. Conntrack state is NEW, plus
 // DNAT once the packet was rewritten.
 func (rs *Ruleset) Trace(p dataplane.Packet, nodeIPs []netip.Addr) dataplane.Verdict {
+	v, _ := rs.trace(p, nodeIPs)
+	return v
+}
+
+// TraceSteps is Trace that also returns the rules the packet matched that
+// decide something (a jump, a mark, a verdict), in the order it met them,
+// each as "table CHAIN: rule" (the rule as listed after "-A CHAIN"), for
+// people to read; their wording is not part of the contract.
+func (rs *Ruleset) TraceSteps(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Verdict, []string) {
+	return rs.trace(p, nodeIPs)
+}
+
+func (rs *Ruleset) trace(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Verdict, []string) {
 	t := &tracer{rs: rs, p: p, nodeIPs: nodeIPs, src: p.Src, dst: p.Dst.Addr(), dport: int(p.Dst.Port()),
 		proto: strings.ToLower(string(p.Protocol))}
 
@@ -61,15 +74,15 @@ func (rs *Ruleset) Trace(p dataplane.Packet, nodeIPs []netip.Addr) dataplane.Ver
 				v.Action = dataplane.Reject
 			}
 			v.Service = t.filterRule.service()
-			return v
+			return v, t.steps
 		case "ACCEPT":
 			if t.filterRule.hcAccept() && len(t.outcomes) == 0 {
-				return dataplane.Verdict{Action: dataplane.Accept, Service: t.filterRule.service()}
+				return dataplane.Verdict{Action: dataplane.Accept, Service: t.filterRule.service()}, t.steps
 			}
 		}
 	}
 	if len(t.outcomes) == 0 {
-		return dataplane.Verdict{Action: dataplane.NotAService}
+		return dataplane.Verdict{Action: dataplane.NotAService}, t.steps
 	}
 	v = dataplane.Verdict{Action: dataplane.DNAT, Service: t.service, Affinity: t.affinity, Masquerade: true}
 	for _, o := range t.outcomes {
@@ -79,7 +92,12 @@ func (rs *Ruleset) Trace(p dataplane.Packet, nodeIPs []netip.Addr) dataplane.Ver
 		v.Endpoints = append(v.Endpoints, o.ep)
 		t.mark = o.mark
 		t.masq = false
+		steps := len(t.steps)
 		t.run("nat", "POSTROUTING", 0)
+		if len(v.Endpoints) > 1 {
+			// Every candidate crosses the same rules; name them once.
+			t.steps = t.steps[:steps]
+		}
 		if !t.masq {
 			v.Masquerade = false
 		}
@@ -89,7 +107,7 @@ func (rs *Ruleset) Trace(p dataplane.Packet, nodeIPs []netip.Addr) dataplane.Ver
 	}
 	slices.SortFunc(v.Endpoints, netip.AddrPort.Compare)
 	slices.SortFunc(v.Hairpin, netip.AddrPort.Compare)
-	return v
+	return v, t.steps
 }
 
 type outcome struct {
@@ -116,6 +134,8 @@ type tracer struct {
 	filterVerdict string
 	filterRule    *Rule
 	masq          bool
+
+	steps []string
 }
 
 func (t *tracer) isLocal(a netip.Addr) bool {
@@ -150,6 +170,9 @@ func (t *tracer) run(table, chain string, depth int) chainResult {
 		}
 		if r.recentCheck {
 			continue
+		}
+		if r.Target != "" {
+			t.steps = append(t.steps, table+" "+chain+": "+r.Text)
 		}
 		switch r.Target {
 		case "":

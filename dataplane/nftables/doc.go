@@ -127,6 +127,19 @@
 //     scanning the table's sets, so that loading grows with the square of
 //     the number of services.
 //
+// # Reading the kernel
+//
+// ParseListing reads what "nft list table ip|ip6 proxykit" prints into a
+// Ruleset, whose Trace follows a packet through the table as the kernel
+// holds it (chains, rules, set and map elements), in State.LookupMode's
+// Verdict shape, with the chains and map elements it met. It is how a
+// troubleshooting tool (package troubleshoot, the node agent's verify and
+// explain --kernel) tells what the kernel does from what the model says.
+// Rules are read in the forms the Dataplane writes; a rule of another
+// form (someone edited the table) makes Trace fail, naming it. A test
+// programs every conformance scenario through nft and traces the listing
+// against State.LookupMode.
+//
 // # Differences from upstream
 //
 //   - The table is "proxykit", not "kube-proxy", and the first rule of each

@@ -56,6 +56,12 @@ type host struct {
 	nft func(family v1.IPFamily) (knftables.Interface, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
+	// nftListing returns what "nft list table" prints of family's table
+	// of the agent, for verify and --kernel; nil cannot read it.
+	nftListing func(ctx context.Context, family v1.IPFamily) ([]byte, error)
+	// flows lists family's DNATed conntrack entries, for diagnose; nil
+	// reads none.
+	flows func(ctx context.Context, family v1.IPFamily) ([]conntrack.Flow, error)
 	// node holds the machine-wide settings made at start (conntrack
 	// sysctls, OOM score); nil makes none.
 	node *nodeSettings
@@ -75,7 +81,11 @@ func machine() host {
 		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
-		node: new(realNodeSettings()),
+		node:       new(realNodeSettings()),
+		nftListing: listNFTable,
+		flows: func(ctx context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
+			return conntrack.DNATFlows(ctx, nil, f)
+		},
 	}
 }
 
@@ -111,8 +121,9 @@ func runOn(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		log.Info("Wrote configuration", "file", o.writeConfigTo)
 		return exitOK
 	}
-	// explain asks the model, which every mode implements alike.
-	if o.explain == nil {
+	// explain asks the model, which every mode implements alike, and so
+	// do diagnose and list.
+	if o.explain == nil && (o.troubleshoot == nil || o.troubleshoot.command == "verify") {
 		if err := checkMode(o.proxyMode); err != nil {
 			fmt.Fprintf(stderr, "nodeagent: %v\n", err)
 			return exitFailure
@@ -132,7 +143,10 @@ func runOn(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	}
 	defer src.close()
 	if o.explain != nil {
-		return explain(ctx, o, log, src, stdout, stderr)
+		return explain(ctx, o, h, log, src, stdout, stderr)
+	}
+	if o.troubleshoot != nil {
+		return runTroubleshoot(ctx, o, h, log, src, stdout, stderr)
 	}
 	if err := o.runProxy(ctx, h, log, src, stdout); err != nil {
 		fmt.Fprintf(stderr, "nodeagent: %v\n", err)
@@ -241,7 +255,7 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 			return nil, err
 		}
 		s.Source = informer.New(client, informer.Config{NodeName: s.nodeName, ResyncPeriod: o.cfg.ConfigSyncPeriod.Duration, Logger: log})
-		if o.explain == nil {
+		if o.explain == nil && o.troubleshoot == nil {
 			b := record.NewBroadcaster(record.WithContext(ctx))
 			b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 			s.recorder = b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "proxykit-nodeagent", Host: s.nodeName})
@@ -350,6 +364,13 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 	}
 	if addr := o.cfg.MetricsBindAddress; addr != "" && (!o.dryRun || o.set["metrics-bind-address"]) {
 		stop, err := serve(addr, o.metricsHandler(p, o.gatherer(reg, planes)), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if o.verifyPeriod > 0 && !o.dryRun {
+		stop, err := o.startVerifier(ctx, h, log, reg, planes)
 		if err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 
 // explain answers, from the model the rules are built from, what happens
 // to one packet.
-func explain(ctx context.Context, o *options, log logr.Logger, src *input, stdout, stderr io.Writer) int {
+func explain(ctx context.Context, o *options, h host, log logr.Logger, src *input, stdout, stderr io.Writer) int {
 	family := v1.IPv4Protocol
 	if !o.explain.dst.Addr().Is4() {
 		family = v1.IPv6Protocol
@@ -32,7 +32,11 @@ func explain(ctx context.Context, o *options, log logr.Logger, src *input, stdou
 	st := states[0]
 	origin, inferred := o.explain.origin(st)
 	p := dataplane.Packet{Src: o.explain.src, Dst: o.explain.dst, Protocol: o.explain.protocol, From: origin}
-	writeVerdict(stdout, p, inferred, st.LookupMode(dataplane.Mode(o.proxyMode), p))
+	model := st.LookupMode(dataplane.Mode(o.proxyMode), p)
+	writeVerdict(stdout, p, inferred, model)
+	if o.tflags.kernel {
+		return explainKernel(ctx, o, h, log, st, p, model, stdout, stderr)
+	}
 	return exitOK
 }
 

@@ -9,7 +9,9 @@
 //	go -C examples/nodeagent run .
 //
 // `nodeagent explain SRC DST:PORT/PROTO` answers where a packet goes and
-// why, from the same model the rules are built from. See README.md.
+// why, from the same model the rules are built from; `diagnose`, `verify`
+// and `list` answer why a Service does not, compare the kernel's rules
+// with the model and list the frontends. See README.md.
 package main
 
 import (

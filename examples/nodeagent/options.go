@@ -74,6 +74,11 @@ type options struct {
 
 	// explain is set for the explain subcommand.
 	explain *explainArgs
+	// troubleshoot is set for diagnose, verify and list; tflags are their
+	// flags (and explain's --kernel).
+	troubleshoot *troubleshootArgs
+	tflags       troubleshootFlags
+	verifyPeriod time.Duration
 }
 
 type explainArgs struct {
@@ -95,8 +100,13 @@ func usagef(format string, args ...any) error {
 
 const usageHead = `Usage:
   nodeagent [flags]                          run the proxy
-  nodeagent [flags] explain SRC DST:PORT/PROTO [--from pod|node|outside]
+  nodeagent [flags] explain SRC DST:PORT/PROTO [--from pod|node|outside] [--kernel]
                                              tell where a packet goes and why
+  nodeagent [flags] diagnose NAMESPACE/SERVICE[:PORT] [--client IP] [--kernel] [-o json]
+                                             tell why a Service may not answer
+  nodeagent [flags] verify [-o json]         compare the kernel's rules with the model
+  nodeagent [flags] list [--namespace NS] [--name NAME] [--type TYPE] [-o json]
+                                             one line per frontend, with its backends
 
 The flags are kube-proxy's, by name and meaning (see README.md for the few
 that differ), plus the agent's own. With neither --kubeconfig, --master nor
@@ -201,6 +211,7 @@ func newFlagSet(o *options, from *string, out io.Writer) *pflag.FlagSet {
 	fs.BoolVar(&o.once, "once", false, "sync once and exit: 0 on success, 1 with the reason on failure")
 	fs.BoolVar(&o.kubeProxyMetrics, "kube-proxy-metrics", true, "export the metrics under kube-proxy's names (kubeproxy_*) too, beside proxykit_*")
 	fs.StringVar(from, "from", "", "explain: where the packet comes from: pod (a pod on this node), node (a process on this node) or outside; default inferred from SRC")
+	addTroubleshootFlags(fs, o)
 
 	for _, grp := range g.groups {
 		g.all.AddFlagSet(grp)
@@ -248,12 +259,24 @@ func parse(args []string, out io.Writer) (*options, error) {
 		if o.set["from"] {
 			return nil, usagef("--from applies to explain only")
 		}
+		if err := checkSubcommandFlags(o); err != nil {
+			return nil, err
+		}
 	case operands[0] == "explain":
 		e, err := parseExplain(operands[1:], from)
 		if err != nil {
 			return nil, err
 		}
+		if err := checkSubcommandFlags(o, "kernel"); err != nil {
+			return nil, err
+		}
 		o.explain = e
+	case slices.Contains(troubleshootCommands, operands[0]):
+		a, err := parseTroubleshoot(operands[0], operands[1:], o)
+		if err != nil {
+			return nil, err
+		}
+		o.troubleshoot = a
 	default:
 		return nil, usagef("unknown command %q", operands[0])
 	}
@@ -359,7 +382,7 @@ var fieldFlags = map[string]string{
 }
 
 // agentFlags are the agent's own flags, which kube-proxy does not have.
-var agentFlags = []string{"manifests", "dry-run", "once", "from", "kube-proxy-metrics"}
+var agentFlags = append([]string{"manifests", "dry-run", "once", "from", "kube-proxy-metrics"}, troubleshootFlagNames...)
 
 // flagsOnly applies the flags that kube-proxy keeps outside its
 // configuration: the sync periods of the mode, the cluster CIDRs and the

@@ -14,10 +14,11 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// tracer follows a packet through the rules of a knftables.Fake's table,
-// interpreting the rule forms the dataplane writes (it fails on any other),
-// and reports the Verdict: what a kernel would do with the first packet of
-// the connection.
+// tracer follows a packet through the rules of a table, interpreting the
+// rule forms the dataplane writes (it fails on any other), and reports the
+// Verdict: what a kernel would do with the first packet of the connection.
+// The tests run it over a knftables.Fake's table, Ruleset over the
+// kernel's.
 type tracer struct {
 	t       *knftables.FakeTable
 	ipX     string
@@ -34,6 +35,9 @@ type tracer struct {
 	service servicemodel.PortName
 	// endpoint is the endpoint a masquerading-chain pass looks at.
 	endpoint netip.AddrPort
+
+	// steps are the chains entered and map elements matched, for people.
+	steps []string
 }
 
 type outcome int
@@ -54,7 +58,11 @@ func traceFake(fake *knftables.Fake, ipv6 bool, nodeIPs []netip.Addr, p dataplan
 	if fake.Table == nil {
 		return dataplane.Verdict{Action: dataplane.NotAService}, nil
 	}
-	tr := &tracer{t: fake.Table, ipX: "ip", nodeIPs: nodeIPs, p: p, dst: p.Dst}
+	return traceTable(fake.Table, ipv6, nodeIPs, p)
+}
+
+func traceTable(t *knftables.FakeTable, ipv6 bool, nodeIPs []netip.Addr, p dataplane.Packet) (dataplane.Verdict, error) {
+	tr := &tracer{t: t, ipX: "ip", nodeIPs: nodeIPs, p: p, dst: p.Dst}
 	if ipv6 {
 		tr.ipX = "ip6"
 	}
@@ -151,6 +159,7 @@ func (tr *tracer) chain(name string) (outcome, error) {
 	if isServiceChain(name) {
 		tr.service = portOfChain(name)
 	}
+	tr.steps = append(tr.steps, "chain "+name)
 	for _, r := range c.Rules {
 		o, err := tr.rule(r.Rule)
 		if err != nil {
@@ -328,6 +337,7 @@ func (tr *tracer) vmap(name, key string) (outcome, error) {
 		if e.Comment != nil {
 			tr.service = portOfBase(*e.Comment)
 		}
+		tr.steps = append(tr.steps, "map "+name+": "+key+" : "+strings.Join(e.Value, " "))
 		return tr.verdict(strings.Fields(strings.Join(e.Value, " ")))
 	}
 	return cont, nil

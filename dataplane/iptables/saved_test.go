@@ -1,0 +1,93 @@
+package iptables
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/affinity"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
+)
+
+// saved returns the fake kernel's nat and filter tables as iptables-save
+// prints them, with extra lines inserted after each table's header.
+func saved(t *testing.T, fake *FakeRunner, extra map[string][]string) []byte {
+	t.Helper()
+	var b strings.Builder
+	for _, table := range []string{"nat", "filter"} {
+		out, err := fake.Save(t.Context(), table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, rest, _ := strings.Cut(string(out), "\n")
+		b.WriteString(head + "\n")
+		for _, l := range extra[table] {
+			b.WriteString(l + "\n")
+		}
+		b.WriteString(rest)
+	}
+	return []byte(b.String())
+}
+
+// TestParseSaveTracesAsLookup: the kernel's listing, read back, traces as
+// the model says, for random States.
+func TestParseSaveTracesAsLookup(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		svcs := map[int]genService{}
+		n := 1 + r.IntN(6)
+		for i := range n {
+			svcs[i] = genSvc(r, i)
+		}
+		s := makeState(genSettings(r), svcs)
+		d, fake := newFake(t, Config{})
+		if err := d.Sync(t.Context(), s); err != nil {
+			t.Fatalf("seed %d: Sync: %v", seed, err)
+		}
+		rs, skipped := ParseSave(saved(t, fake, nil))
+		if len(skipped) > 0 {
+			t.Fatalf("seed %d: skipped %v", seed, skipped)
+		}
+		for range 100 {
+			p := genPacket(r, n)
+			if diff := dataplanetest.DiffVerdict(s.Lookup(p), rs.Trace(p, s.Node.IPs)); diff != "" {
+				t.Fatalf("seed %d: %+v (-lookup +trace):\n%s", seed, p, diff)
+			}
+		}
+	}
+}
+
+func TestParseSaveOthersRules(t *testing.T) {
+	sp := &servicemodel.ServicePort{Name: dataplanetest.PortName("ns", "web", "http", v1.ProtocolTCP),
+		ClusterIP: netip.MustParseAddr("172.30.0.10"), Port: 80, Protocol: v1.ProtocolTCP}
+	s := makeState(dataplane.Settings{}, map[int]genService{0: {ports: []*servicemodel.ServicePort{sp}, eps: map[servicemodel.PortName][]*endpoints.Endpoint{sp.Name: {{Addr: netip.MustParseAddrPort("10.1.0.5:8080"), EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}}}}}})
+	d, fake := newFake(t, Config{})
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	p := dataplanetest.MakePacket(dataplane.FromOutside, "203.0.113.2", "172.30.0.10:80", v1.ProtocolTCP)
+	rs, skipped := ParseSave(saved(t, fake, map[string][]string{"nat": {
+		"-A PREROUTING -m set --match-set blocked src -j DROP",
+		"-A PREROUTING -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80",
+	}}))
+	if len(skipped) != 1 || skipped[0].Chain != "PREROUTING" || !strings.Contains(skipped[0].Rule, "--match-set") {
+		t.Errorf("skipped = %v, want the set match", skipped)
+	}
+	v, steps := rs.TraceSteps(p, s.Node.IPs)
+	want := dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("10.9.9.9:80")}
+	if diff := dataplanetest.DiffVerdict(want, v); diff != "" {
+		t.Errorf("another program's DNAT first (-want +got):\n%s", diff)
+	}
+	if len(steps) == 0 || !strings.HasPrefix(steps[0], "nat PREROUTING: -d 172.30.0.10/32") {
+		t.Errorf("steps = %q, want the other program's rule first", steps)
+	}
+	if diff := cmp.Diff([]servicemodel.PortName{sp.Name}, rs.Services("nat")); diff != "" {
+		t.Errorf("Services (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,150 @@
+package troubleshoot
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/nftables"
+	"github.com/proxykit/proxykit/dataplane/userspace"
+	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
+)
+
+// IPTables is the Kernel of the iptables dataplane: the nat and filter
+// rules iptables-save listed, the proxy's and everyone else's, so that
+// another program's rule that decides first is seen.
+type IPTables struct {
+	Rules *iptables.Ruleset
+	// NodeIPs are the node's addresses, which count as local with
+	// loopback; State.Node.IPs.
+	NodeIPs []netip.Addr
+	// Skipped are the listed rules Rules lacks because the iptables
+	// package does not model them (iptables.ParseSave); a trace may miss
+	// what they do.
+	Skipped []iptables.SkippedRule
+}
+
+// NewIPTables reads iptables-save output (nat and filter; other tables are
+// ignored) of one family.
+func NewIPTables(save []byte, nodeIPs []netip.Addr) *IPTables {
+	rs, skipped := iptables.ParseSave(save)
+	return &IPTables{Rules: rs, NodeIPs: nodeIPs, Skipped: skipped}
+}
+
+// Trace implements Kernel; it never fails.
+func (k *IPTables) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
+	return k.Rules.Trace(p, k.NodeIPs), nil
+}
+
+// TraceSteps is Trace with the rules the packet met, chain by chain.
+func (k *IPTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	v, steps := k.Rules.TraceSteps(p, k.NodeIPs)
+	return v, steps, nil
+}
+
+// Services implements ServiceLister: the service ports named by the
+// comments of the nat and filter rules.
+func (k *IPTables) Services() []servicemodel.PortName {
+	all := append(k.Rules.Services("nat"), k.Rules.Services("filter")...)
+	slices.SortFunc(all, servicemodel.PortName.Compare)
+	return slices.Compact(all)
+}
+
+// NFTables is the Kernel of the nftables dataplane: its table as nft
+// lists it (nftables.ParseListing). Only the dataplane's table is read:
+// another program's table that decides first is not seen.
+type NFTables struct {
+	Rules *nftables.Ruleset
+	// NodeIPs are the node's addresses, which count as local with
+	// loopback; State.Node.IPs.
+	NodeIPs []netip.Addr
+}
+
+// NewNFTables reads what "nft list table ip|ip6 <table>" printed of the
+// dataplane's table of family.
+func NewNFTables(listing []byte, family v1.IPFamily, nodeIPs []netip.Addr) (*NFTables, error) {
+	rs, err := nftables.ParseListing(listing, family)
+	if err != nil {
+		return nil, err
+	}
+	return &NFTables{Rules: rs, NodeIPs: nodeIPs}, nil
+}
+
+// Trace implements Kernel.
+func (k *NFTables) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
+	v, _, err := k.Rules.Trace(p, k.NodeIPs)
+	return v, err
+}
+
+// TraceSteps is Trace with the chains entered and map elements matched.
+func (k *NFTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	return k.Rules.Trace(p, k.NodeIPs)
+}
+
+// Services implements ServiceLister.
+func (k *NFTables) Services() []servicemodel.PortName { return k.Rules.Services() }
+
+// VerifyListeners is Verify for the userspace dataplane, whose kernel
+// reading is the frontends its forwarders listen on
+// (userspace.Dataplane.Listeners): every frontend of a service port with
+// an endpoint must have a listener (Missing), and no listener may serve a
+// frontend the model lacks or that has no endpoint (Extra).
+func VerifyListeners(s *dataplane.State, listeners map[userspace.Frontend]netip.AddrPort) []Drift {
+	type key struct {
+		addr  netip.AddrPort
+		proto string
+	}
+	want := map[key]servicemodel.PortName{}
+	var order []key
+	unspec := netip.IPv4Unspecified()
+	if s.Family == v1.IPv6Protocol {
+		unspec = netip.IPv6Unspecified()
+	}
+	for sp := range s.Services.All() {
+		if !s.Select(sp).HasAny {
+			continue
+		}
+		addrs := append([]netip.Addr{sp.ClusterIP}, sp.ExternalIPs...)
+		addrs = append(addrs, sp.LoadBalancerVIPs...)
+		var keys []key
+		for _, a := range addrs {
+			keys = append(keys, key{netip.AddrPortFrom(a, sp.Port), string(sp.Protocol)})
+		}
+		if sp.NodePort != 0 {
+			keys = append(keys, key{netip.AddrPortFrom(unspec, sp.NodePort), string(sp.Protocol)})
+		}
+		for _, k := range keys {
+			// The first claim in the model's order wins, as in Lookup.
+			if old, ok := want[k]; !ok || sp.Name.Compare(old) < 0 {
+				if !ok {
+					order = append(order, k)
+				}
+				want[k] = sp.Name
+			}
+		}
+	}
+	var out []Drift
+	have := map[key]bool{}
+	for fe := range listeners {
+		k := key{fe.Addr, string(fe.Protocol)}
+		have[k] = true
+		if _, ok := want[k]; !ok {
+			out = append(out, Drift{Kind: Extra, Frontend: fe.String(),
+				Detail: fmt.Sprintf("a forwarder listens for %s (%s), the model has no endpoint there", fe, fe.Kind)})
+		}
+	}
+	for _, k := range order {
+		if !have[k] {
+			out = append(out, Drift{Service: want[k], Kind: Missing, Frontend: k.addr.String() + "/" + k.proto,
+				Detail: "no forwarder listens for it; the model has endpoints"})
+		}
+	}
+	slices.SortFunc(out, func(a, b Drift) int {
+		return cmp.Or(a.Service.Compare(b.Service), cmp.Compare(a.Frontend, b.Frontend))
+	})
+	return out
+}
