@@ -102,3 +102,55 @@ func ipvsDiffers(st *dataplane.State, p dataplane.Packet) string {
 	}
 	return ""
 }
+
+func (h *fakeHarness) Reconcile(ctx context.Context) (dataplane.Drift, error) {
+	return h.dp.Reconcile(ctx)
+}
+
+func (h *fakeHarness) KernelChanged(context.Context) (bool, error) {
+	return false, dataplanetest.ErrNotImplemented
+}
+
+// Disturb: FlushAll is "ipvsadm -C" plus the link's addresses removed;
+// RemoveOne deletes the first virtual server; AddForeign adds a real
+// server to the first virtual server that has some.
+func (h *fakeHarness) Disturb(_ context.Context, dist dataplanetest.Disturbance) error {
+	svcs, err := h.ipvs.GetServices()
+	if err != nil {
+		return err
+	}
+	if len(svcs) == 0 {
+		return dataplanetest.ErrCannotDisturb
+	}
+	switch dist {
+	case dataplanetest.FlushAll:
+		for _, s := range svcs {
+			if err := h.ipvs.DelService(s); err != nil {
+				return err
+			}
+		}
+		link, err := h.nl.LinkByName(DefaultLink)
+		if err != nil {
+			return err
+		}
+		for _, a := range h.nl.LinkAddrs(DefaultLink) {
+			if err := h.nl.AddrDel(link, hostAddr(a)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case dataplanetest.RemoveOne:
+		return h.ipvs.DelService(svcs[0])
+	case dataplanetest.AddForeign:
+		for _, s := range svcs {
+			if dests, _ := h.ipvs.GetDestinations(s); len(dests) > 0 {
+				foreign := netip.MustParseAddrPort("10.255.0.1:80")
+				if s.AddressFamily == 10 {
+					foreign = netip.MustParseAddrPort("[fd00:ff::1]:80")
+				}
+				return h.ipvs.NewDestination(s, destination(foreign, 1))
+			}
+		}
+	}
+	return dataplanetest.ErrCannotDisturb
+}
