@@ -3,8 +3,7 @@ package ipvs
 import (
 	"errors"
 	"fmt"
-	"os"
-
+	
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 )
@@ -46,39 +45,30 @@ type Netlink interface {
 var ErrNoIPVS = errors.New("this kernel has no ip_vs module")
 
 // Probe reports whether the kernel of the calling thread's network
-// namespace has IPVS: the ip_vs module loaded or loadable, so that its
-// generic netlink family "IPVS" is registered. github.com/moby/ipvs cannot
-// tell (its New succeeds and its calls are silently ignored without the
-// module), so a program checks this before programming anything. The
-// error wraps ErrNoIPVS when the module is missing.
+// namespace has IPVS: the ip_vs module loaded, so that its generic
+// netlink family "IPVS" is registered. github.com/moby/ipvs cannot tell
+// (without the module its calls are silently ignored), so a program checks
+// this before programming anything. Probe loads nothing (moby/ipvs's
+// handle runs "modprobe ip_vs" when it opens); the error wraps ErrNoIPVS
+// when the module is missing.
 func Probe() error {
-	if _, err := netlink.GenlFamilyGet("IPVS"); err == nil {
-		return nil
-	}
-	// The family appears only once the module is loaded; moby/ipvs's New
-	// runs modprobe for that.
-	h, err := mobyipvs.New("")
-	if err == nil {
-		h.Close()
-	}
 	if _, err := netlink.GenlFamilyGet("IPVS"); err != nil {
-		if _, serr := os.Stat("/proc/net/ip_vs"); serr == nil {
-			return nil
-		}
-		return fmt.Errorf("%w: the generic netlink family IPVS is not registered (%v); modprobe ip_vs, or use another proxy mode", ErrNoIPVS, err)
+		return fmt.Errorf("%w: the generic netlink family IPVS is not registered (%v); load it with modprobe ip_vs, or use another proxy mode", ErrNoIPVS, err)
 	}
 	return nil
 }
 
-// openKernel opens IPVS and netlink handles in the calling thread's
-// network namespace, after Probe.
-func openKernel() (*mobyipvs.Handle, *netlink.Handle, error) {
-	if err := Probe(); err != nil {
-		return nil, nil, err
-	}
+// OpenKernel opens IPVS and netlink handles in the calling thread's
+// network namespace: moby/ipvs's handle (which tries "modprobe ip_vs"),
+// then Probe, so that a kernel without IPVS fails with ErrNoIPVS.
+func OpenKernel() (*mobyipvs.Handle, *netlink.Handle, error) {
 	h, err := mobyipvs.New("")
 	if err != nil {
 		return nil, nil, fmt.Errorf("open IPVS: %w", err)
+	}
+	if err := Probe(); err != nil {
+		h.Close()
+		return nil, nil, err
 	}
 	nl, err := netlink.NewHandle()
 	if err != nil {

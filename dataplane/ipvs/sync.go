@@ -93,7 +93,7 @@ func New(cfg Config) (*Dataplane, error) {
 		}
 	}
 	if !fake {
-		h, nl, err := openKernel()
+		h, nl, err := OpenKernel()
 		if err != nil {
 			return nil, fmt.Errorf("ipvs: %w", err)
 		}

@@ -371,3 +371,26 @@ func TestSysctlsAndTimeouts(t *testing.T) {
 		t.Errorf("timeouts (-want +got):\n%s", diff)
 	}
 }
+
+func TestLeftovers(t *testing.T) {
+	ctx := t.Context()
+	d, _ := newFakeDataplane(t, Config{})
+	_, st := newCluster(4, 2, v1.ProtocolTCP)
+	if err := d.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Leftovers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 cluster IPs, one NodePort service on two node addresses.
+	if diff := cmp.Diff(Leftovers{VirtualServers: 6, Addresses: 4, Sets: int(numSets), Chains: 6}, got); diff != "" {
+		t.Errorf("Leftovers after Sync (-want +got):\n%s", diff)
+	}
+	if err := d.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.Leftovers(ctx); err != nil || !got.Empty() {
+		t.Errorf("Leftovers after Cleanup = %+v, %v", got, err)
+	}
+}
