@@ -3,7 +3,7 @@ package ipvs
 import (
 	"errors"
 	"fmt"
-	
+
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
 )
