@@ -30,6 +30,10 @@ func (d *Dataplane) rulesText(s *dataplane.State) string {
 	}
 	if cluster, ok := d.clusterMasquerade(s); ok {
 		line("-A %s %s%s -j %s", n.services, match(setClusterIP, "dst,dst"), cluster, n.markMasq)
+	} else {
+		// The node reaching a cluster IP picks that bound address as its
+		// source; its endpoint could not answer it.
+		line("-A %s %s -j %s", n.services, match(setClusterIP, "src,dst"), n.markMasq)
 	}
 	line("-A %s %s -j %s", n.services, match(setExternal, "dst,dst"), n.markMasq)
 	line("-A %s %s -j %s", n.services, match(setNodePort, "dst,dst"), n.markMasq)
