@@ -240,7 +240,19 @@ func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.Se
 		}
 	}
 	if sp.HealthCheckNodePort != 0 {
-		pr.sets = append(pr.sets, setEntry{setHealthCheck, entry{port: sp.HealthCheckNodePort}})
+		// On every local address: the node's and loopback's.
+		local := []netip.Addr{netip.IPv6Loopback()}
+		if !d.ipv6 {
+			local[0] = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		}
+		for _, ip := range s.Node.IPs {
+			if ruleport.OfFamily(ip, d.ipv6) {
+				local = append(local, ip)
+			}
+		}
+		for _, ip := range local {
+			pr.sets = append(pr.sets, setEntry{setHealthCheck, entry{ip: ip, proto: unix.IPPROTO_TCP, port: sp.HealthCheckNodePort}})
+		}
 	}
 }
 

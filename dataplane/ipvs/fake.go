@@ -540,8 +540,11 @@ func fakeEntryKey(typ string, e *netlink.IPSetEntry) (string, error) {
 		return fmt.Sprintf("%s:%d", strings.ToLower(protoName(uint16(*e.Protocol))), *e.Port), true
 	}
 	var parts []string
-	ok := true
-	for _, dim := range strings.Split(strings.TrimPrefix(strings.TrimPrefix(typ, "hash:"), "bitmap:"), ",") {
+	dims, ok := strings.CutPrefix(typ, "hash:")
+	if !ok {
+		return "", fmt.Errorf("set type %s: %w", typ, unix.EINVAL)
+	}
+	for _, dim := range strings.Split(dims, ",") {
 		var s string
 		var good bool
 		switch {
@@ -549,10 +552,6 @@ func fakeEntryKey(typ string, e *netlink.IPSetEntry) (string, error) {
 			s, good = ip(e.IP)
 		case dim == "ip":
 			s, good = ip(e.IP2)
-		case dim == "port" && strings.HasPrefix(typ, "bitmap:"):
-			if e.Port != nil {
-				s, good = fmt.Sprint(*e.Port), true
-			}
 		case dim == "port":
 			s, good = port()
 		case dim == "net":

@@ -52,7 +52,7 @@ func (d *Dataplane) rulesText(s *dataplane.State) string {
 	}
 	line("-A %s %s -j DROP", n.filter, match(setDrop, "dst,dst"))
 	line("-A %s %s -j %s", n.filter, match(setFirewall, "dst,dst"), n.sourceRanges)
-	line("-A %s -p tcp %s -m addrtype --dst-type LOCAL -j ACCEPT", n.filter, match(setHealthCheck, "dst"))
+	line("-A %s %s -j ACCEPT", n.filter, match(setHealthCheck, "dst,dst"))
 	line("-A %s %s -j RETURN", n.sourceRanges, match(setSourceCIDR, "dst,dst,src"))
 	line("-A %s %s -j RETURN", n.sourceRanges, match(setSourceIP, "dst,dst,src"))
 	line("-A %s -j DROP", n.sourceRanges)

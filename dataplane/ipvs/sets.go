@@ -45,7 +45,7 @@ const (
 	setFirewall
 	setSourceCIDR
 	setSourceIP
-	// setHealthCheck: health-check node ports, accepted.
+	// setHealthCheck: local address,tcp:health-check node port, accepted.
 	setHealthCheck
 	numSets
 )
@@ -66,7 +66,7 @@ var setSpecs = [numSets]setSpec{
 	setFirewall:      {"FIREWALL", "hash:ip,port"},
 	setSourceCIDR:    {"SOURCE-CIDR", "hash:ip,port,net"},
 	setSourceIP:      {"SOURCE-IP", "hash:ip,port,ip"},
-	setHealthCheck:   {"HEALTH-CHECK", "bitmap:port"},
+	setHealthCheck:   {"HEALTH-CHECK", "hash:ip,port"},
 }
 
 // entry is one ipset member of any of the types above; unused fields are
@@ -92,8 +92,6 @@ func (e entry) String() string {
 	}
 	if e.proto != 0 {
 		fmt.Fprintf(&b, ",%s:%d", strings.ToLower(protoName(uint16(e.proto))), e.port)
-	} else if e.port != 0 {
-		fmt.Fprint(&b, e.port)
 	}
 	if e.ip2.IsValid() {
 		b.WriteString("," + e.ip2.String())
@@ -112,9 +110,6 @@ func (e entry) netlink(typ string) *netlink.IPSetEntry {
 	if e.proto != 0 {
 		p, port := e.proto, e.port
 		out.Protocol, out.Port = &p, &port
-	} else if typ == "bitmap:port" {
-		port := e.port
-		out.Port = &port
 	}
 	if e.ip2.IsValid() {
 		out.IP2 = net.IP(e.ip2.AsSlice())
@@ -133,7 +128,7 @@ func entryFromNetlink(typ string, n *netlink.IPSetEntry) entry {
 	if n.Port != nil {
 		e.port = *n.Port
 	}
-	if n.Protocol != nil && typ != "bitmap:port" {
+	if n.Protocol != nil {
 		e.proto = *n.Protocol
 	}
 	if a, ok := netip.AddrFromSlice(n.IP2); ok {
@@ -156,9 +151,6 @@ func (d *Dataplane) ensureSets() (map[setID]map[entry]bool, error) {
 			opts := netlink.IpsetCreateOptions{Family: unix.AF_INET, MaxElements: 1 << 20}
 			if d.ipv6 {
 				opts.Family = unix.AF_INET6
-			}
-			if spec.typ == "bitmap:port" {
-				opts = netlink.IpsetCreateOptions{PortFrom: 0, PortTo: 65535}
 			}
 			if cerr := d.nl.IpsetCreate(name, spec.typ, opts); cerr != nil && !errors.Is(cerr, unix.EEXIST) {
 				return nil, fmt.Errorf("create ipset %s: %w", name, cerr)

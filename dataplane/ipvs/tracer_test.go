@@ -7,7 +7,6 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/servicemodel"
-	v1 "k8s.io/api/core/v1"
 )
 
 // tracer follows a packet through what the fakes hold, as the kernel
@@ -79,7 +78,7 @@ func (t *tracer) trace(p dataplane.Packet) dataplane.Verdict {
 		}
 	}
 	if !ok {
-		if local && p.Protocol == v1.ProtocolTCP && t.in(setHealthCheck, entry{port: k.port}) {
+		if t.in(setHealthCheck, e) {
 			for sp := range t.st.Services.All() {
 				if sp.HealthCheckNodePort == k.port {
 					return dataplane.Verdict{Action: dataplane.Accept, Service: sp.Name}

@@ -18,7 +18,7 @@ func TestKernelIPVSInVM(t *testing.T) {
 		Run: "^TestKernelIPVSServesTraffic$",
 		Modules: []string{
 			"ip_vs", "ip_vs_rr", "dummy", "ip_set", "ip_set_hash_ip", "ip_set_hash_ipport",
-			"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "ip_set_bitmap_port", "xt_set",
+			"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "xt_set",
 		},
 		Tools:   []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"},
 		Args:    []string{"-test.v"},
