@@ -55,8 +55,10 @@ type Config struct {
 	// Runner writes the iptables rules; nil means an iptables.ExecRunner
 	// of the family. An iptables.FakeRunner keeps them in memory.
 	Runner iptables.Runner
-	// Sysctl sets the kernel parameters of the package documentation; nil
-	// means /proc/sys. With fakes, give a sysctl.Fake.
+	// Sysctl sets the kernel parameters of the package documentation. nil
+	// means the real /proc/sys (of the calling thread's network
+	// namespace), except with a *FakeIPVS, where it means an empty
+	// sysctl.Fake: a dataplane on the fakes touches nothing.
 	Sysctl sysctl.Interface
 	// Link is the dummy link's name; "" means DefaultLink. At most 15
 	// characters.

@@ -68,7 +68,7 @@ type drainKey struct {
 // an error wrapping ErrNoIPVS when the kernel has none; nothing is
 // programmed before the first Sync.
 func New(cfg Config) (*Dataplane, error) {
-	fake := cfg.IPVS != nil
+	_, fake := cfg.IPVS.(*FakeIPVS)
 	cfg, err := cfg.resolve()
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func New(cfg Config) (*Dataplane, error) {
 			d.sysctl = sysctl.Proc{}
 		}
 	}
-	if !fake {
+	if d.ipvs == nil {
 		h, nl, err := OpenKernel()
 		if err != nil {
 			return nil, fmt.Errorf("ipvs: %w", err)
