@@ -16,12 +16,13 @@ var ipvsModules = []string{
 }
 
 // vmScenarios are the conformance scenarios the VM runs: the whole suite
-// takes a quarter of an hour under TCG, these a few minutes: cluster IPs
-// with UDP and hairpins, LoadBalancer VIPs with source ranges, node ports,
-// external IPs under externalTrafficPolicy Local, and IPv6 services
-// without endpoints. Every reproducible case runs on a host whose kernel
-// has IPVS.
-const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-nodeports_disabled|ExternalTrafficPolicyLocal|IPv6_NoEndpointsReject"
+// takes a quarter of an hour under TCG on a busy machine, these two to
+// four minutes: cluster IPs with UDP and hairpins, LoadBalancer VIPs with
+// source ranges, node ports, external IPs under both external traffic
+// policies, services without endpoints, and IPv6. Every reproducible
+// case runs on a host whose kernel has IPVS.
+const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-nodeports_disabled|ExternalTrafficPolicyLocal|" +
+	"ExternalTrafficPolicyCluster|NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal"
 
 // TestKernelTestsInVM runs this package's kernel tests inside a VM whose
 // kernel has IPVS and dummy links (this machine's may have neither).
