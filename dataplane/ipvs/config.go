@@ -107,23 +107,6 @@ const (
 	flagHashed     = 0x2
 )
 
-// ParseSchedulerFlags splits kube-proxy's comma-separated scheduler flags
-// ("flag-1,flag-2") and checks them.
-func ParseSchedulerFlags(s string) ([]string, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if _, ok := schedFlag[f]; !ok {
-			return nil, fmt.Errorf("unknown IPVS scheduler flag %q: want %s", f, strings.Join(SchedulerFlags, ", "))
-		}
-		out = append(out, f)
-	}
-	return out, nil
-}
-
 // resolve fills in cfg's defaults and checks it.
 func (cfg Config) resolve() (Config, error) {
 	switch cfg.Family {
