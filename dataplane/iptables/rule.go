@@ -45,6 +45,10 @@ type Rule struct {
 	setsMark, clearsMark bool
 	randomFully          bool
 	rejectWith           string
+	// matchSet is an ipset match ("-m set --match-set NAME dst,dst"),
+	// which the tracer cannot evaluate: a rule with one never matches
+	// there.
+	matchSet string
 }
 
 func parseAddr(s string) (netip.Prefix, error) {
@@ -83,6 +87,7 @@ func parseMark(s string) (val, mask uint32, err error) {
 var knownModules = map[string]bool{
 	"comment": true, "tcp": true, "udp": true, "sctp": true, "conntrack": true,
 	"mark": true, "addrtype": true, "recent": true, "statistic": true,
+	"set": true,
 }
 
 // parseRule parses the words of a rule after "-A CHAIN".
@@ -149,6 +154,16 @@ func parseRule(words []string) (*Rule, error) {
 				r.dport, err = strconv.Atoi(v)
 				if err == nil && (r.dport < 1 || r.dport > 65535) {
 					err = fmt.Errorf("port %d out of range", r.dport)
+				}
+			}
+		case "--match-set":
+			var flags string
+			if v, err = arg(); err == nil {
+				if flags, err = arg(); err == nil {
+					r.matchSet = v + " " + flags
+					if neg {
+						r.matchSet = "! " + r.matchSet
+					}
 				}
 			}
 		case "--comment":
@@ -269,7 +284,7 @@ func parseRule(words []string) (*Rule, error) {
 		if err != nil {
 			return nil, err
 		}
-		if neg && w != "-s" && w != "-d" && w != "-i" && w != "--ctstate" && w != "--mark" {
+		if neg && w != "-s" && w != "-d" && w != "-i" && w != "--ctstate" && w != "--mark" && w != "--match-set" {
 			return nil, fmt.Errorf("%s cannot be negated", w)
 		}
 		neg = false
@@ -364,6 +379,7 @@ func (r *Rule) Key() string {
 	if r.probabilistic {
 		num("probability", r.probability)
 	}
+	str("set", r.matchSet)
 	str("comment", r.Comment)
 	str("j", r.Target)
 	str("to", r.toDestination)

@@ -246,6 +246,8 @@ func (rs *Ruleset) hasAffinityCheck(table, chain string) bool {
 
 func (t *tracer) matches(r *Rule) bool {
 	switch {
+	case r.matchSet != "":
+		return false
 	case r.proto != "" && r.proto != t.proto:
 		return false
 	case r.dport != 0 && r.dport != t.dport:

@@ -54,6 +54,9 @@ type host struct {
 	// nft returns family's nftables interface for the agent's table, or
 	// why nft cannot be used.
 	nft func(family v1.IPFamily) (knftables.Interface, error)
+	// ipvs returns family's IPVS and netlink handles, or why IPVS cannot
+	// be used (wrapping ipvs.ErrNoIPVS without the ip_vs module).
+	ipvs func(family v1.IPFamily) (ipvsKernel, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
 	// nftListing returns what "nft list table" prints of family's table
@@ -77,7 +80,8 @@ func machine() host {
 			}
 			return r, nil
 		},
-		nft: realNFT,
+		nft:  realNFT,
+		ipvs: realIPVS,
 		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
@@ -275,6 +279,8 @@ func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer,
 		return o.userspacePlanes(h, log, reg)
 	case "nftables":
 		return o.nftPlanes(h, log, reg, out)
+	case "ipvs":
+		return o.ipvsPlanes(h, log, out)
 	}
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {

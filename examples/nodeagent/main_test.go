@@ -368,7 +368,7 @@ func TestBadCommandLines(t *testing.T) {
 	}{
 		{[]string{"--bogus"}, exitUsage, "unknown flag: --bogus"},
 		{[]string{"--proxy-mode", "kernelspace"}, exitUsage, `--proxy-mode: Unsupported value: "kernelspace": supported values: "iptables", "nftables", "ipvs", "userspace"`},
-		{[]string{"--proxy-mode", "ipvs", "--once"}, exitFailure, "--proxy-mode ipvs: not built yet"},
+		{[]string{"--proxy-mode", "ipvs", "--ipvs-scheduler", "fastest", "--dry-run"}, exitFailure, `--ipvs-scheduler "fastest": want one of rr, wrr, lc, wlc, lblc, lblcr, dh, sh, mh, sed, nq`},
 		{[]string{"--proxy-mode", "userspace", "--dry-run"}, exitFailure, "--proxy-mode userspace cannot --dry-run"},
 		{[]string{"--proxy-mode", "ipvs", "--feature-gates", "KubeProxyIPVS=false"}, exitUsage, `--proxy-mode: Unsupported value: "ipvs"`},
 		{[]string{"--feature-gates", "KubeletSeparateDiskGC=true"}, exitUsage, `--feature-gates: Invalid value: {"KubeletSeparateDiskGC":true}: unrecognized feature gate "KubeletSeparateDiskGC"`},

@@ -29,7 +29,7 @@ const (
 // The proxy modes kube-proxy knows, and the one this agent has built.
 var (
 	proxyModes = []string{"iptables", "nftables", "ipvs", "userspace"}
-	builtModes = []string{"iptables", "nftables", "userspace"}
+	builtModes = []string{"iptables", "nftables", "ipvs", "userspace"}
 )
 
 // options is the parsed command line: kube-proxy's configuration (from

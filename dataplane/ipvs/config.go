@@ -1,0 +1,201 @@
+package ipvs
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/sysctl"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+)
+
+// Defaults of Config.
+const (
+	// DefaultLink is the dummy link service addresses are bound to: never
+	// kube-proxy's kube-ipvs0, so that both can run on one node.
+	DefaultLink = "proxykit-ipvs0"
+	// DefaultPrefix prefixes the chains and (with "6" for IPv6) the
+	// ipsets: "PKV-SERVICES", "PKV-CLUSTER-IP", "PKV6-CLUSTER-IP".
+	DefaultPrefix = "PKV"
+	// DefaultScheduler is IPVS's round robin, kube-proxy's default.
+	DefaultScheduler = "rr"
+	// DefaultDrainTimeout bounds graceful termination.
+	DefaultDrainTimeout = 15 * time.Minute
+)
+
+// Schedulers are the IPVS schedulers Config.Scheduler accepts.
+var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "mh", "sed", "nq"}
+
+// SchedulerFlags are the scheduler flags Config.SchedulerFlags accepts,
+// as ipvsadm and kube-proxy name them: flag-1 (sh: fallback, mh:
+// fallback), flag-2 (sh and mh: hash the source port too) and flag-3.
+var SchedulerFlags = []string{"flag-1", "flag-2", "flag-3"}
+
+// Config configures a Dataplane. The zero value programs IPv4 IPVS in the
+// calling thread's network namespace with the rr scheduler, binds service
+// addresses to the dummy link "proxykit-ipvs0", keeps its ipsets and
+// chains under the prefix "PKV" through the iptables binaries on PATH,
+// marks packets to masquerade with bit 14, sets the sysctls IPVS mode
+// needs (without strict ARP) and leaves IPVS's timeouts alone.
+type Config struct {
+	// Family is the IP family programmed; "" means IPv4. States of the
+	// other family are refused.
+	Family v1.IPFamily
+	// IPVS and Netlink talk to the kernel; nil means handles opened in the
+	// calling thread's network namespace by New, which fails with an error
+	// wrapping ErrNoIPVS on a kernel without IPVS. NewFakeIPVS and
+	// NewFakeNetlink run without a kernel; give both or neither.
+	IPVS    IPVS
+	Netlink Netlink
+	// Runner writes the iptables rules; nil means an iptables.ExecRunner
+	// of the family. An iptables.FakeRunner keeps them in memory.
+	Runner iptables.Runner
+	// Sysctl sets the kernel parameters of the package documentation. nil
+	// means the real /proc/sys (of the calling thread's network
+	// namespace), except with a *FakeIPVS, where it means an empty
+	// sysctl.Fake: a dataplane on the fakes touches nothing.
+	Sysctl sysctl.Interface
+	// Link is the dummy link's name; "" means DefaultLink. At most 15
+	// characters.
+	Link string
+	// Prefix prefixes chains and ipsets; "" means DefaultPrefix. At most 8
+	// characters of A-Z, 0-9 and '-'.
+	Prefix string
+	// Scheduler is the scheduler of every virtual server (see Schedulers);
+	// "" means DefaultScheduler.
+	Scheduler string
+	// SchedulerFlags are set on every virtual server (see SchedulerFlags).
+	// The mh scheduler gets flag-2 whatever this says, as in kube-proxy.
+	SchedulerFlags []string
+	// StrictARP stops the node answering ARP for the addresses on the
+	// dummy link (arp_ignore=1, arp_announce=2 on all interfaces), which
+	// load balancers announcing VIPs need.
+	StrictARP bool
+	// TCPTimeout, TCPFinTimeout and UDPTimeout set IPVS's connection
+	// timeouts (seconds are kept); 0 leaves a timeout as it is.
+	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
+	// MasqueradeBit is the fwmark bit that flags packets for SNAT; 0
+	// means 14, kube-proxy's default. At most 31.
+	MasqueradeBit int
+	// DrainTimeout bounds how long a removed TCP real server keeps its
+	// open connections at weight 0 before it is deleted anyway; 0 means
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// Clock measures DrainTimeout; nil means the real clock.
+	Clock clock.PassiveClock
+	// Logger receives sync summaries and skip reasons; the zero value
+	// logs nothing.
+	Logger logr.Logger
+	// OnSkip, if set, is called with a short reason for every service
+	// port or address left out as invalid.
+	OnSkip func(reason string)
+}
+
+var validPrefix = regexp.MustCompile(`^[A-Z0-9-]{1,8}$`)
+
+// schedFlag maps SchedulerFlags to IPVS's service flags.
+var schedFlag = map[string]uint32{"flag-1": 0x8, "flag-2": 0x10, "flag-3": 0x20}
+
+// Service flags moby/ipvs does not name.
+const (
+	flagPersistent = 0x1
+	flagHashed     = 0x2
+)
+
+// resolve fills in cfg's defaults and checks it.
+func (cfg Config) resolve() (Config, error) {
+	switch cfg.Family {
+	case "":
+		cfg.Family = v1.IPv4Protocol
+	case v1.IPv4Protocol, v1.IPv6Protocol:
+	default:
+		return cfg, fmt.Errorf("ipvs: unknown family %q", cfg.Family)
+	}
+	if (cfg.IPVS == nil) != (cfg.Netlink == nil) {
+		return cfg, fmt.Errorf("ipvs: Config.IPVS and Config.Netlink must be given together")
+	}
+	if cfg.Link == "" {
+		cfg.Link = DefaultLink
+	}
+	if len(cfg.Link) > 15 || strings.ContainsAny(cfg.Link, "/ \t") {
+		return cfg, fmt.Errorf("ipvs: link name %q: want at most 15 characters, no '/' or spaces", cfg.Link)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if !validPrefix.MatchString(cfg.Prefix) {
+		return cfg, fmt.Errorf("ipvs: prefix %q: want at most 8 characters of A-Z, 0-9 and '-'", cfg.Prefix)
+	}
+	if cfg.Scheduler == "" {
+		cfg.Scheduler = DefaultScheduler
+	}
+	if !slices.Contains(Schedulers, cfg.Scheduler) {
+		return cfg, fmt.Errorf("ipvs: unknown scheduler %q: want one of %s", cfg.Scheduler, strings.Join(Schedulers, ", "))
+	}
+	for _, f := range cfg.SchedulerFlags {
+		if _, ok := schedFlag[f]; !ok {
+			return cfg, fmt.Errorf("ipvs: unknown scheduler flag %q: want %s", f, strings.Join(SchedulerFlags, ", "))
+		}
+	}
+	for name, d := range map[string]time.Duration{"TCPTimeout": cfg.TCPTimeout, "TCPFinTimeout": cfg.TCPFinTimeout, "UDPTimeout": cfg.UDPTimeout, "DrainTimeout": cfg.DrainTimeout} {
+		if d < 0 {
+			return cfg, fmt.Errorf("ipvs: %s %s is negative", name, d)
+		}
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	if cfg.MasqueradeBit == 0 {
+		cfg.MasqueradeBit = 14
+	}
+	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
+		return cfg, fmt.Errorf("ipvs: masquerade bit %d: want 0 to 31", cfg.MasqueradeBit)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return cfg, nil
+}
+
+// flags returns the service flags of every virtual server.
+func (cfg *Config) flags() uint32 {
+	var f uint32
+	for _, name := range cfg.SchedulerFlags {
+		f |= schedFlag[name]
+	}
+	if cfg.Scheduler == "mh" {
+		f |= schedFlag["flag-2"]
+	}
+	return f
+}
+
+// names are the dataplane's chains and sets.
+type names struct {
+	services, markMasq, postrouting, filter, forward, sourceRanges string
+	set                                                            map[setID]string
+}
+
+func newNames(prefix string, ipv6 bool) names {
+	setPrefix := prefix + "-"
+	if ipv6 {
+		setPrefix = prefix + "6-"
+	}
+	n := names{
+		services:     prefix + "-SERVICES",
+		markMasq:     prefix + "-MARK-MASQ",
+		postrouting:  prefix + "-POSTROUTING",
+		filter:       prefix + "-FILTER",
+		forward:      prefix + "-FORWARD",
+		sourceRanges: prefix + "-SOURCE-RANGES",
+		set:          map[setID]string{},
+	}
+	for id, spec := range setSpecs {
+		n.set[setID(id)] = setPrefix + spec.name
+	}
+	return n
+}

@@ -1,0 +1,156 @@
+package ipvs
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/iptables"
+	v1 "k8s.io/api/core/v1"
+)
+
+// fakeHarness runs the dataplane against the fakes and traces packets
+// through them.
+type fakeHarness struct {
+	dp     *Dataplane
+	ipvs   *FakeIPVS
+	nl     *FakeNetlink
+	runner *iptables.FakeRunner
+	st     *dataplane.State
+}
+
+func newFakeHarness() *fakeHarness {
+	return &fakeHarness{ipvs: NewFakeIPVS(), nl: NewFakeNetlink(), runner: iptables.NewFakeRunner()}
+}
+
+func (h *fakeHarness) Name() string { return "ipvs" }
+
+func (h *fakeHarness) Sync(ctx context.Context, s *dataplane.State) error {
+	if h.dp == nil {
+		d, err := New(Config{Family: s.Family, IPVS: h.ipvs, Netlink: h.nl, Runner: h.runner})
+		if err != nil {
+			return err
+		}
+		h.dp = d
+	}
+	h.st = s
+	return h.dp.Sync(ctx, s)
+}
+
+func (h *fakeHarness) Cleanup(ctx context.Context) error {
+	if h.dp == nil {
+		return nil
+	}
+	return h.dp.Cleanup(ctx)
+}
+
+func (h *fakeHarness) Trace(_ context.Context, p dataplane.Packet) (dataplane.Verdict, error) {
+	if h.dp == nil {
+		return dataplane.Verdict{Action: dataplane.NotAService}, nil
+	}
+	t := &tracer{d: h.dp, ipvs: h.ipvs, nl: h.nl, st: h.st}
+	return t.trace(p), nil
+}
+
+func TestConformance(t *testing.T) {
+	dataplanetest.RunScenarios(t, ipvsScenarios(t), func(t *testing.T) dataplanetest.Harness { return newFakeHarness() })
+}
+
+// ipvsScenarios are the conformance scenarios without the cases where IPVS
+// mode differs from iptables mode by design (see "Differences from
+// kube-proxy's iptables mode" in the package documentation).
+func ipvsScenarios(t *testing.T) []dataplanetest.Scenario {
+	states := map[string]*dataplane.State{}
+	all := dataplanetest.Scenarios()
+	for _, s := range all {
+		_, states[s.Name] = s.Build(t)
+	}
+	return dataplanetest.Filter(all, func(s dataplanetest.Scenario, c dataplanetest.PacketCase) bool {
+		return ipvsDiffers(states[s.Name], c.Packet) == ""
+	})
+}
+
+// ipvsDiffers says why IPVS mode treats p otherwise than State.Lookup,
+// "" when it does not.
+func ipvsDiffers(st *dataplane.State, p dataplane.Packet) string {
+	dst, port, proto := p.Dst.Addr(), p.Dst.Port(), p.Protocol
+	v := st.Lookup(p)
+	if dst.IsLoopback() {
+		return "node ports are not served on loopback"
+	}
+	local := slices.Contains(st.Node.IPs, dst)
+	srcLocal := p.From == dataplane.FromNode || p.Src.IsLoopback() || slices.Contains(st.Node.IPs, p.Src)
+	for sp := range st.Services.All() {
+		addrs := append(append([]netip.Addr{sp.ClusterIP}, sp.ExternalIPs...), sp.LoadBalancerVIPs...)
+		if v.Action == dataplane.NotAService && slices.Contains(addrs, dst) {
+			return "a service address is bound to the link: the node refuses its unserved ports"
+		}
+		if sp.Protocol != proto {
+			continue
+		}
+		nodePort := sp.NodePort != 0 && port == sp.NodePort && local
+		if nodePort && !slices.Contains(nodePortIPs(st, st.Family == v1.IPv6Protocol), dst) {
+			return "node ports are served only on the addresses nodePortAddresses selects"
+		}
+		external := nodePort || port == sp.Port && slices.Contains(addrs[1:], dst)
+		if external && sp.ExternalPolicyLocal && (p.From != dataplane.FromOutside || srcLocal) {
+			return "externalTrafficPolicy Local applies to pods and the node too"
+		}
+	}
+	return ""
+}
+
+func (h *fakeHarness) Reconcile(ctx context.Context) (dataplane.Drift, error) {
+	return h.dp.Reconcile(ctx)
+}
+
+func (h *fakeHarness) KernelChanged(context.Context) (bool, error) {
+	return false, dataplanetest.ErrNotImplemented
+}
+
+// Disturb: FlushAll is "ipvsadm -C" plus the link's addresses removed;
+// RemoveOne deletes the first virtual server; AddForeign adds a real
+// server to the first virtual server that has some.
+func (h *fakeHarness) Disturb(_ context.Context, dist dataplanetest.Disturbance) error {
+	svcs, err := h.ipvs.GetServices()
+	if err != nil {
+		return err
+	}
+	if len(svcs) == 0 {
+		return dataplanetest.ErrCannotDisturb
+	}
+	switch dist {
+	case dataplanetest.FlushAll:
+		for _, s := range svcs {
+			if err := h.ipvs.DelService(s); err != nil {
+				return err
+			}
+		}
+		link, err := h.nl.LinkByName(DefaultLink)
+		if err != nil {
+			return err
+		}
+		for _, a := range h.nl.LinkAddrs(DefaultLink) {
+			if err := h.nl.AddrDel(link, hostAddr(a)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case dataplanetest.RemoveOne:
+		return h.ipvs.DelService(svcs[0])
+	case dataplanetest.AddForeign:
+		for _, s := range svcs {
+			if dests, _ := h.ipvs.GetDestinations(s); len(dests) > 0 {
+				foreign := netip.MustParseAddrPort("10.255.0.1:80")
+				if s.AddressFamily == 10 {
+					foreign = netip.MustParseAddrPort("[fd00:ff::1]:80")
+				}
+				return h.ipvs.NewDestination(s, destination(foreign, 1))
+			}
+		}
+	}
+	return dataplanetest.ErrCannotDisturb
+}

@@ -1,0 +1,584 @@
+package ipvs
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	mobyipvs "github.com/moby/ipvs"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// FakeIPVS is an in-memory IPVS table implementing IPVS, for tests of the
+// dataplane and of programs that embed it. It answers as the kernel does:
+// adding a virtual or real server that exists fails with EEXIST, changing
+// or deleting one that does not with ESRCH (virtual servers) or ENOENT
+// (real servers), and GetServices and GetDestinations return copies. It
+// counts every call (Calls), each of which would be one netlink round
+// trip, and keeps connection counts a test sets (SetConnections) so that
+// graceful termination can be exercised. It is safe for concurrent use.
+type FakeIPVS struct {
+	mu       sync.Mutex
+	services map[fakeVSKey]*fakeVS
+	calls    int
+	config   mobyipvs.Config
+}
+
+type fakeVSKey struct {
+	addr  netip.Addr
+	proto uint16
+	port  uint16
+}
+
+type fakeVS struct {
+	svc   mobyipvs.Service
+	dests []*mobyipvs.Destination
+}
+
+// NewFakeIPVS returns an empty FakeIPVS.
+func NewFakeIPVS() *FakeIPVS {
+	return &FakeIPVS{services: map[fakeVSKey]*fakeVS{}}
+}
+
+func keyOf(s *mobyipvs.Service) fakeVSKey {
+	a, _ := netip.AddrFromSlice(s.Address)
+	return fakeVSKey{a.Unmap(), s.Protocol, s.Port}
+}
+
+func sameDest(a, b *mobyipvs.Destination) bool {
+	return a.Address.Equal(b.Address) && a.Port == b.Port
+}
+
+// Calls returns how many calls the fake has answered.
+func (f *FakeIPVS) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// GetServices implements IPVS.
+func (f *FakeIPVS) GetServices() ([]*mobyipvs.Service, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	out := make([]*mobyipvs.Service, 0, len(f.services))
+	for _, vs := range f.services {
+		s := vs.svc
+		s.Flags |= flagHashed
+		out = append(out, &s)
+	}
+	sort.Slice(out, func(i, j int) bool { return serviceString(out[i]) < serviceString(out[j]) })
+	return out, nil
+}
+
+// NewService implements IPVS.
+func (f *FakeIPVS) NewService(s *mobyipvs.Service) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	k := keyOf(s)
+	if _, ok := f.services[k]; ok {
+		return unix.EEXIST
+	}
+	f.services[k] = &fakeVS{svc: copyService(s)}
+	return nil
+}
+
+// UpdateService implements IPVS.
+func (f *FakeIPVS) UpdateService(s *mobyipvs.Service) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	vs, ok := f.services[keyOf(s)]
+	if !ok {
+		return unix.ESRCH
+	}
+	vs.svc = copyService(s)
+	return nil
+}
+
+// DelService implements IPVS.
+func (f *FakeIPVS) DelService(s *mobyipvs.Service) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	k := keyOf(s)
+	if _, ok := f.services[k]; !ok {
+		return unix.ESRCH
+	}
+	delete(f.services, k)
+	return nil
+}
+
+// GetDestinations implements IPVS.
+func (f *FakeIPVS) GetDestinations(s *mobyipvs.Service) ([]*mobyipvs.Destination, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	vs, ok := f.services[keyOf(s)]
+	if !ok {
+		return nil, unix.ESRCH
+	}
+	out := make([]*mobyipvs.Destination, len(vs.dests))
+	for i, d := range vs.dests {
+		c := *d
+		out[i] = &c
+	}
+	return out, nil
+}
+
+// NewDestination implements IPVS.
+func (f *FakeIPVS) NewDestination(s *mobyipvs.Service, d *mobyipvs.Destination) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	vs, ok := f.services[keyOf(s)]
+	if !ok {
+		return unix.ESRCH
+	}
+	if slices.ContainsFunc(vs.dests, func(o *mobyipvs.Destination) bool { return sameDest(o, d) }) {
+		return unix.EEXIST
+	}
+	c := *d
+	c.ActiveConnections, c.InactiveConnections = 0, 0
+	vs.dests = append(vs.dests, &c)
+	return nil
+}
+
+// UpdateDestination implements IPVS.
+func (f *FakeIPVS) UpdateDestination(s *mobyipvs.Service, d *mobyipvs.Destination) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	vs, ok := f.services[keyOf(s)]
+	if !ok {
+		return unix.ESRCH
+	}
+	for _, o := range vs.dests {
+		if sameDest(o, d) {
+			o.Weight, o.ConnectionFlags = d.Weight, d.ConnectionFlags
+			o.UpperThreshold, o.LowerThreshold = d.UpperThreshold, d.LowerThreshold
+			return nil
+		}
+	}
+	return unix.ENOENT
+}
+
+// DelDestination implements IPVS.
+func (f *FakeIPVS) DelDestination(s *mobyipvs.Service, d *mobyipvs.Destination) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	vs, ok := f.services[keyOf(s)]
+	if !ok {
+		return unix.ESRCH
+	}
+	i := slices.IndexFunc(vs.dests, func(o *mobyipvs.Destination) bool { return sameDest(o, d) })
+	if i < 0 {
+		return unix.ENOENT
+	}
+	vs.dests = slices.Delete(vs.dests, i, i+1)
+	return nil
+}
+
+// SetConfig implements IPVS; zero fields keep their value, as in the
+// kernel.
+func (f *FakeIPVS) SetConfig(c *mobyipvs.Config) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if c.TimeoutTCP != 0 {
+		f.config.TimeoutTCP = c.TimeoutTCP
+	}
+	if c.TimeoutTCPFin != 0 {
+		f.config.TimeoutTCPFin = c.TimeoutTCPFin
+	}
+	if c.TimeoutUDP != 0 {
+		f.config.TimeoutUDP = c.TimeoutUDP
+	}
+	return nil
+}
+
+// Config returns the timeouts SetConfig set.
+func (f *FakeIPVS) Config() mobyipvs.Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.config
+}
+
+// SetConnections sets the active and inactive connection counts of the
+// real server dest of the virtual server at vip with protocol proto
+// ("TCP", "UDP", "SCTP"), as traffic would; it reports whether both
+// exist. It is not a call of IPVS and is not counted.
+func (f *FakeIPVS) SetConnections(vip netip.AddrPort, proto string, dest netip.AddrPort, active, inactive int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	vs, ok := f.services[fakeVSKey{vip.Addr(), protoNumber(proto), vip.Port()}]
+	if !ok {
+		return false
+	}
+	for _, d := range vs.dests {
+		if a, _ := netip.AddrFromSlice(d.Address); a.Unmap() == dest.Addr() && d.Port == dest.Port() {
+			d.ActiveConnections, d.InactiveConnections = active, inactive
+			return true
+		}
+	}
+	return false
+}
+
+// Dump returns the table as ipvsadm -Ln would list it, sorted, one line
+// per virtual server ("TCP 10.0.0.1:80 rr") followed by one per real
+// server ("  -> 10.1.0.1:8080 weight 1"). It is not counted.
+func (f *FakeIPVS) Dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var lines []string
+	for _, vs := range f.services {
+		s := &vs.svc
+		line := serviceString(s) + " " + s.SchedName
+		if s.Flags&flagPersistent != 0 {
+			line += fmt.Sprintf(" persistent %d", s.Timeout)
+		}
+		if extra := s.Flags &^ flagPersistent; extra != 0 {
+			line += fmt.Sprintf(" flags %#x", extra)
+		}
+		var dests []string
+		for _, d := range vs.dests {
+			a, _ := netip.AddrFromSlice(d.Address)
+			dests = append(dests, fmt.Sprintf("  -> %s weight %d", netip.AddrPortFrom(a.Unmap(), d.Port), d.Weight))
+		}
+		slices.Sort(dests)
+		lines = append(lines, strings.Join(append([]string{line}, dests...), "\n"))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func copyService(s *mobyipvs.Service) mobyipvs.Service {
+	c := *s
+	c.Address = slices.Clone(s.Address)
+	c.Flags &^= flagHashed
+	return c
+}
+
+func serviceString(s *mobyipvs.Service) string {
+	a, _ := netip.AddrFromSlice(s.Address)
+	return protoName(s.Protocol) + " " + netip.AddrPortFrom(a.Unmap(), s.Port).String()
+}
+
+// FakeNetlink is an in-memory link, address and ipset store implementing
+// Netlink, for tests. Links keep their addresses; ipsets keep their type
+// and entries and refuse entries that do not fit the type. Every call is
+// counted (Calls). It is safe for concurrent use.
+type FakeNetlink struct {
+	mu    sync.Mutex
+	links map[string]*fakeLink
+	sets  map[string]*fakeSet
+	calls int
+	index int
+}
+
+type fakeLink struct {
+	link  netlink.Link
+	addrs []netlink.Addr
+}
+
+type fakeSet struct {
+	typ     string
+	entries map[string]netlink.IPSetEntry
+}
+
+// NewFakeNetlink returns a FakeNetlink with no links and no sets.
+func NewFakeNetlink() *FakeNetlink {
+	return &FakeNetlink{links: map[string]*fakeLink{}, sets: map[string]*fakeSet{}}
+}
+
+// Calls returns how many calls the fake has answered.
+func (f *FakeNetlink) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// LinkByName implements Netlink.
+func (f *FakeNetlink) LinkByName(name string) (netlink.Link, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, ok := f.links[name]
+	if !ok {
+		return nil, netlink.LinkNotFoundError{}
+	}
+	return l.link, nil
+}
+
+// LinkAdd implements Netlink.
+func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	name := link.Attrs().Name
+	if _, ok := f.links[name]; ok {
+		return unix.EEXIST
+	}
+	f.index++
+	link.Attrs().Index = 100 + f.index
+	f.links[name] = &fakeLink{link: link}
+	return nil
+}
+
+// LinkDel implements Netlink.
+func (f *FakeNetlink) LinkDel(link netlink.Link) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	name := link.Attrs().Name
+	if _, ok := f.links[name]; !ok {
+		return unix.ENODEV
+	}
+	delete(f.links, name)
+	return nil
+}
+
+func (f *FakeNetlink) linkOf(link netlink.Link) (*fakeLink, error) {
+	if link == nil {
+		return nil, unix.EINVAL
+	}
+	l, ok := f.links[link.Attrs().Name]
+	if !ok {
+		return nil, unix.ENODEV
+	}
+	return l, nil
+}
+
+// AddrList implements Netlink for one link.
+func (f *FakeNetlink) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, err := f.linkOf(link)
+	if err != nil {
+		return nil, err
+	}
+	var out []netlink.Addr
+	for _, a := range l.addrs {
+		is4 := a.IP.To4() != nil
+		if family == netlink.FAMILY_ALL || family == netlink.FAMILY_V4 && is4 || family == netlink.FAMILY_V6 && !is4 {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// AddrAdd implements Netlink.
+func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, err := f.linkOf(link)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) }) {
+		return unix.EEXIST
+	}
+	l.addrs = append(l.addrs, *addr)
+	return nil
+}
+
+// AddrDel implements Netlink.
+func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, err := f.linkOf(link)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) })
+	if i < 0 {
+		return unix.EADDRNOTAVAIL
+	}
+	l.addrs = slices.Delete(l.addrs, i, i+1)
+	return nil
+}
+
+// IpsetCreate implements Netlink.
+func (f *FakeNetlink) IpsetCreate(name, typename string, options netlink.IpsetCreateOptions) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if len(name) > 31 {
+		return unix.ENAMETOOLONG
+	}
+	if s, ok := f.sets[name]; ok {
+		if !options.Replace || s.typ != typename {
+			return unix.EEXIST
+		}
+	}
+	f.sets[name] = &fakeSet{typ: typename, entries: map[string]netlink.IPSetEntry{}}
+	return nil
+}
+
+// IpsetDestroy implements Netlink.
+func (f *FakeNetlink) IpsetDestroy(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if _, ok := f.sets[name]; !ok {
+		return unix.ENOENT
+	}
+	delete(f.sets, name)
+	return nil
+}
+
+// IpsetList implements Netlink.
+func (f *FakeNetlink) IpsetList(name string) (*netlink.IPSetResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	s, ok := f.sets[name]
+	if !ok {
+		return nil, unix.ENOENT
+	}
+	r := &netlink.IPSetResult{SetName: name, TypeName: s.typ}
+	for _, k := range slices.Sorted(mapKeys(s.entries)) {
+		r.Entries = append(r.Entries, s.entries[k])
+	}
+	return r, nil
+}
+
+// IpsetAdd implements Netlink.
+func (f *FakeNetlink) IpsetAdd(name string, e *netlink.IPSetEntry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	s, ok := f.sets[name]
+	if !ok {
+		return unix.ENOENT
+	}
+	k, err := fakeEntryKey(s.typ, e)
+	if err != nil {
+		return err
+	}
+	if _, ok := s.entries[k]; ok && !e.Replace {
+		return unix.EEXIST
+	}
+	s.entries[k] = *e
+	return nil
+}
+
+// IpsetDel implements Netlink.
+func (f *FakeNetlink) IpsetDel(name string, e *netlink.IPSetEntry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	s, ok := f.sets[name]
+	if !ok {
+		return unix.ENOENT
+	}
+	k, err := fakeEntryKey(s.typ, e)
+	if err != nil {
+		return err
+	}
+	if _, ok := s.entries[k]; !ok {
+		return unix.ENOENT
+	}
+	delete(s.entries, k)
+	return nil
+}
+
+// LinkAddrs returns the addresses of the link called name, sorted; nil
+// when there is no such link. It is not counted.
+func (f *FakeNetlink) LinkAddrs(name string) []netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.links[name]
+	if !ok {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range l.addrs {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		out = append(out, ip.Unmap())
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// Sets returns each set's entries in ipset's notation ("10.0.0.1,tcp:80"),
+// sorted. It is not counted.
+func (f *FakeNetlink) Sets() map[string][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]string{}
+	for name, s := range f.sets {
+		out[name] = slices.Sorted(mapKeys(s.entries))
+		if out[name] == nil {
+			out[name] = []string{}
+		}
+	}
+	return out
+}
+
+// fakeEntryKey checks that e fits a set of type typ and returns its
+// ipset notation.
+func fakeEntryKey(typ string, e *netlink.IPSetEntry) (string, error) {
+	ip := func(x net.IP) (string, bool) {
+		a, ok := netip.AddrFromSlice(x)
+		return a.Unmap().String(), ok
+	}
+	port := func() (string, bool) {
+		if e.Protocol == nil || e.Port == nil {
+			return "", false
+		}
+		return fmt.Sprintf("%s:%d", strings.ToLower(protoName(uint16(*e.Protocol))), *e.Port), true
+	}
+	var parts []string
+	dims, ok := strings.CutPrefix(typ, "hash:")
+	if !ok {
+		return "", fmt.Errorf("set type %s: %w", typ, unix.EINVAL)
+	}
+	for _, dim := range strings.Split(dims, ",") {
+		var s string
+		var good bool
+		switch {
+		case dim == "ip" && len(parts) == 0:
+			s, good = ip(e.IP)
+		case dim == "ip":
+			s, good = ip(e.IP2)
+		case dim == "port":
+			s, good = port()
+		case dim == "net":
+			s, good = ip(e.IP2)
+			s += fmt.Sprintf("/%d", e.CIDR2)
+		}
+		ok = ok && good
+		parts = append(parts, s)
+	}
+	if !ok {
+		return "", fmt.Errorf("entry %+v does not fit a set of type %s: %w", *e, typ, unix.EINVAL)
+	}
+	return strings.Join(parts, ","), nil
+}
+
+// lookup returns a copy of virtual server k, for the tests' tracer.
+func (f *FakeIPVS) lookup(k vsKey) (fakeVS, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	vs, ok := f.services[fakeVSKey(k)]
+	if !ok {
+		return fakeVS{}, false
+	}
+	c := fakeVS{svc: vs.svc}
+	for _, d := range vs.dests {
+		dc := *d
+		c.dests = append(c.dests, &dc)
+	}
+	return c, true
+}

@@ -1,0 +1,268 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// rulesText is the iptables-restore input of the dataplane's chains for
+// s. Every per-service fact is in the ipsets, so the rules change only
+// with the settings.
+func (d *Dataplane) rulesText(s *dataplane.State) string {
+	n, set := &d.names, d.names.set
+	mark := fmt.Sprintf("%#x", uint32(1)<<d.cfg.MasqueradeBit)
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	match := func(id setID, flags string) string { return "-m set --match-set " + set[id] + " " + flags }
+
+	line("*nat")
+	for _, c := range []string{n.services, n.markMasq, n.postrouting} {
+		line(":%s - [0:0]", c)
+	}
+	if cluster, ok := d.clusterMasquerade(s); ok {
+		line("-A %s %s%s -j %s", n.services, match(setClusterIP, "dst,dst"), cluster, n.markMasq)
+	} else {
+		// The node reaching a cluster IP picks that bound address as its
+		// source; its endpoint could not answer it.
+		line("-A %s %s -j %s", n.services, match(setClusterIP, "src,dst"), n.markMasq)
+	}
+	line("-A %s %s -j %s", n.services, match(setExternal, "dst,dst"), n.markMasq)
+	line("-A %s %s -j %s", n.services, match(setNodePort, "dst,dst"), n.markMasq)
+	line("-A %s %s -m addrtype --src-type LOCAL -j %s", n.services, match(setExternalLocal, "dst,dst"), n.markMasq)
+	line("-A %s %s -m addrtype --src-type LOCAL -j %s", n.services, match(setNodePortLocal, "dst,dst"), n.markMasq)
+	line("-A %s -j MARK --or-mark %s", n.markMasq, mark)
+	line("-A %s %s -j MASQUERADE", n.postrouting, match(setLoopBack, "dst,dst,src"))
+	line("-A %s -m mark ! --mark %s/%s -j RETURN", n.postrouting, mark, mark)
+	line("-A %s -j MARK --xor-mark %s", n.postrouting, mark)
+	line("-A %s -j MASQUERADE --random-fully", n.postrouting)
+	line("COMMIT")
+
+	line("*filter")
+	for _, c := range []string{n.filter, n.sourceRanges, n.forward} {
+		line(":%s - [0:0]", c)
+	}
+	line("-A %s %s -j DROP", n.filter, match(setDrop, "dst,dst"))
+	line("-A %s %s -j %s", n.filter, match(setFirewall, "dst,dst"), n.sourceRanges)
+	line("-A %s %s -j ACCEPT", n.filter, match(setHealthCheck, "dst,dst"))
+	line("-A %s %s -j RETURN", n.sourceRanges, match(setSourceCIDR, "dst,dst,src"))
+	line("-A %s %s -j RETURN", n.sourceRanges, match(setSourceIP, "dst,dst,src"))
+	line("-A %s -j DROP", n.sourceRanges)
+	line("-A %s -m mark --mark %s/%s -j ACCEPT", n.forward, mark, mark)
+	line("-A %s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT", n.forward)
+	line("COMMIT")
+	return b.String()
+}
+
+// clusterMasquerade returns the match that makes traffic to a cluster IP
+// masqueraded (after the set match), and false when none is.
+func (d *Dataplane) clusterMasquerade(s *dataplane.State) (string, bool) {
+	if s.Settings.MasqueradeAll {
+		return "", true
+	}
+	det := s.Settings.LocalDetector
+	switch det.Mode {
+	case dataplane.LocalModeClusterCIDR, dataplane.LocalModeNodeCIDR:
+		if cidr, ok := s.DetectionCIDR(); ok {
+			return " ! -s " + cidr.String(), true
+		}
+	case dataplane.LocalModeBridgeInterface:
+		if det.Interface != "" {
+			return " ! -i " + det.Interface, true
+		}
+	case dataplane.LocalModeInterfaceNamePrefix:
+		if det.Interface != "" {
+			return " ! -i " + det.Interface + "+", true
+		}
+	}
+	return "", false
+}
+
+func (d *Dataplane) jumps() []iptables.Jump {
+	j := func(table, chain, target string) iptables.Jump {
+		return iptables.Jump{Table: table, Chain: chain, Rule: []string{
+			"-m", "comment", "--comment", "proxykit ipvs", "-j", target}}
+	}
+	n := &d.names
+	return []iptables.Jump{
+		j("nat", "PREROUTING", n.services), j("nat", "OUTPUT", n.services),
+		j("nat", "POSTROUTING", n.postrouting),
+		j("filter", "INPUT", n.filter), j("filter", "FORWARD", n.forward),
+	}
+}
+
+func (d *Dataplane) chains() [][2]string {
+	n := &d.names
+	return [][2]string{
+		{"nat", n.services}, {"nat", n.markMasq}, {"nat", n.postrouting},
+		{"filter", n.filter}, {"filter", n.sourceRanges}, {"filter", n.forward},
+	}
+}
+
+// syncRules writes the chains when they differ from what s needs or from
+// their listing after the last write, and hooks them in. It returns the
+// bytes written and what it repaired.
+func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State) (int, []string, error) {
+	text := d.rulesText(s)
+	listed, err := d.listRules(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	var changes []string
+	if text == d.rules && d.listed != nil {
+		for _, c := range d.chains() {
+			if !slices.Equal(listed[c[1]], d.listed[c[1]]) {
+				changes = append(changes, fmt.Sprintf("%s chain %s: %d rules, want %d", c[0], c[1], len(listed[c[1]]), len(d.listed[c[1]])))
+			}
+		}
+	} else {
+		changes = append(changes, "iptables chains written")
+	}
+	n := 0
+	if len(changes) > 0 {
+		if err := d.runner.Restore(ctx, iptables.RestoreBytes(text)); err != nil {
+			return 0, nil, fmt.Errorf("write iptables rules: %w", err)
+		}
+		n = len(text)
+		if listed, err = d.listRules(ctx); err != nil {
+			return 0, nil, err
+		}
+	}
+	for _, j := range d.jumps() {
+		if err := d.runner.EnsureJump(ctx, j); err != nil {
+			return 0, nil, fmt.Errorf("hook iptables rules: %w", err)
+		}
+	}
+	d.rules, d.listed = text, listed
+	return n, changes, nil
+}
+
+func (d *Dataplane) listRules(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, c := range d.chains() {
+		rules, _, err := d.runner.ListChain(ctx, c[0], c[1])
+		if err != nil {
+			return nil, fmt.Errorf("list iptables rules: %w", err)
+		}
+		out[c[1]] = rules
+	}
+	return out, nil
+}
+
+// Cleanup implements dataplane.Dataplane: it removes what the dataplane
+// created, as its sets record it, whether this Dataplane or an earlier
+// process with the same Config programmed it: the virtual servers on
+// addresses it bound and on its node ports, those addresses, its link
+// (unless another program put addresses on it), its chains and its sets.
+// Nothing else is touched. A kernel without any of it is no error.
+func (d *Dataplane) Cleanup(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	defer d.reset()
+	var errs []error
+	have := map[setID]map[entry]bool{}
+	for id := range numSets {
+		have[id] = map[entry]bool{}
+		res, err := d.nl.IpsetList(d.names.set[id])
+		if err != nil {
+			continue
+		}
+		for i := range res.Entries {
+			have[id][entryFromNetlink(setSpecs[id].typ, &res.Entries[i])] = true
+		}
+	}
+	for k := range d.owner {
+		have[setIPs][entry{ip: k.addr}] = true
+	}
+	if kernel, err := d.ipvs.GetServices(); err != nil {
+		errs = append(errs, fmt.Errorf("list virtual servers: %w", err))
+	} else {
+		for _, ks := range kernel {
+			k := keyOfService(ks)
+			_, mine := d.owner[k]
+			if ks.FWMark != 0 || (ks.AddressFamily == unix.AF_INET6) != d.ipv6 || !d.owns(have, k) && !mine {
+				continue
+			}
+			if err := d.ipvs.DelService(ks); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("delete virtual server %s: %w", k, err))
+			}
+		}
+	}
+	clear(d.draining)
+	errs = append(errs, d.removeLink(have[setIPs]))
+	for _, j := range d.jumps() {
+		if err := d.runner.DeleteJump(ctx, j); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var b strings.Builder
+	for _, table := range []string{"nat", "filter"} {
+		fmt.Fprintf(&b, "*%s\n", table)
+		for _, c := range d.chains() {
+			if c[0] == table {
+				fmt.Fprintf(&b, ":%s - [0:0]\n", c[1])
+			}
+		}
+		for _, c := range d.chains() {
+			if c[0] == table {
+				fmt.Fprintf(&b, "-X %s\n", c[1])
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	if err := d.runner.Restore(ctx, iptables.RestoreBytes(b.String())); err != nil {
+		errs = append(errs, fmt.Errorf("remove iptables chains: %w", err))
+	}
+	for id := range numSets {
+		if err := d.nl.IpsetDestroy(d.names.set[id]); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("destroy ipset %s: %w", d.names.set[id], err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ipvs: cleanup: %w", err)
+	}
+	return nil
+}
+
+// removeLink unbinds the addresses the dataplane bound and deletes the
+// link when nothing else is left on it.
+func (d *Dataplane) removeLink(ours map[entry]bool) error {
+	link, err := d.nl.LinkByName(d.cfg.Link)
+	if err != nil {
+		return nil
+	}
+	addrs, err := d.nl.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("list the addresses of %s: %w", d.cfg.Link, err)
+	}
+	foreign := 0
+	for _, a := range addrs {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		ip = ip.Unmap()
+		if !ours[entry{ip: ip}] || ip.Is6() != d.ipv6 {
+			if !ip.IsLinkLocalUnicast() {
+				foreign++
+			}
+			continue
+		}
+		if err := d.nl.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("unbind %s from %s: %w", ip, d.cfg.Link, err)
+		}
+	}
+	if foreign > 0 {
+		d.log.Info("Leaving the link: it holds addresses the dataplane did not bind", "link", d.cfg.Link, "addresses", foreign)
+		return nil
+	}
+	if err := d.nl.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete link %s: %w", d.cfg.Link, err)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package ipvs
+
+import (
+	"testing"
+	"time"
+
+	"github.com/proxykit/proxykit/internal/vmtest"
+)
+
+// ipvsModules are loaded before the kernel tests start in the VM: IPVS
+// with the default scheduler, the dummy link type and the ipset types the
+// dataplane creates.
+var ipvsModules = []string{
+	"ip_vs", "ip_vs_rr", "dummy", "ip_set", "ip_set_hash_ip", "ip_set_hash_ipport",
+	"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "xt_set",
+}
+
+// vmScenarios are the conformance scenarios the VM runs: the whole suite
+// takes a quarter of an hour under TCG on a busy machine, these two to
+// four minutes: cluster IPs with UDP and hairpins, LoadBalancer VIPs with
+// source ranges, node ports, external IPs under both external traffic
+// policies, services without endpoints, and IPv6. Every reproducible
+// case runs on a host whose kernel has IPVS.
+const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-nodeports_disabled|ExternalTrafficPolicyLocal|" +
+	"ExternalTrafficPolicyCluster|NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal"
+
+// TestKernelTestsInVM runs this package's kernel tests inside a VM whose
+// kernel has IPVS and dummy links (this machine's may have neither).
+func TestKernelTestsInVM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
+	vmtest.Run(t, vmtest.Config{
+		Run:     "^TestKernel(GracefulTermination|Conformance)$/^(" + vmScenarios + ")$",
+		Modules: ipvsModules,
+		Tools:   []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"},
+		Args:    []string{"-test.v"},
+		Timeout: 20 * time.Minute,
+	})
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/ipvs"
+	v1 "k8s.io/api/core/v1"
+)
+
+// ipvsKernel holds one family's IPVS and netlink handles.
+type ipvsKernel struct {
+	ipvs ipvs.IPVS
+	nl   ipvs.Netlink
+}
+
+// realIPVS opens this machine's IPVS, or says why it cannot.
+func realIPVS(v1.IPFamily) (ipvsKernel, error) {
+	h, nl, err := ipvs.OpenKernel()
+	if err != nil {
+		return ipvsKernel{}, err
+	}
+	return ipvsKernel{h, nl}, nil
+}
+
+// ipvsPlanes returns one IPVS dataplane per IP family. A dry run programs
+// fakes and prints the iptables input and the IPVS table of each sync. A
+// real run needs IPVS and iptables for IPv4 and adds IPv6 when ip6tables
+// works; without the ip_vs module it fails before programming anything.
+func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, error) {
+	c := o.cfg.IPVS
+	if c.Scheduler != "" && !slices.Contains(ipvs.Schedulers, c.Scheduler) {
+		return nil, fmt.Errorf("--ipvs-scheduler %q: want one of %s", c.Scheduler, strings.Join(ipvs.Schedulers, ", "))
+	}
+	var planes []plane
+	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		cfg := ipvs.Config{
+			Family: f, Scheduler: c.Scheduler, StrictARP: c.StrictARP,
+			TCPTimeout: c.TCPTimeout.Duration, TCPFinTimeout: c.TCPFinTimeout.Duration, UDPTimeout: c.UDPTimeout.Duration,
+			MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit), Logger: log,
+		}
+		var dump func() string
+		if o.dryRun {
+			fake := iptables.NewFakeRunner()
+			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
+			fi := ipvs.NewFakeIPVS()
+			cfg.Runner, cfg.IPVS, cfg.Netlink = fake, fi, ipvs.NewFakeNetlink()
+			dump = fi.Dump
+		} else {
+			r, err := h.runner(f)
+			switch {
+			case err != nil && f == v1.IPv6Protocol:
+				log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
+				continue
+			case err != nil:
+				return nil, err
+			}
+			k, err := h.ipvs(f)
+			if err != nil {
+				if errors.Is(err, ipvs.ErrNoIPVS) {
+					return nil, fmt.Errorf("--proxy-mode ipvs: %w", err)
+				}
+				return nil, err
+			}
+			cfg.Runner, cfg.IPVS, cfg.Netlink = r, k.ipvs, k.nl
+		}
+		d, err := ipvs.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		rec := &recordedIPVS{Dataplane: d, dump: dump, out: out, family: f}
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f,
+			owned: func(ctx context.Context) (string, []any, error) {
+				l, err := d.Leftovers(ctx)
+				return "no " + ipvs.DefaultPrefix + " virtual servers, addresses, sets or chains found",
+					[]any{"virtualServers", l.VirtualServers, "addresses", l.Addresses, "ipsets", l.Sets, "chains", l.Chains}, err
+			}})
+	}
+	return planes, nil
+}
+
+// recordedIPVS is an IPVS dataplane that keeps the last State it
+// programmed and, in a dry run, prints the fake IPVS table after each
+// sync.
+type recordedIPVS struct {
+	*ipvs.Dataplane
+	last   atomic.Pointer[dataplane.State]
+	dump   func() string
+	out    io.Writer
+	family v1.IPFamily
+}
+
+// Sync implements dataplane.Dataplane.
+func (r *recordedIPVS) Sync(ctx context.Context, s *dataplane.State) error {
+	if err := r.Dataplane.Sync(ctx, s); err != nil {
+		return err
+	}
+	r.last.Store(s)
+	if r.dump != nil {
+		if _, err := fmt.Fprintf(r.out, "# IPVS table (%s)\n%s\n", r.family, r.dump()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/internal/netns"
+	"github.com/proxykit/proxykit/internal/vmtest"
+	"github.com/vishvananda/netlink"
+)
+
+// requireIPVS skips t unless the kernel has IPVS and dummy links and
+// iptables-restore is on PATH. Under PROXYKIT_REQUIRE_KERNEL=1 a missing
+// one fails t inside the test VM; on a host without them t skips, as
+// TestKernelIPVSInVM runs it in the VM (and fails where it cannot).
+func requireIPVS(t *testing.T) {
+	t.Helper()
+	netns.Require(t, "iptables-restore")
+	probe := netns.New(t, "ipvsprobe")
+	var missing []string
+	if err := probe.Do(ipvs.Probe); err != nil {
+		missing = append(missing, err.Error())
+	}
+	if _, err := probe.Run("ip", "link", "add", "pkprobe0", "type", "dummy"); err != nil {
+		missing = append(missing, "dummy links: "+strings.TrimSpace(err.Error()))
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := "kernel test needs IPVS and dummy links: " + strings.Join(missing, "; ")
+	if os.Getenv(netns.RequireKernelEnv) == "1" && vmtest.Inside() {
+		t.Fatalf("%s (%s=1 forbids skipping)", msg, netns.RequireKernelEnv)
+	}
+	t.Skip(msg + " (TestKernelIPVSInVM runs it in a VM)")
+}
+
+// TestKernelIPVSServesTraffic runs the agent in ipvs mode inside a node
+// namespace and sends real connections from a client namespace: to the
+// cluster IP and the node port (served by a pod namespace), and to a
+// service without endpoints (refused). --cleanup then leaves no virtual
+// server, address, link, set or chain of the agent.
+func TestKernelIPVSServesTraffic(t *testing.T) {
+	requireIPVS(t)
+	node, pod, client := netns.New(t, "node"), netns.New(t, "pod"), netns.New(t, "client")
+	netns.Veth(t, node, "veth1", []string{"10.0.1.254/24"}, pod, "eth0", []string{"10.0.1.1/24"})
+	netns.Veth(t, node, "eth0", []string{"10.0.2.254/24"}, client, "eth0", []string{"10.0.2.9/24"})
+	pod.MustRun("ip", "route", "add", "default", "via", "10.0.1.254")
+	client.MustRun("ip", "route", "add", "default", "via", "10.0.2.254")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(nftManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	if err := pod.Do(func() (err error) {
+		ln, err = net.Listen("tcp", "10.0.1.1:8080")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("pod " + c.RemoteAddr().String() + "\n"))
+			c.Close()
+		}
+	}()
+
+	agentIn(t, node, "--proxy-mode", "ipvs", "--manifests", dir, "--hostname-override", "n1", "--once", noConntrackMax)
+
+	dial := func(from *netns.NS, addr string) (string, error) {
+		var answer string
+		err := from.Do(func() error {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			answer, err = bufio.NewReader(c).ReadString('\n')
+			return err
+		})
+		return strings.TrimSpace(answer), err
+	}
+	for _, tc := range []struct {
+		from       *netns.NS
+		name, addr string
+		want       string
+	}{
+		{client, "client", "10.96.0.10:80", "pod 10.0.2.9:"},
+		{client, "client", "10.0.1.254:30080", "pod 10.0.1.254:"},
+		{node, "node", "10.96.0.10:80", "pod "},
+	} {
+		got, err := dial(tc.from, tc.addr)
+		if err != nil || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s to %s: %q, %v; want %q...", tc.name, tc.addr, got, err, tc.want)
+		}
+	}
+	if _, err := dial(client, "10.96.0.20:80"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("client to a service without endpoints: %v, want it refused", err)
+	}
+
+	agentIn(t, node, "--proxy-mode", "ipvs", "--cleanup", noConntrackMax)
+	if err := node.Do(func() error {
+		d, err := ipvs.New(ipvs.Config{})
+		if err != nil {
+			return err
+		}
+		left, err := d.Leftovers(context.Background())
+		if err != nil {
+			return err
+		}
+		if !left.Empty() {
+			t.Errorf("after --cleanup: %+v", left)
+		}
+		if _, err := netlink.LinkByName(ipvs.DefaultLink); err == nil {
+			t.Errorf("the link %s is left after --cleanup", ipvs.DefaultLink)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if saved := node.MustRun("iptables-save"); strings.Contains(saved, "PKV") {
+		t.Errorf("iptables after --cleanup:\n%s", saved)
+	}
+}
