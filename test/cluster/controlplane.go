@@ -145,22 +145,23 @@ func (c *ControlPlane) StartEtcd() {
 // KillEtcd kills etcd by its PID.
 func (c *ControlPlane) KillEtcd() { c.etcd.kill() }
 
-// StartAPIServer starts kube-apiserver (again, after KillAPIServer) and
-// waits for /readyz.
-func (c *ControlPlane) StartAPIServer() {
+// StartAPIServer starts kube-apiserver (again, after KillAPIServer) with
+// extra flags and waits for /readyz.
+func (c *ControlPlane) StartAPIServer(extra ...string) {
 	c.t.Helper()
-	p, err := startProcess(c.t, c.NS, c.dir, "kube-apiserver", c.bins.APIServer,
-		"--etcd-servers="+etcdClientURL,
-		"--bind-address=0.0.0.0", "--secure-port="+apiPort, "--advertise-address="+c.Address,
-		"--cert-dir="+filepath.Join(c.dir, "certs"),
-		"--service-cluster-ip-range="+ServiceCIDR,
+	args := append([]string{
+		"--etcd-servers=" + etcdClientURL,
+		"--bind-address=0.0.0.0", "--secure-port=" + apiPort, "--advertise-address=" + c.Address,
+		"--cert-dir=" + filepath.Join(c.dir, "certs"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+filepath.Join(c.dir, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(c.dir, "sa.key"),
-		"--token-auth-file="+filepath.Join(c.dir, "tokens.csv"),
+		"--service-account-key-file=" + filepath.Join(c.dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(c.dir, "sa.key"),
+		"--token-auth-file=" + filepath.Join(c.dir, "tokens.csv"),
 		"--authorization-mode=RBAC",
 		"--endpoint-reconciler-type=none",
-		"--profiling=false")
+		"--profiling=false"}, extra...)
+	p, err := startProcess(c.t, c.NS, c.dir, "kube-apiserver", c.bins.APIServer, args...)
 	if err != nil {
 		c.t.Fatal(err)
 	}

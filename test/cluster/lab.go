@@ -240,8 +240,11 @@ func (n *Node) KillAgent() { n.agent.kill() }
 // AgentPID is the running agent's process ID.
 func (n *Node) AgentPID() int { return n.agent.cmd.Process.Pid }
 
-// AgentLog is what the node's agents logged so far.
-func (n *Node) AgentLog() string { return n.agent.Log() }
+// AgentLog is what the node's agents logged so far, restarts included.
+func (n *Node) AgentLog() string {
+	b, _ := os.ReadFile(filepath.Join(n.lab.dir, "agent-"+n.Name+".log"))
+	return string(b)
+}
 
 // AgentExited reports whether the agent has ended.
 func (n *Node) AgentExited() bool { return n.agent.exited() }

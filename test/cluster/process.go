@@ -71,12 +71,6 @@ func (p *process) exited() bool {
 	}
 }
 
-// Log returns what the process wrote so far.
-func (p *process) Log() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
-}
-
 func tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
