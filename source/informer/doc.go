@@ -17,4 +17,11 @@
 // With Config.ProxyName set, the source watches services labelled with
 // that name as well as unlabelled ones (two label selectors, merged), so
 // that a second proxy can claim services by label.
+//
+// While the API server is unreachable (or answers 429, 500, 503 or 504)
+// the source retries each list and watch itself, at most Config.RetryMax
+// apart, instead of letting client-go's reflector back off for up to a
+// minute: after an API server restart, changes arrive within about
+// RetryMax of its readiness. When the server forbids a list or watch, the
+// source logs once which verb on which resource it lacks, and waits.
 package informer

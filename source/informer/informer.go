@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	networking "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -60,6 +61,13 @@ type Config struct {
 	// resyncs re-deliver unchanged objects, which the trackers ignore
 	// anyway (kube-proxy's --config-sync-period defaults to 15m).
 	ResyncPeriod time.Duration
+	// RetryMax is the longest the source waits between two attempts to
+	// reach an API server it lost (unreachable, or answering 429, 500, 503
+	// or 504). Zero means 2s: a change made after a restarted API server is
+	// ready arrives within about that, where client-go's own backoff can wait
+	// a minute; each informer (three or four) makes one attempt per interval
+	// while the server is away.
+	RetryMax time.Duration
 	// Logger is where the source logs; the zero value discards.
 	Logger logr.Logger
 }
@@ -81,7 +89,10 @@ func New(client Client, cfg Config) *Source {
 }
 
 // String implements fmt.Stringer.
-func (s *Source) String() string { return "informers" }
+func (s *Source) String() string { return sourceName }
+
+// sourceName names the source in its logs.
+const sourceName = "informers"
 
 // Run starts the informers, calls h.Synced once every informer has
 // delivered its initial list, and returns nil when ctx is done (after the
@@ -94,11 +105,17 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	g := newGuard(s.cfg.Logger, s.cfg.RetryMax)
 	start := func(what string, lw *cache.ListWatch, example runtime.Object, eh cache.ResourceEventHandler) error {
 		// The client says whether it supports watch-list (the fake
 		// clientset does not), as client-go's generated informers ask.
 		inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, s.client), example, cache.SharedIndexInformerOptions{ResyncPeriod: s.cfg.ResyncPeriod})
 		if err := inf.SetTransform(dropManagedFields); err != nil {
+			return fmt.Errorf("%s informer: %w", what, err)
+		}
+		// The guard reports refusals once; client-go's default handler
+		// would log every failure through klog.
+		if err := inf.SetWatchErrorHandlerWithContext(s.watchError(what)); err != nil {
 			return fmt.Errorf("%s informer: %w", what, err)
 		}
 		reg, err := inf.AddEventHandlerWithResyncPeriod(eh, s.cfg.ResyncPeriod)
@@ -119,7 +136,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	merge := newServiceMerger(h)
 	services := s.client.CoreV1().Services(metav1.NamespaceAll)
 	for i, sel := range selectors {
-		lw := listWatch(services.List, services.Watch, func(o *metav1.ListOptions) {
+		lw := listWatch(g, "services", services.List, services.Watch, func(o *metav1.ListOptions) {
 			o.LabelSelector = sel.String()
 			o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
 		})
@@ -129,7 +146,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	}
 
 	slices := s.client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
-	lw := listWatch(slices.List, slices.Watch, func(o *metav1.ListOptions) {
+	lw := listWatch(g, "endpointslices.discovery.k8s.io", slices.List, slices.Watch, func(o *metav1.ListOptions) {
 		o.LabelSelector = mustSelector(v1.IsHeadlessService, selection.DoesNotExist).String()
 	})
 	if err := start("endpointslices", lw, &discovery.EndpointSlice{}, typedHandler(s.cfg.Logger, h.OnEndpointSlice)); err != nil {
@@ -138,7 +155,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 
 	if s.cfg.NodeName != "" {
 		nodes := s.client.CoreV1().Nodes()
-		lw := listWatch(nodes.List, nodes.Watch, func(o *metav1.ListOptions) {
+		lw := listWatch(g, "nodes", nodes.List, nodes.Watch, func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
 		})
 		if err := start("node", lw, &v1.Node{}, typedHandler(s.cfg.Logger, h.OnNode)); err != nil {
@@ -152,7 +169,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	nc, serves := s.client.(networkingClient)
 	if wants && serves {
 		cidrs := nc.NetworkingV1().ServiceCIDRs()
-		lw := listWatch(cidrs.List, cidrs.Watch, func(*metav1.ListOptions) {})
+		lw := listWatch(g, "servicecidrs.networking.k8s.io", cidrs.List, cidrs.Watch, func(*metav1.ListOptions) {})
 		essential := synced
 		if err := start("servicecidrs", lw, &networking.ServiceCIDR{}, typedHandler(s.cfg.Logger, ch.OnServiceCIDR)); err != nil {
 			return err
@@ -167,9 +184,10 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	return nil
 }
 
-// listWatch lists and watches through one typed client, with tweak applied
-// to the options of both.
+// listWatch lists and watches resource through one typed client, with
+// tweak applied to the options of both, each call through the guard.
 func listWatch[L runtime.Object](
+	g *guard, resource string,
 	list func(context.Context, metav1.ListOptions) (L, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
 	tweak func(*metav1.ListOptions),
@@ -177,12 +195,24 @@ func listWatch[L runtime.Object](
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			tweak(&o)
-			return list(ctx, o)
+			return call(ctx, g, "list", resource, func() (runtime.Object, error) { return list(ctx, o) })
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			tweak(&o)
-			return watchFn(ctx, o)
+			return call(ctx, g, "watch", resource, func() (watch.Interface, error) { return watchFn(ctx, o) })
 		},
+	}
+}
+
+// watchError is the informers' watch error handler: refusals were
+// reported by the guard, the rest (expired resource versions, closed
+// watches) is routine and logged at V(2).
+func (s *Source) watchError(what string) cache.WatchErrorHandlerWithContext {
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			return
+		}
+		s.cfg.Logger.V(2).Info("Informer's list or watch ended; it relists", "source", sourceName, "informer", what, "err", err.Error())
 	}
 }
 

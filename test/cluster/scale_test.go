@@ -1,0 +1,109 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// scale is the number of services (each with 10 endpoints) the scale test
+// creates.
+func scale() int {
+	if testing.Short() {
+		return 1000
+	}
+	return 10000
+}
+
+// TestScale creates 10,000 services × 10 endpoints through the API, then
+// starts one agent: time to its first full sync, its RSS, and the latency
+// of one endpoint change afterwards.
+func TestScale(t *testing.T) {
+	bins, agent := binaries(t)
+	lab := NewLab(t, bins, agent, LabConfig{Nodes: 2, PodsPerNode: 2, NoAgents: true})
+	ctx := context.Background()
+	c := lab.CP.Admin
+	count := scale()
+	start := time.Now()
+	work := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				svc, err := c.CoreV1().Services(Namespace).Create(ctx, NewService(fmt.Sprintf("scale%d", i), 80), metav1.CreateOptions{})
+				if err == nil {
+					err = WriteSlice(ctx, c, scaleSlice(svc.Name, i))
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for i := range count {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	record(t, fmt.Sprintf("scale: created %d services × 10 endpoints through the API in %v", count, time.Since(start).Round(time.Second)))
+
+	n := lab.Nodes[0]
+	agentStart := time.Now()
+	n.StartAgent("--iptables-min-sync-period=0")
+	eventually(t, 5*time.Minute, "first full sync", func() error {
+		v, err := n.Metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count")
+		if err == nil && v < 1 {
+			err = fmt.Errorf("no full sync yet")
+		}
+		return err
+	})
+	firstSync := time.Since(agentStart)
+	ports, _ := n.Metric("kubeproxy_programmed_service_ports")
+	rss, err := n.RSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, fmt.Sprintf("scale: %d services × 10 endpoints, one agent (iptables): first full sync %v after start, %v service ports programmed, RSS %d MiB",
+		count, firstSync.Round(10*time.Millisecond), ports, rss>>20))
+	d := measureChanges(t, lab, "probe", 20)
+	report(t, fmt.Sprintf("endpoint change → rule with %d services, min-sync-period 0", count), d)
+	if rss, err = n.RSS(); err == nil {
+		record(t, fmt.Sprintf("scale: agent RSS after the changes %d MiB", rss>>20))
+	}
+}
+
+// scaleSlice is service i's slice of 10 endpoints at addresses nothing
+// serves (172.16.0.0/12): the test measures programming, not traffic.
+func scaleSlice(service string, i int) *discovery.EndpointSlice {
+	s := NewSlice(NewService(service, 80))
+	base := netip.MustParseAddr("172.16.0.0").As4()
+	for j := range 10 {
+		v := uint32(i*10 + j)
+		a := base
+		a[1] += byte(v >> 16)
+		a[2] = byte(v >> 8)
+		a[3] = byte(v)
+		s.Endpoints = append(s.Endpoints, discovery.Endpoint{
+			Addresses:  []string{netip.AddrFrom4(a).String()},
+			Conditions: discovery.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			NodeName:   ptr.To("node1"),
+		})
+	}
+	return s
+}
