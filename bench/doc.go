@@ -29,7 +29,9 @@
 // the projects' fakes, which simulate a kernel, would add their own.
 // Kernel runs program the real kernel (iptables-legacy, iptables-nft or
 // nftables) and are set beside a bare restore of the same input, the
-// kernel's floor.
+// kernel's floor; they run for the 1k and 10k ClusterIP workloads only,
+// whose first syncs the targets name (at 10k each takes seconds, twice
+// per system and run, and would otherwise dominate the default run).
 //
 // # Isolation
 //
