@@ -73,11 +73,11 @@ func TestParseSaveOthersRules(t *testing.T) {
 	}
 	p := dataplanetest.MakePacket(dataplane.FromOutside, "203.0.113.2", "172.30.0.10:80", v1.ProtocolTCP)
 	rs, skipped := ParseSave(saved(t, fake, map[string][]string{"nat": {
-		"-A PREROUTING -m set --match-set blocked src -j DROP",
+		"-A PREROUTING -m string --algo bm --string blocked -j DROP",
 		"-A PREROUTING -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80",
 	}}))
-	if len(skipped) != 1 || skipped[0].Chain != "PREROUTING" || !strings.Contains(skipped[0].Rule, "--match-set") {
-		t.Errorf("skipped = %v, want the set match", skipped)
+	if len(skipped) != 1 || skipped[0].Chain != "PREROUTING" || !strings.Contains(skipped[0].Rule, "--string") {
+		t.Errorf("skipped = %v, want the string match", skipped)
 	}
 	v, steps := rs.TraceSteps(p, s.Node.IPs)
 	want := dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("10.9.9.9:80")}
