@@ -77,7 +77,7 @@ func TestScale(t *testing.T) {
 		return err
 	})
 	firstSync := time.Since(agentStart)
-	ports, _ := n.Metric("kubeproxy_programmed_service_ports")
+	ports, _ := n.Metric("proxykit_programmed_service_ports")
 	rss, err := n.RSS()
 	if err != nil {
 		t.Fatal(err)
