@@ -55,6 +55,12 @@
 // an endpoint of a ClusterIP service, 12 to move one of a NodePort service
 // on a node with two addresses; a first full sync of 1,000 services of 10
 // endpoints costs 30,029 calls, a full diff of an unchanged kernel 1,515).
+// Timed through a real IPVS kernel in the test VM (BenchmarkKernelSync;
+// qemu without KVM, so every figure is several times a real machine's):
+// a first full sync of 1,000 services of 10 endpoints takes 10 s, of
+// 10,000 services 232 s; a one-endpoint change 28 ms at 1,000 and 15 ms at
+// 10,000 services. The iptables dataplane on the same 1,000 services in
+// the same VM (iptables-nft): 92 s and 371 ms.
 //
 // # Graceful termination
 //

@@ -24,7 +24,7 @@ import (
 // iptables-restore is on PATH. Under PROXYKIT_REQUIRE_KERNEL=1 a missing
 // one fails t inside the test VM; on a host without them t skips, as
 // TestKernelTestsInVM runs it in the VM (and fails where it cannot).
-func requireIPVS(t *testing.T) {
+func requireIPVS(t testing.TB) {
 	t.Helper()
 	netns.Require(t, "iptables-restore")
 	probe := netns.New(t, "ipvsprobe")

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"flag"
 	"testing"
 	"time"
 
@@ -36,5 +37,24 @@ func TestKernelTestsInVM(t *testing.T) {
 		Tools:   []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"},
 		Args:    []string{"-test.v"},
 		Timeout: 20 * time.Minute,
+	})
+}
+
+// TestKernelBenchmarksInVM runs this package's kernel benchmarks inside
+// the VM when the host's go test was given -bench, e.g.
+//
+//	go test -run KernelBenchmarksInVM -bench KernelSync ./dataplane/ipvs
+func TestKernelBenchmarksInVM(t *testing.T) {
+	bench := flag.Lookup("test.bench").Value.String()
+	if bench == "" {
+		t.Skip("runs benchmarks in a VM only when go test is given -bench")
+	}
+	vmtest.Run(t, vmtest.Config{
+		Run:       "^$",
+		Modules:   ipvsModules,
+		Tools:     []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"},
+		Args:      []string{"-test.bench", bench, "-test.benchtime", "1x", "-test.benchmem"},
+		Timeout:   30 * time.Minute,
+		MemoryMiB: 2048,
 	})
 }
