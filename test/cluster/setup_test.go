@@ -54,6 +54,18 @@ func binaries(t *testing.T) (Binaries, string) {
 	return built.bins, built.agent
 }
 
+// TestBuild builds (or finds cached) the control plane and the agent.
+// .ci/run runs it alone in the background while the library's tests run,
+// so that a fresh machine's cold build overlaps them.
+func TestBuild(t *testing.T) {
+	bins, agent := binaries(t)
+	for _, p := range []string{bins.Etcd, bins.APIServer, agent} {
+		if _, err := os.Stat(p); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // eventually calls check until it returns nil, failing t with its last
 // error after timeout.
 func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
