@@ -51,47 +51,41 @@ func BenchmarkKernelSync(b *testing.B) {
 	}
 }
 
-// benchNS is a network namespace with one dataplane of each mode.
+// benchNS is a network namespace with at most one dataplane of each mode,
+// created on its first sync.
 type benchNS struct {
-	ns   *netns.NS
-	dps  map[string]dataplane.Dataplane
-	sync func(b *testing.B, mode string, st *dataplane.State)
+	ns  *netns.NS
+	dps map[string]dataplane.Dataplane
 }
 
 func kernelNS(b *testing.B) *benchNS {
 	b.Helper()
 	requireIPVS(b)
-	n := &benchNS{ns: netns.New(b, "bench"), dps: map[string]dataplane.Dataplane{}}
-	n.sync = func(b *testing.B, mode string, st *dataplane.State) {
-		if err := n.ns.Do(func() (err error) {
-			d, ok := n.dps[mode]
-			if !ok {
-				if mode == "ipvs" {
-					d, err = New(Config{})
-				} else {
-					d, err = iptables.New(iptables.Config{})
-				}
-				if err != nil {
-					return err
-				}
-				n.dps[mode] = d
+	return &benchNS{ns: netns.New(b, "bench"), dps: map[string]dataplane.Dataplane{}}
+}
+
+func (n *benchNS) sync(b *testing.B, mode string, st *dataplane.State) {
+	if err := n.ns.Do(func() (err error) {
+		d, ok := n.dps[mode]
+		if !ok {
+			if mode == "ipvs" {
+				d, err = New(Config{})
+			} else {
+				d, err = iptables.New(iptables.Config{})
 			}
-			return d.Sync(context.Background(), st)
-		}); err != nil {
-			b.Fatal(err)
+			if err != nil {
+				return err
+			}
+			n.dps[mode] = d
 		}
+		return d.Sync(context.Background(), st)
+	}); err != nil {
+		b.Fatal(err)
 	}
-	return n
 }
 
 // toggleEndpoint moves endpoint 0 of service i between two addresses, a
 // new State each call.
 func (c *cluster) toggleEndpoint(i, round int) *dataplane.State {
-	old := c.slices[i]
-	upd := old.DeepCopy()
-	upd.Endpoints[0].Addresses = []string{fmt.Sprintf("10.%d.%d.%d", 98+round%2, i/250, i%250+1)}
-	upd.ResourceVersion = fmt.Sprint(round + 10)
-	c.slices[i] = upd
-	c.b.UpdateEndpointSlice(old, upd)
-	return c.b.Build().States[0]
+	return c.setEndpoint(i, 0, fmt.Sprintf("10.%d.%d.%d", 98+round%2, i/250, i%250+1), fmt.Sprint(round+10))
 }

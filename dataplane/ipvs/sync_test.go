@@ -68,10 +68,16 @@ func (c *cluster) withoutEndpoint(i, k int) *dataplane.State {
 
 // changeEndpoint gives endpoint k of service i a new address.
 func (c *cluster) changeEndpoint(i, k int) *dataplane.State {
+	return c.setEndpoint(i, k, fmt.Sprintf("10.99.%d.%d", i/250, i%250+1), "3")
+}
+
+// setEndpoint gives endpoint k of service i the address addr in a slice of
+// resource version rv, and returns the next State.
+func (c *cluster) setEndpoint(i, k int, addr, rv string) *dataplane.State {
 	old := c.slices[i]
 	upd := old.DeepCopy()
-	upd.Endpoints[k].Addresses = []string{fmt.Sprintf("10.99.%d.%d", i/250, i%250+1)}
-	upd.ResourceVersion = "3"
+	upd.Endpoints[k].Addresses = []string{addr}
+	upd.ResourceVersion = rv
 	c.slices[i] = upd
 	c.b.UpdateEndpointSlice(old, upd)
 	return c.b.Build().States[0]

@@ -16,6 +16,10 @@ var ipvsModules = []string{
 	"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "xt_set",
 }
 
+// vmTools are the programs the VM needs: the iptables ruleset IPVS mode
+// writes.
+var vmTools = []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"}
+
 // vmScenarios are the conformance scenarios the VM runs: the whole suite
 // takes a quarter of an hour under TCG on a busy machine, these two to
 // four minutes: cluster IPs with UDP and hairpins, LoadBalancer VIPs with
@@ -34,7 +38,7 @@ func TestKernelTestsInVM(t *testing.T) {
 	vmtest.Run(t, vmtest.Config{
 		Run:     "^TestKernel(GracefulTermination|Conformance)$/^(" + vmScenarios + ")$",
 		Modules: ipvsModules,
-		Tools:   []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"},
+		Tools:   vmTools,
 		Args:    []string{"-test.v"},
 		Timeout: 20 * time.Minute,
 	})
@@ -52,7 +56,7 @@ func TestKernelBenchmarksInVM(t *testing.T) {
 	vmtest.Run(t, vmtest.Config{
 		Run:       "^$",
 		Modules:   ipvsModules,
-		Tools:     []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"},
+		Tools:     vmTools,
 		Args:      []string{"-test.bench", bench, "-test.benchtime", "1x", "-test.benchmem"},
 		Timeout:   30 * time.Minute,
 		MemoryMiB: 2048,
