@@ -69,15 +69,23 @@ func TestScale(t *testing.T) {
 	n := lab.Nodes[0]
 	agentStart := time.Now()
 	n.StartAgent("--proxy-mode=nftables", "--iptables-min-sync-period=0")
+	// The sync-duration histogram counts a dataplane's sync as it ends; the
+	// programmed-ports gauge is set once every family's dataplane synced,
+	// so the first sync is over when both say so.
+	var ports float64
 	eventually(t, 5*time.Minute, "first full sync", func() error {
 		v, err := n.Metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count")
 		if err == nil && v < 1 {
 			err = fmt.Errorf("no full sync yet")
 		}
+		if err == nil {
+			if ports, err = n.Metric("proxykit_programmed_service_ports"); err == nil && ports < float64(count) {
+				err = fmt.Errorf("%v of %d service ports programmed", ports, count)
+			}
+		}
 		return err
 	})
 	firstSync := time.Since(agentStart)
-	ports, _ := n.Metric("proxykit_programmed_service_ports")
 	rss, err := n.RSS()
 	if err != nil {
 		t.Fatal(err)
