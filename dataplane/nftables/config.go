@@ -103,7 +103,17 @@ type Dataplane struct {
 	// stale holds flushed chains nothing refers to, and when they became
 	// so; a later Sync deletes them.
 	stale map[string]time.Time
-	stats SyncStats
+	// distrust is set after a failure: the next full sync rewrites the
+	// endpoint maps whole instead of trusting the chains' signatures for
+	// their elements, in case what failed was an element nobody expected.
+	distrust bool
+	stats    SyncStats
+}
+
+// forget makes the next sync full and careful, after a failure left the
+// table in a state the Dataplane does not know.
+func (d *Dataplane) forget() {
+	d.prog, d.stale, d.distrust = nil, map[string]time.Time{}, true
 }
 
 var (

@@ -41,15 +41,19 @@ func Example() {
 		panic(err)
 	}
 	// The full script also holds the table's fixed part; print what the
-	// service adds.
+	// service adds: its chain, whose rule picks one of the endpoints kept
+	// in an endpoint map shared with other services, and its elements.
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "demo/web") || strings.Contains(line, "10.96.0.10") {
+		if strings.Contains(line, "demo/web") || strings.Contains(line, "10.96.0.10") || strings.Contains(line, "dnat-tcp-") {
 			fmt.Println(line)
 		}
 	}
 	// Output:
+	// add map ip proxykit dnat-tcp-112 { typeof numgen random mod 1 : ip daddr . tcp dport ; comment "service endpoints by numgen value" ; }
 	// add chain ip proxykit service-AXK6CI2C-demo/web/tcp/http
-	// add rule ip proxykit service-AXK6CI2C-demo/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.1.5 . 8080 , 1 : 10.244.2.7 . 8080 } comment "pk:b6eohyy3bqid"
+	// add rule ip proxykit service-AXK6CI2C-demo/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @dnat-tcp-112 comment "pk:2afoqjhwaxpn9@0"
 	// add element ip proxykit cluster-ips { 10.96.0.10 }
 	// add element ip proxykit service-ips { 10.96.0.10 . tcp . 80 : goto service-AXK6CI2C-demo/web/tcp/http }
+	// add element ip proxykit dnat-tcp-112 { 0 : 10.244.1.5 . 8080 }
+	// add element ip proxykit dnat-tcp-112 { 1 : 10.244.2.7 . 8080 }
 }

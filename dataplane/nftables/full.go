@@ -102,7 +102,6 @@ func notFound(err error) bool {
 
 // syncFull renders every service, reads the table back and converges it.
 func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static) error {
-	prog := d.renderAll(s, st)
 	k, err := d.readBack(ctx)
 	if err != nil {
 		// Without a listing, start from an empty table: this forgets
@@ -110,6 +109,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 		d.log.Error(err, "Reading the table back failed; rewriting it from scratch")
 		k = &kernelTable{}
 	}
+	prog := d.renderAll(s, st, k)
 	p := d.fullPlan(prog, st, k, !d.recreated)
 	if !k.exists && err != nil {
 		p.ops = append([]op{{verbAdd, &knftables.Table{}}, {verbDelete, &knftables.Table{}}}, p.ops...)
@@ -119,20 +119,47 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 	if err != nil {
 		return err
 	}
-	d.prog, d.st, d.recreated, d.lastFull = prog, st, true, d.clock.Now()
+	d.prog, d.st, d.recreated, d.lastFull, d.distrust = prog, st, true, d.clock.Now(), false
 	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
 	return nil
 }
 
-// renderAll renders every service of s.
-func (d *Dataplane) renderAll(s *dataplane.State, st *static) *programmed {
+// renderAll renders every service of s. Endpoint-map chains keep the
+// slots table k has them at (their comments say), so that a full sync
+// after partial ones moves nothing; the others take the lowest free slots
+// in the order of their services' names, so that equal States render
+// equal tables.
+func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *programmed {
 	prog := newProgrammed(s.Services.Len())
 	prog.static = st.sig
 	r := d.newRenderer(s)
+	type service struct {
+		nn types.NamespacedName
+		r  *rendering
+	}
+	list := make([]service, 0, s.Services.Len())
 	for nn, ports := range s.Services.Services() {
 		if rd := r.service(ports); rd != nil {
-			prog.setService(nn, rd)
+			list = append(list, service{nn, rd})
 		}
+	}
+	slices.SortFunc(list, func(a, b service) int { return compareNames(a.nn, b.nn) })
+	for _, sv := range list {
+		for i := range sv.r.chains {
+			c := &sv.r.chains[i]
+			if c.dnat == nil {
+				continue
+			}
+			if have, ok := k.chains[c.name]; ok {
+				if slot, ok := slotOfSig(have.comment); ok && prog.slots.take(c.dnat.shard, slot) {
+					c.dnat.slot = slot
+				}
+			}
+		}
+	}
+	for _, sv := range list {
+		d.place(prog, sv.r, nil)
+		prog.setService(sv.nn, sv.r)
 	}
 	return prog
 }
@@ -163,6 +190,10 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	slices.SortFunc(names, compareNames)
 	want := map[string]bool{}
 	var chainOps []op
+	// Endpoint maps: used by some chain, and to rewrite whole because a
+	// chain of theirs is rewritten (its elements may be anything).
+	var used, dirty [mapCount]bool
+	fresh := map[string]bool{}
 	for _, nn := range names {
 		r := prog.services[nn]
 		for _, s := range r.sets {
@@ -175,8 +206,21 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		for _, c := range r.chains {
 			want[c.name] = true
 			have, exists := k.chains[c.name]
+			if c.dnat != nil {
+				used[c.dnat.shard] = true
+			}
 			if exists && have.rules == len(c.rules) && (len(c.rules) == 0 || have.comment == c.sig) {
 				continue
+			}
+			if c.dnat != nil {
+				// A chain the table has is not right: its elements are
+				// unknown. A new chain's slot is one no chain of the
+				// table holds, which has none.
+				if exists {
+					dirty[c.dnat.shard] = true
+				} else {
+					fresh[c.name] = true
+				}
 			}
 			if exists && have.rules > 0 {
 				chainOps = append(chainOps, op{verbFlush, &knftables.Chain{Name: c.name}})
@@ -193,7 +237,37 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 			chainOps = appendRules(chainOps, c)
 		}
 	}
+	for name, has := range k.chains {
+		if !want[name] && has.rules > 0 {
+			_, hasSlot := slotOfSig(has.comment)
+			if i, ok := shardOf(name, strings.ToLower(string(portOfChain(name).Protocol))); ok && hasSlot {
+				dirty[i] = true
+			}
+		}
+	}
+	for i := range mapCount {
+		prog.declared[i] = used[i]
+		if !used[i] {
+			continue
+		}
+		switch name := shardName(i); {
+		case !k.maps[name]:
+			p.add(d.shardMap(i))
+			note("map %s: missing", name)
+			dirty[i] = true
+		case d.distrust:
+			dirty[i] = true
+		}
+	}
 	p.ops = append(p.ops, chainOps...)
+	// A rewritten map is flushed after its chains are rewritten and
+	// before its elements are added back.
+	for i := range mapCount {
+		if dirty[i] && k.maps[shardName(i)] {
+			p.flush(&knftables.Map{Name: shardName(i)})
+			note("map %s: rewritten", shardName(i))
+		}
+	}
 
 	// Elements: deletions first, as nft refuses to add an existing map key.
 	keys := make([]elemKey, 0, len(prog.winners))
@@ -224,6 +298,15 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 			}
 		}
 	}
+	for _, nn := range names {
+		for _, c := range prog.services[nn].chains {
+			if n := c.dnat; n != nil && (dirty[n.shard] || fresh[c.name]) {
+				for i := range n.eps {
+					p.add(dnatElement(n, i))
+				}
+			}
+		}
+	}
 
 	// Stale chains someone else removed need no deleting.
 	for name := range d.stale {
@@ -250,6 +333,13 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 			note("set %s: unexpected", name)
 		}
 	}
+	// Endpoint maps no chain uses any more, once the rules that did are
+	// flushed.
+	for _, name := range sortedKeys(k.maps) {
+		if i, ok := shardIndex(name); ok && !used[i] {
+			p.delete(&knftables.Map{Name: name})
+		}
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -269,7 +359,7 @@ func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 		return nil, err
 	}
 	st := d.static(s)
-	p := d.fullPlan(d.renderAll(s, st), st, &kernelTable{}, false)
+	p := d.fullPlan(d.renderAll(s, st, &kernelTable{}), st, &kernelTable{}, false)
 	return []byte(transaction(d.nft, p.ops).String()), nil
 }
 

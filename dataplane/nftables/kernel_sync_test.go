@@ -100,9 +100,12 @@ func TestKernelSyncs(t *testing.T) {
 	}{
 		{"idle resync", func() {}, 0},
 		{"new service", func() { b.UpdateService(nil, svc20); b.UpdateEndpointSlice(nil, slice(20, 0, 1)) }, 5},
-		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 2},
-		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 0, 0)) }, 4},
-		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 1)) }, 5},
+		// The rule rewritten (flush, add), two endpoint map elements
+		// deleted and one added.
+		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 5},
+		// Also the endpoint map, unused, deleted.
+		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 0, 0)) }, 8},
+		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 1)) }, 9},
 		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 4},
 	}
 	for _, step := range steps {

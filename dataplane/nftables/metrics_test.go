@@ -32,7 +32,7 @@ func TestMetrics(t *testing.T) {
 # HELP proxykit_nftables_objects Objects in the dataplane's table after the last successful Sync, by kind (element, chain, rule).
 # TYPE proxykit_nftables_objects gauge
 proxykit_nftables_objects{ip_family="IPv4",kind="chain"} 18
-proxykit_nftables_objects{ip_family="IPv4",kind="element"} 9
+proxykit_nftables_objects{ip_family="IPv4",kind="element"} 18
 proxykit_nftables_objects{ip_family="IPv4",kind="rule"} 24
 proxykit_nftables_objects{ip_family="IPv6",kind="chain"} 0
 proxykit_nftables_objects{ip_family="IPv6",kind="element"} 0

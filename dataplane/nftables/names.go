@@ -74,3 +74,80 @@ func portBase(p *port) string {
 func endpointBase(portBase string, ep netip.AddrPort) string {
 	return portBase + "__" + strings.ReplaceAll(ep.Addr().String(), ":", ".") + "/" + strconv.Itoa(int(ep.Port()))
 }
+
+// Endpoint maps. A service port's endpoints live in one of shardCount
+// named maps of its protocol, keyed by numgen value: slot s of a shard
+// holds the keys s<<slotBits up to s<<slotBits + maxEndpoints - 1, and the
+// port's rule is "numgen random mod N offset s<<slotBits map @dnat-tcp-xxx".
+// An anonymous map per port would be simpler, but the kernel names and
+// finds anonymous sets by walking every set of the table, which makes
+// loading thousands of them quadratic; and a single named map holding
+// every endpoint makes the kernel's hash insertions quadratic within one
+// transaction. A thousand shards keep both small at 100,000 services.
+// The maps are per protocol because nft refuses a map typed by "th dport"
+// in a rule matching a protocol once the map is in the kernel.
+const (
+	prefixDNAT   = "dnat-"
+	shardCount   = 1024
+	slotBits     = 16
+	maxEndpoints = 1 << slotBits
+)
+
+// mapCount is the number of endpoint maps of all protocols: shard i is of
+// protocol shardProto(i).
+const mapCount = 3 * shardCount
+
+func shardProto(i int) string {
+	return [...]string{"tcp", "udp", "sctp"}[i/shardCount]
+}
+
+// protoIndex is the index of a protocol's first shard over shardCount,
+// -1 for a protocol without endpoint maps.
+func protoIndex(proto string) int {
+	switch proto {
+	case "tcp":
+		return 0
+	case "udp":
+		return 1
+	case "sctp":
+		return 2
+	}
+	return -1
+}
+
+// shardOf is the endpoint map of a chain of protocol proto, by an FNV-1a
+// hash of its name; ok is false for a protocol without endpoint maps.
+func shardOf(chain, proto string) (shard int, ok bool) {
+	p := protoIndex(proto)
+	if p < 0 {
+		return 0, false
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(chain); i++ {
+		h = (h ^ uint32(chain[i])) * 16777619
+	}
+	return p*shardCount + int(h%shardCount), true
+}
+
+// shardName is the name of endpoint map i: "dnat-<protocol>-<3 hex digits>".
+func shardName(i int) string {
+	const hex = "0123456789abcdef"
+	n := i % shardCount
+	return prefixDNAT + shardProto(i) + "-" + string([]byte{hex[n>>8&0xf], hex[n>>4&0xf], hex[n&0xf]})
+}
+
+// shardIndex is the endpoint map a name is of; ok is false when it is
+// none's.
+func shardIndex(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, prefixDNAT)
+	proto, num, ok2 := strings.Cut(rest, "-")
+	p := protoIndex(proto)
+	if !ok || !ok2 || p < 0 || len(num) != 3 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(num, 16, 16)
+	if err != nil || n >= shardCount || shardName(p*shardCount+int(n)) != name {
+		return 0, false
+	}
+	return p*shardCount + int(n), true
+}

@@ -19,8 +19,13 @@ type programmed struct {
 	// have one claim, which costs no slice.
 	winners map[elemKey]claim
 	others  map[elemKey][]claim
-	// chains and rules count the per-service chains and their rules.
-	chains, rules int
+	// chains and rules count the per-service chains and their rules,
+	// dnatElems the elements of the endpoint maps.
+	chains, rules, dnatElems int
+	// slots are the endpoint map slots the chains hold; declared says
+	// which endpoint maps the table has.
+	slots    slotTable
+	declared [mapCount]bool
 }
 
 // newProgrammed returns an empty programmed sized for services.
@@ -83,6 +88,14 @@ func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 		for _, e := range old.elems {
 			p.removeClaim(e.elemKey, e.claim)
 		}
+		for _, c := range old.chains {
+			if n := c.dnat; n != nil {
+				p.dnatElems -= len(n.eps)
+				if !r.holds(n.shard, n.slot) {
+					p.slots.release(n.shard, n.slot)
+				}
+			}
+		}
 	}
 	if r == nil {
 		delete(p.services, nn)
@@ -93,6 +106,39 @@ func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 	p.chains += len(r.chains)
 	for _, e := range r.elems {
 		p.addClaim(e.elemKey, e.claim)
+	}
+	for _, c := range r.chains {
+		if c.dnat != nil {
+			p.dnatElems += len(c.dnat.eps)
+		}
+	}
+}
+
+// holds reports whether a chain of r is placed at slot s of shard i.
+func (r *rendering) holds(i int, s int32) bool {
+	return r != nil && slices.ContainsFunc(r.chains, func(c chainDef) bool {
+		return c.dnat != nil && c.dnat.shard == i && c.dnat.slot == s
+	})
+}
+
+// place gives the endpoint-map chains of r their slots and then their
+// rules: a chain the service's programmed rendering old has keeps its
+// slot, any other takes the lowest free one.
+func (d *Dataplane) place(p *programmed, r, old *rendering) {
+	for i := range r.chains {
+		c := &r.chains[i]
+		if c.dnat == nil {
+			continue
+		}
+		if old != nil {
+			if j := slices.IndexFunc(old.chains, func(o chainDef) bool { return o.name == c.name && o.dnat != nil }); j >= 0 {
+				c.dnat.slot = old.chains[j].dnat.slot
+			}
+		}
+		if c.dnat.slot < 0 {
+			c.dnat.slot = p.slots.alloc(c.dnat.shard)
+		}
+		d.placeDNAT(c)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
 )
@@ -24,7 +23,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	}
 	k, err := d.readBack(ctx)
 	if err != nil {
-		d.prog, d.stale = nil, map[string]time.Time{}
+		d.forget()
 		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
 	}
 	var drift []string
@@ -39,7 +38,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	}
 	if _, _, err := d.run(ctx, p, d.cfg.MaxOperations); err != nil {
 		d.metrics.fullFailures.Inc()
-		d.prog, d.stale = nil, map[string]time.Time{}
+		d.forget()
 		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
 	}
 	slices.Sort(drift)

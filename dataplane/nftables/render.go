@@ -39,6 +39,9 @@ type chainDef struct {
 	name  string
 	rules []string
 	sig   string
+	// dnat is set on a chain that chooses among its endpoints through an
+	// endpoint map; its rules and sig wait for placeDNAT.
+	dnat *dnatDef
 }
 
 // affinitySet is an endpoint's set of pinned clients.
@@ -265,25 +268,23 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 	b := &r.b
 	b.Reset()
 	if p.AffinitySeconds == 0 {
-		b.WriteString("meta l4proto " + p.Proto + " dnat ")
 		if len(eps) == 1 {
-			b.WriteString("to " + eps[0].Addr.String())
-		} else {
-			b.WriteString(r.d.ipX + " addr . port to numgen random mod " + strconv.Itoa(len(eps)) + " map { ")
-			for i, e := range eps {
-				if i > 0 {
-					b.WriteString(" , ")
-				}
-				r.num = strconv.AppendInt(r.num[:0], int64(i), 10)
-				r.num = append(r.num, " : "...)
-				r.num = e.Addr.Addr().AppendTo(r.num)
-				r.num = append(r.num, " . "...)
-				r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
-				b.Write(r.num)
-			}
-			b.WriteString(" }")
+			out.chains = append(out.chains, newChain(name, []string{"meta l4proto " + p.Proto + " dnat to " + eps[0].Addr.String()}))
+			return
 		}
-		out.chains = append(out.chains, newChain(name, []string{b.String()}))
+		if len(eps) > maxEndpoints {
+			r.d.skip("more endpoints than an endpoint map slot holds; the rest are not used", "servicePort", p.SP.Name.String())
+			eps = eps[:maxEndpoints]
+		}
+		shard, _ := shardOf(name, p.Proto) // checkPort let only the protocols with maps through
+		n := &dnatDef{proto: p.Proto, eps: make([]string, len(eps)), shard: shard, slot: -1}
+		for i, e := range eps {
+			r.num = e.Addr.Addr().AppendTo(r.num[:0])
+			r.num = append(r.num, " . "...)
+			r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
+			n.eps[i] = string(r.num)
+		}
+		out.chains = append(out.chains, chainDef{name: name, dnat: n})
 		return
 	}
 	rules := make([]string, 0, len(eps)+1)
@@ -311,16 +312,34 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 	out.chains = append(out.chains, newChain(name, append(rules, b.String())))
 }
 
-// newChain returns the chain with its signature, an FNV-1a hash of the
-// rules.
+// newChain returns the chain with its signature.
 func newChain(name string, rules []string) chainDef {
+	return chainDef{name: name, rules: rules, sig: "pk:" + strconv.FormatUint(fnv64(rules, nil), 36)}
+}
+
+// placeDNAT writes the rule and signature of a chain placed at a slot of
+// its endpoint map. The signature covers the endpoints too, and ends in
+// "@slot", so that a full sync can tell from the chain's comment alone
+// whether the chain and its elements are right, and where they are.
+func (d *Dataplane) placeDNAT(c *chainDef) {
+	n := c.dnat
+	c.rules = []string{"meta l4proto " + n.proto + " dnat " + d.ipX + " addr . port to numgen random mod " +
+		strconv.Itoa(len(n.eps)) + " offset " + strconv.FormatInt(n.offset(), 10) + " map @" + shardName(n.shard)}
+	c.sig = "pk:" + strconv.FormatUint(fnv64(c.rules, n.eps), 36) + "@" + strconv.Itoa(int(n.slot))
+}
+
+// fnv64 is an FNV-1a hash of the strings of both lists, each followed by
+// a zero byte.
+func fnv64(a, b []string) uint64 {
 	const offset, prime = 14695981039346656037, 1099511628211
 	h := uint64(offset)
-	for _, r := range rules {
-		for i := 0; i < len(r); i++ {
-			h = (h ^ uint64(r[i])) * prime
+	for _, list := range [][]string{a, b} {
+		for _, r := range list {
+			for i := 0; i < len(r); i++ {
+				h = (h ^ uint64(r[i])) * prime
+			}
+			h *= prime
 		}
-		h *= prime // the separator, a zero byte
 	}
-	return chainDef{name: name, rules: rules, sig: "pk:" + strconv.FormatUint(h, 36)}
+	return h
 }

@@ -27,6 +27,13 @@ const listing = `table ip proxykit {
 		elements = { 10.96.40.40 . tcp . 80 comment "default/reports/tcp/http" : goto reject-chain }
 	}
 
+	map dnat-tcp-0a1 {
+		typeof numgen random mod 1 : ip daddr . tcp dport
+		comment "service endpoints by numgen value"
+		elements = { 65536 : 10.244.0.11 . 8080, 65537 : 10.244.1.12 . 8080,
+			     3 : 10.244.9.9 . 8080 }
+	}
+
 	set hairpin-connections {
 		type ipv4_addr . ipv4_addr . inet_proto . inet_service
 		elements = { 10.244.0.11 . 10.244.0.11 . tcp . 8080 }
@@ -65,7 +72,7 @@ const listing = `table ip proxykit {
 	}
 
 	chain service-SUSTUHLJ-default/web/tcp/http {
-		meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.244.0.11 . 8080, 1 : 10.244.1.12 . 8080 } comment "pk:3uen4ll0etcg4"
+		meta l4proto tcp dnat ip to numgen random mod 2 offset 65536 map @dnat-tcp-0a1 comment "pk:3uen4ll0etcg4@1"
 	}
 
 	chain external-E2IH552V-default/shop/tcp/http {
@@ -95,7 +102,9 @@ func TestParseListing(t *testing.T) {
 		want: dataplane.Verdict{Action: dataplane.DNAT, Service: web, Endpoints: dataplanetest.AddrPorts("10.244.0.11:8080", "10.244.1.12:8080")},
 		wantSteps: []string{"chain nat-prerouting", "chain services",
 			"map service-ips: 10.96.10.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http",
-			"chain service-SUSTUHLJ-default/web/tcp/http", "chain masquerading", "chain masquerading"},
+			"chain service-SUSTUHLJ-default/web/tcp/http",
+			"map dnat-tcp-0a1: 65536 : 10.244.0.11 . 8080", "map dnat-tcp-0a1: 65537 : 10.244.1.12 . 8080",
+			"chain masquerading", "chain masquerading"},
 	}, {
 		p: dataplanetest.MakePacket(dataplane.FromLocalPod, "10.244.0.11", "10.96.10.10:80", v1.ProtocolTCP),
 		want: dataplane.Verdict{Action: dataplane.DNAT, Service: web, Endpoints: dataplanetest.AddrPorts("10.244.0.11:8080", "10.244.1.12:8080"),

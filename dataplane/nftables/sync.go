@@ -53,13 +53,13 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		}
 		// The stale chains were maybe never flushed, and what the table
 		// holds is unknown: the next sync reads it back.
-		d.prog, d.stale = nil, map[string]time.Time{}
+		d.forget()
 		d.log.Error(err, "Sync failed; the next one is full", "full", full)
 		return err
 	}
 	d.lastGen, d.st, d.last = s.Generation, st, s
 	d.metrics.operations.Observe(float64(d.stats.Operations))
-	d.metrics.elements.Set(float64(len(d.prog.winners) + len(st.nodePortIPs)))
+	d.metrics.elements.Set(float64(len(d.prog.winners) + d.prog.dnatElems + len(st.nodePortIPs)))
 	d.metrics.chains.Set(float64(d.prog.chains + len(baseChains) + len(staticChains)))
 	staticRules := 0
 	for _, r := range st.rules {
@@ -105,6 +105,8 @@ type writer struct {
 	// In plan order: affinity sets to add, chain writes, stale chains to
 	// flush, affinity sets to delete.
 	addSets, chains, flushes, delSets []op
+	// Endpoint map elements to delete and to add.
+	elemDels, elemAdds []op
 	// touched holds the winner of every element key a service changed, as
 	// it was before.
 	touched map[elemKey]prior
@@ -132,12 +134,12 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 	if old == nil && r == nil {
 		return
 	}
-	var oldChains map[string]string
+	var oldChains map[string]*chainDef
 	var oldSets map[string]bool
 	if old != nil {
-		oldChains = make(map[string]string, len(old.chains))
-		for _, c := range old.chains {
-			oldChains[c.name] = c.sig
+		oldChains = make(map[string]*chainDef, len(old.chains))
+		for i := range old.chains {
+			oldChains[old.chains[i].name] = &old.chains[i]
 		}
 		oldSets = make(map[string]bool, len(old.sets))
 		for _, s := range old.sets {
@@ -149,6 +151,7 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 	}
 	var keep map[string]bool
 	if r != nil {
+		w.d.place(w.prog, r, old)
 		keep = make(map[string]bool, len(r.chains)+len(r.sets))
 		for _, s := range r.sets {
 			keep[s.name] = true
@@ -158,16 +161,23 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 		}
 		for _, c := range r.chains {
 			keep[c.name] = true
-			sig, existed := oldChains[c.name]
-			switch {
-			case existed && sig == c.sig:
+			oc := oldChains[c.name]
+			if oc != nil && oc.sig == c.sig {
 				continue
-			case existed:
+			}
+			if c.dnat != nil && !w.prog.declared[c.dnat.shard] {
+				w.addSets = append(w.addSets, op{verbAdd, w.d.shardMap(c.dnat.shard)})
+				w.prog.declared[c.dnat.shard] = true
+			}
+			var oldDNAT *dnatDef
+			if oc != nil {
+				oldDNAT = oc.dnat
 				w.chains = append(w.chains, op{verbFlush, &knftables.Chain{Name: c.name}})
-			default:
+			} else {
 				delete(w.d.stale, c.name)
 				w.chains = append(w.chains, op{verbAdd, &knftables.Chain{Name: c.name}})
 			}
+			w.dnatElems(oldDNAT, c.dnat)
 			w.chains = appendRules(w.chains, c)
 		}
 		for _, e := range r.elems {
@@ -179,6 +189,7 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 			if !keep[c.name] {
 				w.flushes = append(w.flushes, op{verbFlush, &knftables.Chain{Name: c.name}})
 				w.d.stale[c.name] = w.now
+				w.dnatElems(c.dnat, nil)
 			}
 		}
 		for _, s := range old.sets {
@@ -188,6 +199,27 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 		}
 	}
 	w.prog.setService(nn, r)
+}
+
+// dnatElems writes the endpoint map elements that change when a chain's
+// endpoints go from old to new (either nil: none): at the same slot only
+// the keys whose endpoint differs.
+func (w *writer) dnatElems(old, new *dnatDef) {
+	same := old != nil && new != nil && old.shard == new.shard && old.slot == new.slot
+	if old != nil {
+		for i, ep := range old.eps {
+			if !same || i >= len(new.eps) || new.eps[i] != ep {
+				w.elemDels = append(w.elemDels, op{verbDelete, dnatElement(old, i)})
+			}
+		}
+	}
+	if new != nil {
+		for i, ep := range new.eps {
+			if !same || i >= len(old.eps) || old.eps[i] != ep {
+				w.elemAdds = append(w.elemAdds, op{verbAdd, dnatElement(new, i)})
+			}
+		}
+	}
 }
 
 func appendRules(ops []op, c chainDef) []op {
@@ -211,7 +243,7 @@ func (d *Dataplane) affinitySetObj(s affinitySet) *knftables.Set {
 // refuses to add a map key that exists), and the chains and sets nothing
 // refers to any more last.
 func (w *writer) plan() *plan {
-	p := &plan{ops: make([]op, 0, len(w.addSets)+len(w.chains)+len(w.touched)+len(w.flushes)+len(w.delSets))}
+	p := &plan{ops: make([]op, 0, len(w.addSets)+len(w.chains)+len(w.touched)+len(w.elemDels)+len(w.elemAdds)+len(w.flushes)+len(w.delSets))}
 	p.ops = append(p.ops, w.addSets...)
 	p.ops = append(p.ops, w.chains...)
 	keys := make([]elemKey, 0, len(w.touched))
@@ -233,9 +265,19 @@ func (w *writer) plan() *plan {
 			adds = append(adds, op{verbAdd, element(k, v)})
 		}
 	}
+	p.ops = append(p.ops, w.elemDels...)
 	p.ops = append(p.ops, adds...)
+	p.ops = append(p.ops, w.elemAdds...)
 	p.ops = append(p.ops, w.flushes...)
 	p.ops = append(p.ops, w.delSets...)
+	// Endpoint maps no chain uses any more go, as a fresh table would not
+	// have them.
+	for i := range mapCount {
+		if w.prog.declared[i] && !w.prog.slots.inUse(i) {
+			p.delete(&knftables.Map{Name: shardName(i)})
+			w.prog.declared[i] = false
+		}
+	}
 	return p
 }
 
@@ -287,8 +329,7 @@ func (d *Dataplane) deleteStale(ctx context.Context) {
 	if _, _, err := d.run(ctx, p, -1); err != nil {
 		d.metrics.cleanupFailures.Inc()
 		d.log.Error(err, "Deleting stale chains failed; the next sync is full", "chains", len(names))
-		d.prog = nil
-		d.stale = map[string]time.Time{}
+		d.forget()
 		return
 	}
 	for _, name := range names {

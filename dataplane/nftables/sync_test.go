@@ -65,15 +65,18 @@ func TestSyncOperations(t *testing.T) {
 			b.UpdateService(nil, svc20)
 			b.UpdateEndpointSlice(nil, slice(20, 0, 1))
 		}, 5},
-		// Flush and rewrite the DNAT rule.
-		{"one remote endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 2},
-		// Flush and rewrite, and the hairpin element of the new local one.
-		{"one local endpoint added", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 2, 2)) }, 3},
+		// Flush and rewrite the DNAT rule; of the endpoint map's
+		// elements, the last two deleted and the one that moved up added.
+		{"one remote endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 5},
+		// Flush and rewrite, the hairpin element of the new local one and
+		// its endpoint map element, last.
+		{"one local endpoint added", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 2, 2)) }, 4},
 		// service-ips deleted, no-endpoint-services added, hairpins
-		// deleted, the chain flushed.
-		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 2), slice(3, 0, 0)) }, 5},
+		// deleted, the four endpoint map elements deleted, the chain
+		// flushed and the map, now unused, deleted.
+		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 2), slice(3, 0, 0)) }, 10},
 		// The reverse, and the chain re-created.
-		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 2)) }, 6},
+		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 2)) }, 11},
 		// Three elements and the chain flushed.
 		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 4},
 		{"idle resync after all that", func() {}, 0},
@@ -139,9 +142,10 @@ func TestRestartConverges(t *testing.T) {
 	}
 	var static plan
 	d.writeStatic(&static, d.static(s), true)
-	// One element added, the emptied chain rewritten (add, rule), the
-	// foreign one flushed.
-	if got, want := d.Stats().Operations, len(static.ops)+4; got != want {
+	// One element added, the emptied chain rewritten (add, rule), its
+	// endpoint map flushed and its three elements added back, the
+	// foreign chain flushed.
+	if got, want := d.Stats().Operations, len(static.ops)+8; got != want {
 		t.Errorf("first sync after restart: %d operations, want %d (%d of them the fixed part):\n%s", got, want, len(static.ops), fake.LastTransaction)
 	}
 	clk.Step(2 * time.Second)
@@ -247,6 +251,10 @@ add rule ip proxykit filter-prerouting-pre-dnat ct state new jump firewall-check
 add rule ip proxykit firewall-ULMVA6XW-ns1/svc1/tcp/p80 ip saddr != { 203.0.113.0/25 } drop comment "pk:86hh9t3t7u61"
 add rule ip proxykit firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips
 add rule ip proxykit local-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat to 10.180.0.1:80 comment "pk:2gejafdz3800a"
+add map ip proxykit dnat-tcp-3af { typeof numgen random mod 1 : ip daddr . tcp dport ; comment "service endpoints by numgen value" ; }
+add element ip proxykit dnat-tcp-3af { 0 : 10.180.0.1 . 80 }
+add element ip proxykit dnat-tcp-3af { 1 : 10.180.2.1 . 80 }
+add rule ip proxykit service-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @dnat-tcp-3af comment "pk:2ylizr6n860di@0"
 add rule ip proxykit masquerading mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random
 add rule ip proxykit masquerading ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
 add rule ip proxykit nat-output jump services
@@ -254,7 +262,6 @@ add rule ip proxykit nat-postrouting jump masquerading
 add rule ip proxykit nat-prerouting jump services
 add rule ip proxykit nodeport-endpoints-check ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports
 add rule ip proxykit reject-chain reject
-add rule ip proxykit service-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.1 . 80 , 1 : 10.180.2.1 . 80 } comment "pk:rjz6m54dlf8w"
 add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 ip saddr @affinity-YKKJRTXW-ns2/svc2/udp/p53__10.180.3.1/5353/10800s goto endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 comment "pk:1qbodlnovp46t"
 add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 ip saddr @affinity-CF7EZ53B-ns2/svc2/udp/p53__10.180.4.1/5353/10800s goto endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353
 add rule ip proxykit service-VITOD6J3-ns2/svc2/udp/p53 numgen random mod 2 vmap { 0 : goto endpoint-RAKU3TPU-ns2/svc2/udp/p53__10.180.3.1/5353 , 1 : goto endpoint-C2G7NUTA-ns2/svc2/udp/p53__10.180.4.1/5353 }

@@ -390,20 +390,7 @@ func (tr *tracer) statement(toks []string) (outcome, error) {
 		tr.dnat = append(tr.dnat, ep)
 		return natted, nil
 	case strings.HasPrefix(s, "dnat "+tr.ipX+" addr . port to numgen random mod "):
-		// { 0 : ip . port, 1 : ip . port }
-		body := s[strings.Index(s, "{")+1 : strings.LastIndex(s, "}")]
-		for _, e := range strings.Split(body, ",") {
-			f := strings.Fields(e)
-			if len(f) != 5 {
-				return 0, fmt.Errorf("bad numgen map element %q", e)
-			}
-			port, err := strconv.Atoi(f[4])
-			if err != nil {
-				return 0, err
-			}
-			tr.dnat = append(tr.dnat, netip.AddrPortFrom(netip.MustParseAddr(f[2]), uint16(port)))
-		}
-		return natted, nil
+		return tr.endpointMap(toks[9:])
 	case strings.HasPrefix(s, "numgen random mod "):
 		// Every branch is possible: follow each.
 		body := s[strings.Index(s, "{")+1 : strings.LastIndex(s, "}")]
@@ -419,6 +406,56 @@ func (tr *tracer) statement(toks []string) (outcome, error) {
 		return natted, nil
 	}
 	return 0, fmt.Errorf("unknown statement %q", s)
+}
+
+// endpointMap follows every value of "N [offset K] map @M" to its
+// endpoint in map M.
+func (tr *tracer) endpointMap(toks []string) (outcome, error) {
+	n, err := strconv.Atoi(toks[0])
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad numgen modulus %q", toks[0])
+	}
+	var offset int64
+	if len(toks) == 5 && toks[1] == "offset" {
+		if offset, err = strconv.ParseInt(toks[2], 10, 64); err != nil {
+			return 0, err
+		}
+		toks = toks[2:]
+	}
+	if len(toks) != 3 || toks[1] != "map" {
+		return 0, fmt.Errorf("bad numgen map %q", strings.Join(toks, " "))
+	}
+	name := strings.TrimPrefix(toks[2], "@")
+	m, ok := tr.t.Maps[name]
+	if !ok {
+		return 0, fmt.Errorf("no map %q", name)
+	}
+	values := make(map[string]string, len(m.Elements))
+	for _, e := range m.Elements {
+		values[strings.Join(e.Key, " . ")] = strings.Join(e.Value, " . ")
+	}
+	for i := range int64(n) {
+		key := strconv.FormatInt(offset+i, 10)
+		v, ok := values[key]
+		if !ok {
+			return 0, fmt.Errorf("map %s has no element %s", name, key)
+		}
+		f := strings.Fields(v)
+		if len(f) != 3 || f[1] != "." {
+			return 0, fmt.Errorf("bad endpoint %q in map %s", v, name)
+		}
+		addr, err := netip.ParseAddr(f[0])
+		if err != nil {
+			return 0, fmt.Errorf("bad endpoint %q in map %s: %w", v, name, err)
+		}
+		port, err := strconv.ParseUint(f[2], 10, 16)
+		if err != nil {
+			return 0, fmt.Errorf("bad endpoint %q in map %s: %w", v, name, err)
+		}
+		tr.dnat = append(tr.dnat, netip.AddrPortFrom(addr, uint16(port)))
+		tr.steps = append(tr.steps, "map "+name+": "+key+" : "+v)
+	}
+	return natted, nil
 }
 
 // rest runs the statements after a mark.
