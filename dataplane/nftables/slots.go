@@ -88,9 +88,18 @@ func (t *slotTable) release(i int, s int32) {
 // inUse reports whether any slot of shard i is used.
 func (t *slotTable) inUse(i int) bool { return t.shards[i] != nil && len(t.shards[i].used) > 0 }
 
-// dnatElement is the map element of endpoint i of n.
-func dnatElement(n *dnatDef, i int) *knftables.Element {
-	return &knftables.Element{Map: shardName(n.shard), Key: []string{n.key(i)}, Value: []string{n.eps[i]}}
+// appendElements appends v of the map elements of n's endpoints from up
+// to to, which share their allocations: a cold start writes millions.
+func appendElements(ops []op, v verb, n *dnatDef, from, to int) []op {
+	elems := make([]knftables.Element, to-from)
+	strs := make([]string, 2*(to-from))
+	name := shardName(n.shard)
+	for i := range elems {
+		strs[2*i], strs[2*i+1] = n.key(from+i), n.eps[from+i]
+		elems[i] = knftables.Element{Map: name, Key: strs[2*i : 2*i+1 : 2*i+1], Value: strs[2*i+1 : 2*i+2 : 2*i+2]}
+		ops = append(ops, op{v, &elems[i]})
+	}
+	return ops
 }
 
 // shardMap is the endpoint map of shard i.

@@ -209,14 +209,14 @@ func (w *writer) dnatElems(old, new *dnatDef) {
 	if old != nil {
 		for i, ep := range old.eps {
 			if !same || i >= len(new.eps) || new.eps[i] != ep {
-				w.elemDels = append(w.elemDels, op{verbDelete, dnatElement(old, i)})
+				w.elemDels = appendElements(w.elemDels, verbDelete, old, i, i+1)
 			}
 		}
 	}
 	if new != nil {
 		for i, ep := range new.eps {
 			if !same || i >= len(old.eps) || old.eps[i] != ep {
-				w.elemAdds = append(w.elemAdds, op{verbAdd, dnatElement(new, i)})
+				w.elemAdds = appendElements(w.elemAdds, verbAdd, new, i, i+1)
 			}
 		}
 	}
