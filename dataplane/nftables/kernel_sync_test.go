@@ -3,6 +3,9 @@ package nftables
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,5 +210,68 @@ func TestKernelAffinityTimeoutChange(t *testing.T) {
 	}
 	if sets := ns.MustRun("nft", "list", "sets", "ip"); !strings.Contains(sets, "timeout 2m") || strings.Contains(sets, "timeout 1m") {
 		t.Errorf("affinity sets after the change:\n%s", sets)
+	}
+}
+
+// TestKernelForeignElement: an element someone else put in an endpoint
+// map at a key a new service needs makes nft refuse the sync; the full
+// sync after it rewrites the endpoint maps and converges.
+func TestKernelForeignElement(t *testing.T) {
+	b := newBuilder()
+	for n := range 3 {
+		b.UpdateService(nil, clusterIPService(n))
+		b.UpdateEndpointSlice(nil, slice(n, 2, 0))
+	}
+	ctx := t.Context()
+	var d *Dataplane
+	ns := inNamespace(t, func() (err error) {
+		if d, err = New(Config{}); err != nil {
+			return err
+		}
+		return d.Sync(ctx, b.Build().States[0])
+	})
+	// svc3's chain will take the lowest free slot of its map: 0 when no
+	// other service is in it, else the next; take them all up to 3.
+	shard, _ := shardOf(prefixService+hashedName("ns/svc3/tcp/p80"), "tcp")
+	m := shardName(shard)
+	ns.MustRun("nft", "add", "map", "ip", DefaultTable, m, "{ typeof numgen random mod 1 : ip daddr . tcp dport ; }")
+	for slot := range 4 {
+		ns.MustRun("nft", "add", "element", "ip", DefaultTable, m, fmt.Sprintf("{ %d : 10.9.9.9 . 9 }", slot<<slotBits))
+	}
+	b.UpdateService(nil, clusterIPService(3))
+	b.UpdateEndpointSlice(nil, slice(3, 2, 0))
+	s := b.Build().States[0]
+	if err := ns.Do(func() error { return d.Sync(ctx, s) }); err == nil {
+		t.Fatal("a sync over a foreign element succeeded")
+	}
+	if err := ns.Do(func() error { return d.Sync(ctx, s) }); err != nil {
+		t.Fatalf("the full sync after the failure: %v", err)
+	}
+	if !d.Stats().Full {
+		t.Errorf("the sync after a failure was not full: %+v", d.Stats())
+	}
+	if out := ns.MustRun("nft", "list", "map", "ip", DefaultTable, m); strings.Contains(out, "10.9.9.9") {
+		t.Errorf("the foreign element is still there:\n%s", out)
+	}
+	if err := ns.Do(func() error {
+		drift, err := d.Reconcile(ctx)
+		if err == nil && !drift.Empty() {
+			err = errors.New("drift: " + drift.String())
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	listing := ns.MustRun("nft", "list", "table", "ip", DefaultTable)
+	rs, err := ParseListing([]byte(listing), v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := rs.Trace(dataplane.Packet{From: dataplane.FromOutside, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddrPort("172.30.0.4:80"), Protocol: v1.ProtocolTCP}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []netip.AddrPort{netip.MustParseAddrPort("10.1.3.1:8080"), netip.MustParseAddrPort("10.1.3.2:8080")}; !slices.Equal(v.Endpoints, want) {
+		t.Errorf("svc3 reaches %v, want %v", v.Endpoints, want)
 	}
 }
