@@ -4,8 +4,9 @@
 // kube-proxy's nftables mode (v1.37): dispatch through verdict maps keyed by
 // destination address, protocol and port (ClusterIPs, external IPs,
 // LoadBalancer VIPs) and by protocol and port (node ports), endpoint
-// choice by "numgen random mod N" (a chain per endpoint only for ClientIP
-// affinity, which remembers clients in dynamic sets with timeouts),
+// choice by "numgen random mod N" into shared endpoint maps (a chain per
+// endpoint only for ClientIP affinity, which remembers clients in dynamic
+// sets with timeouts),
 // loadBalancerSourceRanges in a firewall map checked before DNAT, reject
 // and drop verdict maps for ports without (local) endpoints, one global
 // hairpin set and one global ClusterIP masquerade rule, the drop of new
@@ -26,6 +27,27 @@
 // "service-", "local-", "external-", "firewall-" and "endpoint-" followed
 // by a hash and "namespace/name/protocol/port", so every name of a service
 // holds a '/' and no fixed name does.
+//
+// # Endpoint maps
+//
+// A service port with several endpoints (and no affinity) has one rule,
+// "meta l4proto tcp dnat ip addr . port to numgen random mod N offset K
+// map @dnat-tcp-3af". Its endpoints are elements K to K+N-1 of a named map
+// shared with other ports: one of 1,024 maps per protocol, chosen by a
+// hash of the chain's name, in which the port holds a slot of 65,536 keys
+// (K is the slot times 65,536, so a port uses at most 65,536 endpoints).
+// kube-proxy writes an anonymous map per port instead, and so did this
+// package before v0.2.0: the kernel allocates and looks up anonymous sets
+// by walking all the table's sets, so that loading 10,000 of them took
+// three times as long as it does now, and the cost grew with the square
+// of the number of services; one map for every endpoint would be as slow,
+// as the kernel's insertions into one set grow with its size within a
+// transaction. A new port takes the lowest free slot of its map, so that
+// equal States render equal scripts; the slot is also in the signature
+// comment of the port's rule, so that a full sync after partial ones, or
+// a restart, leaves every port where it is. An endpoint change rewrites
+// the rule (N changed) and only the elements whose endpoint changed;
+// maps nothing uses are deleted.
 //
 // # Where it differs from the iptables mode
 //
@@ -50,8 +72,10 @@
 // changed and writes, in one transaction, only their differences: rewritten
 // chains (flush and rules), element additions and deletions (a changed map
 // value is a delete and an add, as nft refuses to re-add a key), new
-// affinity sets. An idle resync sends nothing; a one-endpoint change is two
-// to six operations whatever the cluster's size. Chains nothing refers to
+// affinity sets. An idle resync sends nothing; a one-endpoint change is a
+// few operations whatever the cluster's size: the port's rule rewritten
+// (its signature comment changes), and the endpoint map elements whose
+// endpoint changed, those after a removed or added one in sorted order. Chains nothing refers to
 // any more are flushed at once and deleted by a later Sync, at least
 // Config.StaleChainDelay later, in a transaction of their own: kernels
 // before 6.2 release a map element's reference to a chain only after the
@@ -111,21 +135,26 @@
 //
 // # Performance
 //
-// Measured on a shared 2-core VM (load about 8) with services of 10
-// endpoints (BenchmarkOneEndpointChange, BenchmarkIdleResync,
-// BenchmarkRender, BenchmarkFullSync, BenchmarkKernelFullSync; CPU
-// seconds of the whole process, which the machine's load inflates):
+// Measured on a shared 2-core VM with services of 10 endpoints
+// (BenchmarkOneEndpointChange, BenchmarkIdleResync, BenchmarkFullSync,
+// BenchmarkKernelFullSync; CPU seconds of the whole process):
 //
-//   - one-endpoint change: 3 to 4 operations and 35 to 70 µs at 1k, 10k
-//     and 100k services (flat); an idle resync: 0 operations, about 10 µs;
-//   - full render of the nft -f script: about 0.3 CPU-s at 10k services;
-//   - a cold full sync into a real kernel costs what a bare nft -f of the
-//     same script does: 0.43 s against 0.49 s at 1k, 11.9 s against 11.0 s
-//     (1.08×) at 10k. Almost all of that is nft and the kernel: nft 1.0.6
-//     handles each "add element" separately, and every numgen map of a
-//     multi-endpoint service is an anonymous set, which the kernel names by
-//     scanning the table's sets, so that loading grows with the square of
-//     the number of services.
+//   - one-endpoint change: 5 or 6 operations and 0.1 to 0.6 ms of CPU at 1k,
+//     10k and 100k services (flat); an idle resync: 0 operations, under
+//     0.3 ms;
+//   - full sync without a kernel (render, plan, transaction text): 0.03,
+//     0.33 and 6.5 CPU-s at 1k, 10k and 100k services;
+//   - a cold full sync into a real kernel costs about what a bare nft -f of
+//     the same script does: 0.40 s against 0.33 s at 1k, 3.9 s against
+//     3.4 s at 10k (11.9 s with an anonymous map per port), 49 s against
+//     39 s at 100k, where the 1.5 million operations go in 15 transactions
+//     (Config.MaxOperations). Nearly all of it is nft, which parses and
+//     handles every "add element" on its own (about 10 µs each), and the
+//     kernel; the growth from 10k to 100k is close to linear;
+//   - each transaction, however small, costs nft a listing of the table's
+//     chains into its cache: about 85 ms at 10k services, half a second at
+//     100k. That is the floor of an endpoint change's latency here, and
+//     kube-proxy's too.
 //
 // # Reading the kernel
 //
