@@ -90,7 +90,12 @@
 // part. The first rule of every per-service chain carries its signature
 // as a comment, which is how a listing (which shows comments, not rules)
 // tells that a chain is already right; a restart therefore converges
-// without rewriting what the previous run left in place. A full sync
+// without rewriting what the previous run left in place. Endpoint maps are
+// not listed (at 100,000 services they hold a million elements): the
+// signature of a port's rule covers its endpoints, and a map holding a
+// port whose chain is not right is flushed and refilled whole, as is
+// every endpoint map in the first full sync after a failure, in case an
+// element nobody expected made nft refuse the transaction. A full sync
 // larger than Config.MaxOperations is split into transactions ordered so
 // that each refers only to what the earlier ones created.
 //
@@ -103,7 +108,10 @@
 // The Dataplane is a dataplane.Reconciler: Reconcile reads the table back
 // as a full sync does and repairs, in one transaction, what differs from
 // the last Sync (the fixed part whole when any of it differs); an
-// untouched table costs the listing and no transaction. There is no
+// untouched table costs the listing and no transaction. Like a full sync
+// it judges endpoint maps by the chains' signatures, so an element changed
+// by hand is not seen (the node agent's verify, which traces the listing,
+// sees it). There is no
 // canary (kube-proxy's nftables mode has none either: nobody else has a
 // reason to write this table).
 //
