@@ -169,7 +169,7 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *p
 // rewritten, and of the rest only what differs. Stale chains are flushed
 // and left for a later sync to delete.
 func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recreate bool) *plan {
-	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+2*prog.chains+prog.rules)}
+	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+prog.dnatElems+2*prog.chains+prog.rules)}
 	d.writeStatic(p, st, recreate)
 	d.diffPlan(p, prog, k, nil)
 	return p
@@ -189,12 +189,12 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		names = append(names, nn)
 	}
 	slices.SortFunc(names, compareNames)
-	want := map[string]bool{}
+	want := make(map[string]bool, prog.chains)
 	var chainOps []op
 	// Endpoint maps: used by some chain, and to rewrite whole because a
 	// chain of theirs is rewritten (its elements may be anything).
 	var used, dirty [mapCount]bool
-	fresh := map[string]bool{}
+	fresh := make(map[string]bool, max(0, prog.chains-len(k.chains)))
 	for _, nn := range names {
 		r := prog.services[nn]
 		for _, s := range r.sets {
