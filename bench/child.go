@@ -137,6 +137,7 @@ func runChild(a childArgs) (childResult, error) {
 	}
 	be := sys.backend()
 	add := func(op string, f func() error) error {
+		be.beginSync()
 		s, err := measure(op, f)
 		if err != nil {
 			return err

@@ -37,7 +37,10 @@ type iptBackend struct {
 	first  []byte
 }
 
-func (b *iptBackend) failNext()          { b.fail = true }
+func (b *iptBackend) failNext() { b.fail = true }
+
+// beginSync implements backend: every system writes one restore per sync.
+func (b *iptBackend) beginSync()         {}
 func (b *iptBackend) written() int       { return b.last }
 func (b *iptBackend) firstInput() []byte { return b.first }
 func (b *iptBackend) failedLast() error  { return b.err }
@@ -189,8 +192,10 @@ type nftBackend struct {
 	inner knftables.Interface
 	fail  bool
 	err   error
-	last  int
-	first *knftables.Transaction
+	// syncs counts beginSync calls; written the bytes since the last.
+	syncs, bytes int
+	// first holds the transactions of the first sync.
+	first []*knftables.Transaction
 	// names holds the chains ("chain") and sets and maps ("sets", "maps").
 	names map[string]map[string]bool
 	nft   knftables.Interface
@@ -218,14 +223,16 @@ func nftFamilyOf(family v1.IPFamily) knftables.Family {
 }
 
 func (b *nftBackend) failNext()         { b.fail = true }
-func (b *nftBackend) written() int      { return b.last }
+func (b *nftBackend) beginSync()        { b.syncs, b.bytes = b.syncs+1, 0 }
+func (b *nftBackend) written() int      { return b.bytes }
 func (b *nftBackend) failedLast() error { return b.err }
 
 func (b *nftBackend) firstInput() []byte {
-	if b.first == nil {
-		return nil
+	var out []byte
+	for _, tx := range b.first {
+		out = append(out, tx.String()...)
 	}
-	return []byte(b.first.String())
+	return out
 }
 
 func (b *nftBackend) NewTransaction() *knftables.Transaction {
@@ -242,28 +249,32 @@ func (b *nftBackend) Run(ctx context.Context, tx *knftables.Transaction) error {
 		b.err = errInjected
 		return b.err
 	}
-	if b.first == nil {
-		b.first = tx
+	if b.syncs <= 1 {
+		b.first = append(b.first, tx)
 	}
 	if b.inner != nil {
 		b.err = b.inner.Run(ctx, tx)
 		return b.err
 	}
 	text := tx.String()
-	b.last = len(text)
+	b.bytes += len(text)
 	for line := range strings.Lines(text) {
-		f := strings.Fields(line)
-		// "add chain ip kube-proxy NAME ...", "delete set ip kube-proxy NAME"
-		if len(f) < 5 {
+		// "add chain ip kube-proxy NAME ...", "delete set ip kube-proxy
+		// NAME"; most lines are elements, skipped without allocating.
+		verb, rest, _ := strings.Cut(line, " ")
+		kind, rest, _ := strings.Cut(rest, " ")
+		names := b.names[kind]
+		if names == nil {
 			continue
 		}
-		names := b.names[f[1]]
-		switch {
-		case names == nil:
-		case f[0] == "add" || f[0] == "create":
-			names[f[4]] = true
-		case f[0] == "delete":
-			delete(names, f[4])
+		_, rest, _ = strings.Cut(rest, " ") // family
+		_, rest, _ = strings.Cut(rest, " ") // table
+		name, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		switch verb {
+		case "add", "create":
+			names[name] = true
+		case "delete":
+			delete(names, name)
 		}
 	}
 	return nil

@@ -42,6 +42,7 @@ func newPKRunner(be string, family v1.IPFamily) (*pkRunner, error) {
 }
 
 func (r *pkRunner) failNext()    { r.fail = true }
+func (r *pkRunner) beginSync()   {}
 func (r *pkRunner) written() int { return r.last }
 
 func (r *pkRunner) firstInput() []byte {

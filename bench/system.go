@@ -27,10 +27,14 @@ type backend interface {
 	// failNext makes the next write fail as a rejected restore would, so
 	// that the sync after it is a full one.
 	failNext()
+	// beginSync marks the start of a sync: what written reports and the
+	// first sync's input cover every write between two calls (a system
+	// may split a sync into several transactions).
+	beginSync()
 	// written is the size of what the last sync handed to the backend.
 	written() int
-	// firstInput is what the first sync handed to the backend, valid
-	// until the next sync.
+	// firstInput is what the first sync handed to the backend, all its
+	// writes in order, valid until the next sync.
 	firstInput() []byte
 }
 
@@ -134,6 +138,12 @@ type multiBackend []system
 func (m multiBackend) failNext() {
 	for _, s := range m {
 		s.backend().failNext()
+	}
+}
+
+func (m multiBackend) beginSync() {
+	for _, s := range m {
+		s.backend().beginSync()
 	}
 }
 

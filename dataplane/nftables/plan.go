@@ -47,7 +47,8 @@ func transaction(nft knftables.Interface, ops []op) *knftables.Transaction {
 }
 
 // run runs the plan as transactions of at most max operations (max <= 0:
-// one), returning how many ran and the bytes of their nft input.
+// one), returning how many ran and the size of their nft input
+// (inputSize).
 func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, err error) {
 	if len(p.ops) == 0 {
 		return 0, 0, nil
@@ -58,12 +59,24 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 	for start := 0; start < len(p.ops); start += max {
 		tx := transaction(d.nft, p.ops[start:min(start+max, len(p.ops))])
 		if err := d.nft.Run(ctx, tx); err != nil {
-			return txs, bytes, &TransactionError{Operations: tx.NumOperations(), Err: err}
+			return txs, 0, &TransactionError{Operations: tx.NumOperations(), Err: err}
 		}
 		txs++
-		bytes += len(tx.String())
 	}
-	return txs, bytes, nil
+	return txs, inputSize(d.nft, p.ops), nil
+}
+
+// exactBytesOps is how many operations inputSize formats.
+const exactBytesOps = 10_000
+
+// inputSize is the size of the nft input of ops: exact up to
+// exactBytesOps operations, scaled from that many beyond.
+func inputSize(nft knftables.Interface, ops []op) int {
+	n := len(transaction(nft, ops[:min(len(ops), exactBytesOps)]).String())
+	if len(ops) > exactBytesOps {
+		n = int(int64(n) * int64(len(ops)) / exactBytesOps)
+	}
+	return n
 }
 
 // TransactionError is a transaction nftables rejected: nothing of it was
