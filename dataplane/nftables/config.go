@@ -103,17 +103,18 @@ type Dataplane struct {
 	// stale holds flushed chains nothing refers to, and when they became
 	// so; a later Sync deletes them.
 	stale map[string]time.Time
-	// distrust is set after a failure: the next full sync rewrites the
-	// endpoint maps whole instead of trusting the chains' signatures for
-	// their elements, in case what failed was an element nobody expected.
-	distrust bool
-	stats    SyncStats
+	// suspect are the endpoint maps a rejected transaction wrote to: the
+	// next full sync rewrites them whole instead of trusting the chains'
+	// signatures for their elements, in case what nft refused was an
+	// element nobody expected.
+	suspect [mapCount]bool
+	stats   SyncStats
 }
 
-// forget makes the next sync full and careful, after a failure left the
-// table in a state the Dataplane does not know.
+// forget makes the next sync full, after a failure left the table in a
+// state the Dataplane does not know.
 func (d *Dataplane) forget() {
-	d.prog, d.stale, d.distrust = nil, map[string]time.Time{}, true
+	d.prog, d.stale = nil, map[string]time.Time{}
 }
 
 var (

@@ -93,9 +93,10 @@
 // without rewriting what the previous run left in place. Endpoint maps are
 // not listed (at 100,000 services they hold a million elements): the
 // signature of a port's rule covers its endpoints, and a map holding a
-// port whose chain is not right is flushed and refilled whole, as is
-// every endpoint map in the first full sync after a failure, in case an
-// element nobody expected made nft refuse the transaction. A full sync
+// port whose chain is not right is flushed and refilled whole, as are,
+// in the first full sync after a failure, the maps the rejected
+// transaction wrote to (or would have), in case an element nobody
+// expected made nft refuse it. A full sync
 // larger than Config.MaxOperations is split into transactions ordered so
 // that each refers only to what the earlier ones created.
 //

@@ -120,7 +120,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 	if err != nil {
 		return err
 	}
-	d.prog, d.st, d.recreated, d.lastFull, d.distrust = prog, st, true, d.clock.Now(), false
+	d.prog, d.st, d.recreated, d.lastFull, d.suspect = prog, st, true, d.clock.Now(), [mapCount]bool{}
 	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
 	return nil
 }
@@ -256,7 +256,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 			p.add(d.shardMap(i))
 			note("map %s: missing", name)
 			dirty[i] = true
-		case d.distrust:
+		case d.suspect[i]:
 			dirty[i] = true
 		}
 	}

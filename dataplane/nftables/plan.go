@@ -59,11 +59,28 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 	for start := 0; start < len(p.ops); start += max {
 		tx := transaction(d.nft, p.ops[start:min(start+max, len(p.ops))])
 		if err := d.nft.Run(ctx, tx); err != nil {
+			d.suspectMaps(p.ops[start:])
 			return txs, 0, &TransactionError{Operations: tx.NumOperations(), Err: err}
 		}
 		txs++
 	}
 	return txs, inputSize(d.nft, p.ops), nil
+}
+
+// suspectMaps marks the endpoint maps ops write to as suspect.
+func (d *Dataplane) suspectMaps(ops []op) {
+	for _, o := range ops {
+		var name string
+		switch obj := o.obj.(type) {
+		case *knftables.Element:
+			name = obj.Map
+		case *knftables.Map:
+			name = obj.Name
+		}
+		if i, ok := shardIndex(name); ok {
+			d.suspect[i] = true
+		}
+	}
 }
 
 // exactBytesOps is how many operations inputSize formats.
