@@ -28,6 +28,28 @@ func inNamespace(t *testing.T, fn func() error) *netns.NS {
 	return ns
 }
 
+// syncedInNamespace is a new Dataplane in a new namespace, synced to s.
+func syncedInNamespace(t *testing.T, s *dataplane.State) (*netns.NS, *Dataplane) {
+	t.Helper()
+	var d *Dataplane
+	ns := inNamespace(t, func() (err error) {
+		if d, err = New(Config{}); err != nil {
+			return err
+		}
+		return d.Sync(t.Context(), s)
+	})
+	return ns, d
+}
+
+// reconcileClean fails unless a Reconcile finds nothing to repair.
+func reconcileClean(ctx context.Context, d *Dataplane) error {
+	drift, err := d.Reconcile(ctx)
+	if err == nil && !drift.Empty() {
+		err = errors.New("drift: " + drift.String())
+	}
+	return err
+}
+
 // rejectingNFT runs every transaction through the real nft with one more
 // line that nft rejects, while fail is set.
 type rejectingNFT struct {
@@ -85,13 +107,7 @@ func TestKernelSyncs(t *testing.T) {
 	}
 	clean := func(what string) {
 		t.Helper()
-		do(what, func() error {
-			drift, err := d.Reconcile(ctx)
-			if err == nil && !drift.Empty() {
-				err = errors.New("drift: " + drift.String())
-			}
-			return err
-		})
+		do(what, func() error { return reconcileClean(ctx, d) })
 	}
 	clean("first sync")
 
@@ -131,9 +147,8 @@ func TestKernelSyncs(t *testing.T) {
 		}
 		return restarted.Sync(ctx, s)
 	})
-	var static plan
-	restarted.writeStatic(&static, restarted.static(s), true)
-	if got, want := restarted.Stats().Operations, len(static.ops); got != want {
+	static := staticOps(restarted, s)
+	if got, want := restarted.Stats().Operations, static; got != want {
 		t.Errorf("first sync after a restart: %d operations, want the %d of the fixed part", got, want)
 	}
 
@@ -188,23 +203,13 @@ func TestKernelAffinityTimeoutChange(t *testing.T) {
 	b.UpdateService(nil, sticky(60))
 	b.UpdateEndpointSlice(nil, slice(1, 2, 0))
 	ctx := t.Context()
-	var d *Dataplane
-	ns := inNamespace(t, func() (err error) {
-		if d, err = New(Config{}); err != nil {
-			return err
-		}
-		return d.Sync(ctx, b.Build().States[0])
-	})
+	ns, d := syncedInNamespace(t, b.Build().States[0])
 	b.UpdateService(sticky(60), sticky(120))
 	if err := ns.Do(func() error {
 		if err := d.Sync(ctx, b.Build().States[0]); err != nil {
 			return err
 		}
-		drift, err := d.Reconcile(ctx)
-		if err == nil && !drift.Empty() {
-			err = errors.New("drift: " + drift.String())
-		}
-		return err
+		return reconcileClean(ctx, d)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -223,13 +228,7 @@ func TestKernelForeignElement(t *testing.T) {
 		b.UpdateEndpointSlice(nil, slice(n, 2, 0))
 	}
 	ctx := t.Context()
-	var d *Dataplane
-	ns := inNamespace(t, func() (err error) {
-		if d, err = New(Config{}); err != nil {
-			return err
-		}
-		return d.Sync(ctx, b.Build().States[0])
-	})
+	ns, d := syncedInNamespace(t, b.Build().States[0])
 	// svc3's chain will take the lowest free slot of its map: 0 when no
 	// other service is in it, else the next; take them all up to 3.
 	shard, _ := shardOf(prefixService+hashedName("ns/svc3/tcp/p80"), "tcp")
@@ -253,13 +252,7 @@ func TestKernelForeignElement(t *testing.T) {
 	if out := ns.MustRun("nft", "list", "map", "ip", DefaultTable, m); strings.Contains(out, "10.9.9.9") {
 		t.Errorf("the foreign element is still there:\n%s", out)
 	}
-	if err := ns.Do(func() error {
-		drift, err := d.Reconcile(ctx)
-		if err == nil && !drift.Empty() {
-			err = errors.New("drift: " + drift.String())
-		}
-		return err
-	}); err != nil {
+	if err := ns.Do(func() error { return reconcileClean(ctx, d) }); err != nil {
 		t.Fatal(err)
 	}
 	listing := ns.MustRun("nft", "list", "table", "ip", DefaultTable)

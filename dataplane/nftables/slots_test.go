@@ -144,9 +144,8 @@ func TestRestartKeepsSlots(t *testing.T) {
 	if err := d2.Sync(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	var static plan
-	d2.writeStatic(&static, d2.static(s), true)
-	if got, want := d2.Stats().Operations, len(static.ops); got != want {
+	static := staticOps(d2, s)
+	if got, want := d2.Stats().Operations, static; got != want {
 		t.Errorf("first sync after a restart: %d operations, want the %d of the fixed part:\n%s", got, want, restarted.LastTransaction)
 	}
 	if diff := cmp.Diff(strings.Split(dump, "\n"), strings.Split(restarted.Dump(), "\n")); diff != "" {
