@@ -80,3 +80,35 @@ func BenchmarkBuildOneChange(b *testing.B) {
 		bld.Build()
 	}
 }
+
+// BenchmarkFirstBuild is the model's share of a first sync: 10,000
+// services with ten endpoints each handed to a new Builder, then built.
+func BenchmarkFirstBuild(b *testing.B) {
+	const n = 10000
+	svcs := make([]*v1.Service, n)
+	slices := make([]*discovery.EndpointSlice, n)
+	for i := range n {
+		svcs[i] = dpt.MakeService("ns", fmt.Sprintf("svc%d", i), func(s *v1.Service) {
+			s.Spec.ClusterIP = fmt.Sprintf("172.30.%d.%d", i/250, i%250+1)
+			s.Spec.Ports = []v1.ServicePort{dpt.ServicePort("p80", v1.ProtocolTCP, 80, 0, 0)}
+		})
+		slices[i] = dpt.MakeSlice("ns", svcs[i].Name, 1, func(s *discovery.EndpointSlice) {
+			s.Ports = []discovery.EndpointPort{dpt.SlicePort("p80", v1.ProtocolTCP, 8080)}
+			for j := range 10 {
+				s.Endpoints = append(s.Endpoints, dpt.ReadyEndpoint(fmt.Sprintf("10.%d.%d.%d", 100+j, i/250, i%250+1), ""))
+			}
+		})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		bld := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dpt.NodeName, Settings: dpt.DefaultSettings()})
+		bld.UpdateNode(dpt.TestNode(nil))
+		for i := range n {
+			bld.UpdateService(nil, svcs[i])
+			bld.UpdateEndpointSlice(nil, slices[i])
+		}
+		if st := bld.Build().States[0]; st.Services.Len() != n {
+			b.Fatalf("%d services", st.Services.Len())
+		}
+	}
+}

@@ -150,9 +150,11 @@ func (t *Tracker) Pending() int {
 func (t *Tracker) Checkout() (Map, Changes) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Sized for every pending service: the first Checkout holds the
+	// whole cluster.
 	ch := Changes{
-		Services: sets.New[types.NamespacedName](),
-		Ports:    sets.New[PortName](),
+		Services: make(sets.Set[types.NamespacedName], len(t.pending)),
+		Ports:    make(sets.Set[PortName], len(t.pending)),
 	}
 	edit := t.applied.edit()
 	for nn, cur := range t.pending {
