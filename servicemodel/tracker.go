@@ -50,7 +50,8 @@ type Tracker struct {
 	// deletion).
 	pending map[types.NamespacedName][]*ServicePort
 	// healthCheckNodePorts mirrors applied, so that Checkout need not scan
-	// every service.
+	// every service. Every Changes shares it, so it is never written: a
+	// Checkout that changes it writes a copy.
 	healthCheckNodePorts map[types.NamespacedName]uint16
 }
 
@@ -157,23 +158,34 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		Ports:    make(sets.Set[PortName], len(t.pending)),
 	}
 	edit := t.applied.edit()
+	copied := false
 	for nn, cur := range t.pending {
 		prev := t.applied.Service(nn)
 		ch.Services.Insert(nn)
 		diffPortNames(prev, cur, ch.Ports)
 		ch.Stale = appendStale(ch.Stale, prev, cur)
 		edit.withService(nn, cur)
-		delete(t.healthCheckNodePorts, nn)
 		// Every port of a service carries the service's health-check port.
-		if len(cur) != 0 && cur[0].HealthCheckNodePort != 0 {
-			t.healthCheckNodePorts[nn] = cur[0].HealthCheckNodePort
+		var hc uint16
+		if len(cur) != 0 {
+			hc = cur[0].HealthCheckNodePort
+		}
+		if old, had := t.healthCheckNodePorts[nn]; old != hc || had != (hc != 0) {
+			if !copied {
+				t.healthCheckNodePorts, copied = maps.Clone(t.healthCheckNodePorts), true
+			}
+			if hc == 0 {
+				delete(t.healthCheckNodePorts, nn)
+			} else {
+				t.healthCheckNodePorts[nn] = hc
+			}
 		}
 	}
 	t.applied = edit.done()
 	clear(t.pending)
 	slices.SortFunc(ch.Stale, Frontend.Compare)
 	ch.Stale = slices.Compact(ch.Stale)
-	ch.HealthCheckNodePorts = maps.Clone(t.healthCheckNodePorts)
+	ch.HealthCheckNodePorts = t.healthCheckNodePorts
 	return t.applied, ch
 }
 
@@ -255,7 +267,8 @@ type Changes struct {
 	// makes that service's flows pass through NAT again.
 	Stale []Frontend
 	// HealthCheckNodePorts is the current health-check node port of every
-	// service that has one (not only changed ones); it is small.
+	// service that has one (not only changed ones). Changes share it:
+	// read it, never write it.
 	HealthCheckNodePorts map[types.NamespacedName]uint16
 }
 

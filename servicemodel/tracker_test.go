@@ -464,20 +464,24 @@ func TestHealthCheckNodePorts(t *testing.T) {
 		{"add a", nil, lb("a", 31000), map[types.NamespacedName]uint16{nsn("ns", "a"): 31000}},
 		{"add b", nil, lb("b", 31001), map[types.NamespacedName]uint16{nsn("ns", "a"): 31000, nsn("ns", "b"): 31001}},
 		{"change a", lb("a", 31000), lb("a", 31002), map[types.NamespacedName]uint16{nsn("ns", "a"): 31002, nsn("ns", "b"): 31001}},
+		{"add c without one", nil, lb("c", 0), map[types.NamespacedName]uint16{nsn("ns", "a"): 31002, nsn("ns", "b"): 31001}},
 		{"a loses its port", lb("a", 31002), lb("a", 0), map[types.NamespacedName]uint16{nsn("ns", "b"): 31001}},
 		{"delete b", lb("b", 31001), nil, map[types.NamespacedName]uint16{}},
 	}
-	var prev map[types.NamespacedName]uint16
+	// A map handed out stays as it was while later Checkouts change theirs.
+	var got []map[types.NamespacedName]uint16
 	for _, st := range steps {
 		tr.Update(st.old, st.new)
 		_, ch := tr.Checkout()
 		if diff := cmp.Diff(st.want, ch.HealthCheckNodePorts); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", st.name, diff)
 		}
-		if prev != nil {
-			prev[nsn("x", "scribble")] = 1 // callers own the copy they get
+		got = append(got, ch.HealthCheckNodePorts)
+	}
+	for i, st := range steps {
+		if diff := cmp.Diff(st.want, got[i]); diff != "" {
+			t.Errorf("%s, after the later steps (-want +got):\n%s", st.name, diff)
 		}
-		prev = ch.HealthCheckNodePorts
 	}
 }
 
