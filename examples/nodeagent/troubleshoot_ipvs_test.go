@@ -113,3 +113,16 @@ func TestVerifierIPVS(t *testing.T) {
 		t.Errorf("after a real server deleted by hand: wrong-endpoints = %v, want 1", got)
 	}
 }
+
+func TestDiagnoseKernelIPVS(t *testing.T) {
+	h, fh := programmedIPVSDemo(t)
+	code, out, errOut := runOnHost(t, h, "--proxy-mode", "ipvs", "diagnose", "default/web", "--kernel")
+	if code != exitOK || !strings.HasSuffix(out, "verdict: OK: 3 endpoints, rules in place\n") {
+		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	delRealServer(t, fh.ipvs[v1.IPv4Protocol], "10.96.10.10:80", "10.244.1.12:8080")
+	code, out, _ = runOnHost(t, h, "--proxy-mode", "ipvs", "diagnose", "default/web", "--kernel")
+	if code != exitFailure || !strings.Contains(out, "wrong-endpoints") {
+		t.Errorf("after a real server deleted by hand: exit %d, stdout:\n%s", code, out)
+	}
+}
