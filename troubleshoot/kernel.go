@@ -97,7 +97,8 @@ func (k *NFTables) Services() []servicemodel.PortName { return k.Rules.Services(
 // service names, so a frontend is named after the model's service port
 // there: IPVS tells what the kernel does at each frontend of the model,
 // and (as a FrontendLister) which of its virtual servers no service port
-// of the model has.
+// of the model has. NewIPVS makes one; without its names every verdict
+// would be another program's.
 type IPVS struct {
 	Reading *ipvs.Reading
 	// NodeIPs are the node's addresses, which count as local with

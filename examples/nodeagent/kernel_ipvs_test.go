@@ -44,6 +44,49 @@ func requireIPVS(t *testing.T) {
 	t.Skip(msg + " (TestKernelIPVSInVM runs it in a VM)")
 }
 
+// ipvsLBManifest adds a LoadBalancer with source ranges and
+// externalTrafficPolicy Local, so that verify follows the filter chains'
+// firewall and the Local policy through the kernel's rules as listed.
+const ipvsLBManifest = `---
+apiVersion: v1
+kind: Service
+metadata:
+  name: lb
+  namespace: default
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.30
+  externalTrafficPolicy: Local
+  healthCheckNodePort: 32000
+  loadBalancerSourceRanges: [203.0.113.0/24]
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+    nodePort: 30090
+status:
+  loadBalancer:
+    ingress:
+    - ip: 192.0.2.50
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: lb-1
+  namespace: default
+  labels:
+    kubernetes.io/service-name: lb
+addressType: IPv4
+ports:
+- name: http
+  port: 8080
+  protocol: TCP
+endpoints:
+- addresses: [10.0.1.1]
+  conditions: {ready: true}
+  nodeName: n1
+`
+
 // TestKernelIPVSServesTraffic runs the agent in ipvs mode inside a node
 // namespace and sends real connections from a client namespace: to the
 // cluster IP and the node port (served by a pod namespace), and to a
@@ -58,7 +101,7 @@ func TestKernelIPVSServesTraffic(t *testing.T) {
 	pod.MustRun("ip", "route", "add", "default", "via", "10.0.1.254")
 	client.MustRun("ip", "route", "add", "default", "via", "10.0.2.254")
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(nftManifests), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(nftManifests+ipvsLBManifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var ln net.Listener
@@ -156,7 +199,8 @@ func troubleshootIPVS(t *testing.T, ns *netns.NS, agentArgs ...string) {
 		t.Fatalf("verify after --once: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	out, errOut, code = run("list")
-	if code != exitOK || !strings.Contains(out, "10.96.0.10:80/TCP") || !strings.Contains(out, "default/web:http/TCP") {
+	if code != exitOK || !strings.Contains(out, "10.96.0.10:80/TCP") || !strings.Contains(out, "default/web:http/TCP") ||
+		!strings.Contains(out, "192.0.2.50:80/TCP") {
 		t.Errorf("list: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	out, errOut, code = run("explain", "10.0.2.9", "10.96.0.10:80", "--kernel")
