@@ -48,8 +48,15 @@
 // listing, everyone's rules, parsed by iptables.ParseSave and followed by
 // its tracer, which sees another program's rules too. NFTables is that of
 // the nftables dataplane: its table as nft lists it
-// (nftables.ParseListing). VerifyListeners is the userspace dataplane's counterpart,
-// comparing the model's frontends with the forwarders' listeners.
+// (nftables.ParseListing). IPVS is that of the ipvs dataplane: its virtual
+// and real servers, link addresses, ipsets and chains as
+// ipvs.Dataplane.Read finds them in the kernel, followed by
+// ipvs.Reading.Trace; the kernel holds no service names there, so a
+// frontend is named after the model's service port at it, and the virtual
+// servers no service port of the model has are reported as Extra
+// frontends (FrontendLister). VerifyListeners is the userspace dataplane's
+// counterpart, comparing the model's frontends with the forwarders'
+// listeners.
 //
 // # List
 //
@@ -58,5 +65,6 @@
 // "cilium service list"; WriteList prints the rows as a table.
 //
 // Nothing here changes the kernel or the States, and nothing blocks:
-// reading the kernel (iptables-save, conntrack) is the caller's.
+// reading the kernel (iptables-save, nft, ipvs.Dataplane.Read, conntrack)
+// is the caller's.
 package troubleshoot

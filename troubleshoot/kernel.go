@@ -8,6 +8,7 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/ipvs"
 	"github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -87,6 +88,74 @@ func (k *NFTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, 
 
 // Services implements ServiceLister.
 func (k *NFTables) Services() []servicemodel.PortName { return k.Rules.Services() }
+
+// IPVS is the Kernel of the ipvs dataplane: what ipvs.Dataplane.Read found
+// of it in the kernel (its virtual servers and real servers, the
+// addresses on its link, its ipsets and chains), followed by
+// ipvs.Reading.Trace. Only the dataplane's own are read: another
+// program's rule that decides first is not seen. The kernel holds no
+// service names, so a frontend is named after the model's service port
+// there: IPVS tells what the kernel does at each frontend of the model,
+// and (as a FrontendLister) which of its virtual servers no service port
+// of the model has. NewIPVS makes one; without its names every verdict
+// would be another program's.
+type IPVS struct {
+	Reading *ipvs.Reading
+	// NodeIPs are the node's addresses, which count as local with
+	// loopback and the link's addresses; State.Node.IPs.
+	NodeIPs []netip.Addr
+	names   map[Frontend]servicemodel.PortName
+}
+
+// NewIPVS reads r against s, the State of r's family the dataplane was
+// given, which names the frontends.
+func NewIPVS(r *ipvs.Reading, s *dataplane.State) *IPVS {
+	k := &IPVS{Reading: r, NodeIPs: s.Node.IPs, names: map[Frontend]servicemodel.PortName{}}
+	for sp, fe := range modelFrontends(s) {
+		k.names[fe] = sp.Name
+	}
+	loopback := netip.MustParseAddr("127.0.0.1")
+	if s.Family == v1.IPv6Protocol {
+		loopback = netip.IPv6Loopback()
+	}
+	for sp := range s.Services.All() {
+		if sp.HealthCheckNodePort == 0 {
+			continue
+		}
+		for _, a := range append([]netip.Addr{loopback}, s.Node.IPs...) {
+			fe := Frontend{netip.AddrPortFrom(a, sp.HealthCheckNodePort), v1.ProtocolTCP}
+			if _, ok := k.names[fe]; !ok {
+				k.names[fe] = sp.Name
+			}
+		}
+	}
+	return k
+}
+
+func (k *IPVS) name(proto v1.Protocol, fe netip.AddrPort) servicemodel.PortName {
+	return k.names[Frontend{fe, proto}]
+}
+
+// Trace implements Kernel.
+func (k *IPVS) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
+	v, _, err := k.Reading.Trace(p, k.NodeIPs, k.name)
+	return v, err
+}
+
+// TraceSteps is Trace with the rules and the virtual server the packet
+// met.
+func (k *IPVS) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	return k.Reading.Trace(p, k.NodeIPs, k.name)
+}
+
+// Frontends implements FrontendLister: the virtual servers' addresses.
+func (k *IPVS) Frontends() []Frontend {
+	out := make([]Frontend, len(k.Reading.VirtualServers))
+	for i, vs := range k.Reading.VirtualServers {
+		out[i] = Frontend{vs.Address, vs.Protocol}
+	}
+	return out
+}
 
 // VerifyListeners is Verify for the userspace dataplane, whose kernel
 // reading is the frontends its forwarders listen on

@@ -3,6 +3,7 @@ package troubleshoot
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -25,6 +26,51 @@ type Kernel interface {
 // has.
 type ServiceLister interface {
 	Services() []servicemodel.PortName
+}
+
+// FrontendLister is a Kernel that can list the frontends it serves but
+// not name their services (IPVS holds no names), so that Verify reports as
+// Extra those where no service port of the model is.
+type FrontendLister interface {
+	Frontends() []Frontend
+}
+
+// Frontend is an address and port of one protocol.
+type Frontend struct {
+	Addr     netip.AddrPort
+	Protocol v1.Protocol
+}
+
+func (f Frontend) String() string { return f.Addr.String() + "/" + string(f.Protocol) }
+
+// modelFrontends yields each frontend of every service port of s: the
+// cluster IP, external IPs and LoadBalancer VIPs at the port, and the node
+// port on each node address; the first claim of a frontend only, in the
+// model's order, as Lookup decides.
+func modelFrontends(s *dataplane.State) iter.Seq2[*servicemodel.ServicePort, Frontend] {
+	return func(yield func(*servicemodel.ServicePort, Frontend) bool) {
+		seen := map[Frontend]bool{}
+		for sp := range s.Services.All() {
+			var fes []Frontend
+			for _, a := range append(append([]netip.Addr{sp.ClusterIP}, sp.ExternalIPs...), sp.LoadBalancerVIPs...) {
+				fes = append(fes, Frontend{netip.AddrPortFrom(a, sp.Port), sp.Protocol})
+			}
+			if sp.NodePort != 0 {
+				for _, a := range s.Node.IPs {
+					fes = append(fes, Frontend{netip.AddrPortFrom(a, sp.NodePort), sp.Protocol})
+				}
+			}
+			for _, fe := range fes {
+				if seen[fe] {
+					continue
+				}
+				seen[fe] = true
+				if !yield(sp, fe) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // DriftKind is how the kernel differs from the model at one frontend.
@@ -52,7 +98,8 @@ const (
 // Drift is one difference between the model and the kernel.
 type Drift struct {
 	// Service is the service port concerned: the model's, or the
-	// kernel's when the model has none there.
+	// kernel's when the model has none there; zero for a frontend of a
+	// FrontendLister that no service port has.
 	Service servicemodel.PortName `json:"service"`
 	Kind    DriftKind             `json:"kind"`
 	// Frontend is the probe: destination, what it is and the source, as
@@ -67,7 +114,12 @@ type Drift struct {
 }
 
 func (d Drift) String() string {
-	s := fmt.Sprintf("%s: %s", ServiceString(d.Service), d.Kind)
+	svc := ServiceString(d.Service)
+	if d.Service.Name == "" {
+		// A frontend of the kernel the model has no service port at.
+		svc = "no service"
+	}
+	s := fmt.Sprintf("%s: %s", svc, d.Kind)
 	if d.Frontend != "" {
 		s += " at " + d.Frontend
 	}
@@ -147,7 +199,9 @@ func probes(s *dataplane.State, sp *servicemodel.ServicePort) []probe {
 // verdict of the model (s.LookupMode(mode, ...)) with the kernel's, and
 // returns the differences sorted by service and frontend; none means the
 // kernel does what the model says. A Kernel that is a ServiceLister also
-// has the service ports it holds and the model lacks reported as Extra.
+// has the service ports it holds and the model lacks reported as Extra,
+// one that is a FrontendLister the frontends it serves and no service
+// port of the model has.
 func Verify(s *dataplane.State, mode dataplane.Mode, k Kernel) []Drift {
 	var out []Drift
 	for sp := range s.Services.All() {
@@ -157,6 +211,18 @@ func Verify(s *dataplane.State, mode dataplane.Mode, k Kernel) []Drift {
 		for _, pn := range l.Services() {
 			if _, ok := s.Services.Get(pn); !ok {
 				out = append(out, Drift{Service: pn, Kind: Extra, Detail: "the kernel holds rules for this service port, the model has no such port"})
+			}
+		}
+	}
+	if l, ok := k.(FrontendLister); ok {
+		model := map[Frontend]bool{}
+		for _, fe := range modelFrontends(s) {
+			model[fe] = true
+		}
+		for _, fe := range l.Frontends() {
+			if !model[fe] {
+				out = append(out, Drift{Kind: Extra, Frontend: fe.String(),
+					Detail: "the kernel serves this frontend, no service port of the model has it"})
 			}
 		}
 	}

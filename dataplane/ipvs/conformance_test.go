@@ -9,6 +9,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -153,4 +154,42 @@ func (h *fakeHarness) Disturb(_ context.Context, dist dataplanetest.Disturbance)
 		}
 	}
 	return dataplanetest.ErrCannotDisturb
+}
+
+// readHarness traces packets through what Read finds in the fakes rather
+// than through the fakes themselves, so that the shared suite checks
+// Read and Reading.Trace as it checks the dataplane.
+type readHarness struct{ *fakeHarness }
+
+func (h readHarness) Trace(ctx context.Context, p dataplane.Packet) (dataplane.Verdict, error) {
+	if h.dp == nil {
+		return dataplane.Verdict{Action: dataplane.NotAService}, nil
+	}
+	r, err := h.dp.Read(ctx)
+	if err != nil {
+		return dataplane.Verdict{}, err
+	}
+	v, _, err := r.Trace(p, h.st.Node.IPs, memoryNames(h.dp, h.st))
+	return v, err
+}
+
+// memoryNames names frontends from the dataplane's memory (health-check
+// ports from st), as the kernel holds no names.
+func memoryNames(d *Dataplane, st *dataplane.State) Namer {
+	t := &tracer{d: d, st: st}
+	return func(proto v1.Protocol, fe netip.AddrPort) servicemodel.PortName {
+		if n := t.portName(vsKey{fe.Addr(), protoNumber(string(proto)), fe.Port()}); n.Name != "" {
+			return n
+		}
+		for sp := range st.Services.All() {
+			if sp.HealthCheckNodePort == fe.Port() && proto == v1.ProtocolTCP {
+				return sp.Name
+			}
+		}
+		return servicemodel.PortName{}
+	}
+}
+
+func TestConformanceRead(t *testing.T) {
+	dataplanetest.RunScenarios(t, ipvsScenarios(t), func(t *testing.T) dataplanetest.Harness { return readHarness{newFakeHarness()} })
 }

@@ -109,6 +109,21 @@
 // addresses, deletes the link unless another program put addresses on it,
 // unhooks and deletes its chains and destroys its sets.
 //
+// # Reading the kernel back
+//
+// Read returns what the kernel holds of the dataplane, through the same
+// handles Sync uses and without changing anything: the virtual servers it
+// owns with their real servers, weights, scheduler, flags and persistence
+// timeout, the addresses on its link, its ipsets' members and its chains
+// with the rules that hook them in. Reading.Trace follows a packet
+// through that reading as the kernel does (nat hooks, filter INPUT, IPVS
+// for local destinations, nat POSTROUTING) and answers in State.Lookup's
+// shape, so that package troubleshoot (its IPVS Kernel) compares it with
+// the model: a real server deleted by hand, an address unbound, a flushed
+// chain or a virtual server the model no longer has show as drift. The
+// kernel holds no service names, so Trace takes a Namer. Nothing of other
+// programs is read; a rule of theirs that decides first is not seen.
+//
 // # Without a kernel
 //
 // New needs the kernel's IPVS (Probe tells whether there is one:

@@ -13,6 +13,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/troubleshoot"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -29,6 +30,43 @@ func realIPVS(v1.IPFamily) (ipvsKernel, error) {
 		return ipvsKernel{}, err
 	}
 	return ipvsKernel{h, nl}, nil
+}
+
+// ipvsReading reads what the kernel holds of st's family's IPVS dataplane,
+// through handles opened for this reading alone; nil (and no error) for an
+// IPv6 whose ip6tables is missing, as the agent then proxies IPv4 alone.
+func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.State) (kernelReading, error) {
+	r, err := h.runner(st.Family)
+	switch {
+	case err != nil && st.Family == v1.IPv6Protocol:
+		log.V(1).Info("IPv6 rules not read: ip6tables is not usable", "err", err)
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	k, err := h.ipvs(st.Family)
+	if err != nil {
+		return nil, fmt.Errorf("--proxy-mode ipvs: %w", err)
+	}
+	defer k.close()
+	d, err := ipvs.New(ipvs.Config{Family: st.Family, IPVS: k.ipvs, Netlink: k.nl, Runner: r})
+	if err != nil {
+		return nil, err
+	}
+	reading, err := d.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return troubleshoot.NewIPVS(reading, st), nil
+}
+
+// close closes the handles that can be: the kernel's, not the fakes.
+func (k ipvsKernel) close() {
+	for _, h := range []any{k.ipvs, k.nl} {
+		if c, ok := h.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
 }
 
 // ipvsPlanes returns one IPVS dataplane per IP family. A dry run programs

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
 	"github.com/proxykit/proxykit/internal/netns"
 	"github.com/proxykit/proxykit/internal/vmtest"
@@ -43,11 +44,55 @@ func requireIPVS(t *testing.T) {
 	t.Skip(msg + " (TestKernelIPVSInVM runs it in a VM)")
 }
 
+// ipvsLBManifest adds a LoadBalancer with source ranges and
+// externalTrafficPolicy Local, so that verify follows the filter chains'
+// firewall and the Local policy through the kernel's rules as listed.
+const ipvsLBManifest = `---
+apiVersion: v1
+kind: Service
+metadata:
+  name: lb
+  namespace: default
+spec:
+  type: LoadBalancer
+  clusterIP: 10.96.0.30
+  externalTrafficPolicy: Local
+  healthCheckNodePort: 32000
+  loadBalancerSourceRanges: [203.0.113.0/24]
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+    nodePort: 30090
+status:
+  loadBalancer:
+    ingress:
+    - ip: 192.0.2.50
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: lb-1
+  namespace: default
+  labels:
+    kubernetes.io/service-name: lb
+addressType: IPv4
+ports:
+- name: http
+  port: 8080
+  protocol: TCP
+endpoints:
+- addresses: [10.0.1.1]
+  conditions: {ready: true}
+  nodeName: n1
+`
+
 // TestKernelIPVSServesTraffic runs the agent in ipvs mode inside a node
 // namespace and sends real connections from a client namespace: to the
 // cluster IP and the node port (served by a pod namespace), and to a
-// service without endpoints (refused). --cleanup then leaves no virtual
-// server, address, link, set or chain of the agent.
+// service without endpoints (refused). verify, list and explain --kernel
+// then read the kernel (troubleshootIPVS), and --cleanup leaves no
+// virtual server, address, link, set or chain of the agent.
 func TestKernelIPVSServesTraffic(t *testing.T) {
 	requireIPVS(t)
 	node, pod, client := netns.New(t, "node"), netns.New(t, "pod"), netns.New(t, "client")
@@ -56,7 +101,7 @@ func TestKernelIPVSServesTraffic(t *testing.T) {
 	pod.MustRun("ip", "route", "add", "default", "via", "10.0.1.254")
 	client.MustRun("ip", "route", "add", "default", "via", "10.0.2.254")
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(nftManifests), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(nftManifests+ipvsLBManifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var ln net.Listener
@@ -112,6 +157,8 @@ func TestKernelIPVSServesTraffic(t *testing.T) {
 		t.Errorf("client to a service without endpoints: %v, want it refused", err)
 	}
 
+	troubleshootIPVS(t, node, "--proxy-mode", "ipvs", "--manifests", dir, "--hostname-override", "n1")
+
 	agentIn(t, node, "--proxy-mode", "ipvs", "--cleanup", noConntrackMax)
 	if err := node.Do(func() error {
 		d, err := ipvs.New(ipvs.Config{})
@@ -134,5 +181,61 @@ func TestKernelIPVSServesTraffic(t *testing.T) {
 	}
 	if saved := node.MustRun("iptables-save"); strings.Contains(saved, "PKV") {
 		t.Errorf("iptables after --cleanup:\n%s", saved)
+	}
+}
+
+// troubleshootIPVS checks, on the kernel the agent programmed in ns with
+// the manifests of TestKernelIPVSServesTraffic, that verify and explain
+// --kernel agree with the model and list lists the services; that after
+// the cluster IP's only real server is deleted by hand verify fails
+// naming the service and explain --kernel disagrees.
+func troubleshootIPVS(t *testing.T, ns *netns.NS, agentArgs ...string) {
+	t.Helper()
+	run := func(args ...string) (string, string, int) {
+		return agentExit(t, ns, append(append([]string{}, agentArgs...), args...)...)
+	}
+	out, errOut, code := run("verify")
+	if code != exitOK || !strings.HasPrefix(out, "OK: the kernel's rules do what the model says") {
+		t.Fatalf("verify after --once: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code = run("list")
+	if code != exitOK || !strings.Contains(out, "10.96.0.10:80/TCP") || !strings.Contains(out, "default/web:http/TCP") ||
+		!strings.Contains(out, "192.0.2.50:80/TCP") {
+		t.Errorf("list: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code = run("explain", "10.0.2.9", "10.96.0.10:80", "--kernel")
+	if code != exitOK || !strings.Contains(out, "ipvs: virtual server TCP 10.96.0.10:80 rr: real servers 10.0.1.1:8080 weight 1") {
+		t.Errorf("explain --kernel: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+
+	if err := ns.Do(func() error {
+		h, nl, err := ipvs.OpenKernel()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		defer nl.Close()
+		svcs, err := h.GetServices()
+		if err != nil {
+			return err
+		}
+		for _, s := range svcs {
+			if s.Address.Equal(net.ParseIP("10.96.0.10")) && s.Port == 80 {
+				return h.DelDestination(s, &mobyipvs.Destination{Address: net.ParseIP("10.0.1.1"), Port: 8080})
+			}
+		}
+		return errors.New("no virtual server 10.96.0.10:80")
+	}); err != nil {
+		t.Fatalf("delete the real server by hand: %v", err)
+	}
+	out, errOut, code = run("verify")
+	t.Logf("verify after a real server deleted by hand: exit %d, stdout:\n%s", code, out)
+	if code == exitOK || !strings.Contains(out, "default/web:http/TCP: wrong-verdict at 10.96.0.10:80/TCP (cluster IP)") ||
+		!strings.Contains(errOut, "the kernel's rules differ from the model for default/web:http/TCP") {
+		t.Errorf("verify after a real server deleted by hand: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code = run("explain", "10.0.2.9", "10.96.0.10:80", "--kernel")
+	if code == exitOK || !strings.Contains(out, "DISAGREES:") {
+		t.Errorf("explain --kernel after a real server deleted by hand: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }

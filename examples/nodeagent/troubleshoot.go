@@ -36,7 +36,7 @@ var troubleshootFlagNames = []string{"output", "kernel", "client", "namespace", 
 func addTroubleshootFlags(fs *pflag.FlagSet, o *options) {
 	f := &o.tflags
 	fs.StringVarP(&f.output, "output", "o", "", "diagnose, verify, list: json prints JSON instead of text")
-	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save, or nft list table in mode nftables) and trace packets through them; diagnose also reads conntrack")
+	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save; nft list table in mode nftables; in mode ipvs, the virtual servers, link addresses, ipsets and chains) and trace packets through them; diagnose also reads conntrack")
 	fs.StringVar(&f.client, "client", "", "diagnose: a client IP whose packets to the service's frontends are followed (source ranges, family)")
 	fs.StringVar(&f.namespace, "namespace", "", "list: only services of this namespace")
 	fs.StringVar(&f.name, "name", "", "list: only services of this name")
@@ -158,7 +158,7 @@ func runTroubleshoot(ctx context.Context, o *options, h host, log logr.Logger, s
 	if o.tflags.kernel {
 		cfg.Kernel = map[v1.IPFamily]troubleshoot.Kernel{}
 		for _, st := range states {
-			k, err := o.kernelOf(ctx, h, log, st.Family, st.Node.IPs)
+			k, err := o.kernelOf(ctx, h, log, st)
 			if err != nil {
 				fmt.Fprintf(stderr, "nodeagent: diagnose --kernel: %v\n", err)
 				return exitFailure
@@ -200,7 +200,7 @@ func writeJSON(stdout, stderr io.Writer, v any) int {
 }
 
 // errNoKernelReading is a mode whose kernel the agent cannot read.
-var errNoKernelReading = errors.New("reading the kernel's rules is built for --proxy-mode iptables and nftables (userspace: the agent's --verify-period compares its forwarders' listeners)")
+var errNoKernelReading = errors.New("reading the kernel's rules is built for --proxy-mode iptables, nftables and ipvs (userspace: the agent's --verify-period compares its forwarders' listeners)")
 
 // kernelReading is a dataplane's reading of the kernel that can also say
 // which rules a packet met.
@@ -209,14 +209,18 @@ type kernelReading interface {
 	TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error)
 }
 
-// kernelOf reads family's rules from the kernel as the mode's dataplane
-// wrote them; nil (and no error) for an IPv6 whose tools are missing,
-// as the agent then proxies IPv4 alone.
-func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, family v1.IPFamily, nodeIPs []netip.Addr) (kernelReading, error) {
+// kernelOf reads the rules of st's family from the kernel as the mode's
+// dataplane wrote them; nil (and no error) for an IPv6 whose tools are
+// missing, as the agent then proxies IPv4 alone. st is the model the
+// reading is compared with, which names IPVS's frontends.
+func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, st *dataplane.State) (kernelReading, error) {
 	if o.dryRun {
 		return nil, errors.New("a dry run reads no kernel")
 	}
+	family, nodeIPs := st.Family, st.Node.IPs
 	switch o.proxyMode {
+	case "ipvs":
+		return ipvsReading(ctx, h, log, st)
 	case "iptables":
 		return iptablesKernel(ctx, h, log, family, nodeIPs)
 	case "nftables":
@@ -290,7 +294,7 @@ func verify(ctx context.Context, o *options, h host, log logr.Logger, states []*
 	var families []string
 	ports := 0
 	for _, st := range states {
-		k, err := o.kernelOf(ctx, h, log, st.Family, st.Node.IPs)
+		k, err := o.kernelOf(ctx, h, log, st)
 		if err != nil {
 			fmt.Fprintf(stderr, "nodeagent: verify: %v\n", err)
 			return exitFailure
@@ -312,6 +316,11 @@ func verify(ctx context.Context, o *options, h host, log logr.Logger, states []*
 	if len(drift) > 0 {
 		var names []string
 		for _, d := range drift {
+			if d.Service.Name == "" {
+				// A frontend the kernel serves for no service port.
+				names = append(names, d.Frontend)
+				continue
+			}
 			names = append(names, troubleshoot.ServiceString(d.Service))
 		}
 		slices.Sort(names)
@@ -327,7 +336,7 @@ func verify(ctx context.Context, o *options, h host, log logr.Logger, states []*
 // explainKernel traces p through the kernel's rules, chain by chain, and
 // says whether they agree with the model's verdict.
 func explainKernel(ctx context.Context, o *options, h host, log logr.Logger, st *dataplane.State, p dataplane.Packet, model dataplane.Verdict, stdout, stderr io.Writer) int {
-	k, err := o.kernelOf(ctx, h, log, st.Family, st.Node.IPs)
+	k, err := o.kernelOf(ctx, h, log, st)
 	if err == nil && k == nil {
 		err = fmt.Errorf("the %s rules cannot be read", st.Family)
 	}

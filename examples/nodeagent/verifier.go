@@ -14,7 +14,7 @@ import (
 
 // verifier compares, every --verify-period, what each plane last
 // programmed with the kernel (the forwarders' listeners in mode
-// userspace), logging and counting what differs. The proxy's own
+// userspace; in mode ipvs, what the plane's dataplane reads back), logging and counting what differs. The proxy's own
 // reconciling repairs drift of the dataplane's rules; this tells an
 // operator that it happened, and finds what reconciling cannot see,
 // such as another program's rule that decides first.
@@ -56,7 +56,7 @@ func (o *options) startVerifier(ctx context.Context, h host, log logr.Logger, re
 // newVerifier returns a verifier of planes whose metrics are registered
 // on reg.
 func (o *options) newVerifier(h host, log logr.Logger, reg prometheus.Registerer, planes []plane) (*verifier, error) {
-	if o.proxyMode != "iptables" && o.proxyMode != "nftables" && o.proxyMode != "userspace" {
+	if o.proxyMode != "iptables" && o.proxyMode != "nftables" && o.proxyMode != "ipvs" && o.proxyMode != "userspace" {
 		return nil, fmt.Errorf("--verify-period with --proxy-mode %s: %w", o.proxyMode, errNoKernelReading)
 	}
 	v := &verifier{o: o, h: h, log: log, planes: planes,
@@ -88,8 +88,17 @@ func (v *verifier) check(ctx context.Context, pl plane) {
 	var found []troubleshoot.Drift
 	if us, ok := pl.Dataplane.(*recordedUserspace); ok {
 		found = troubleshoot.VerifyListeners(st, us.Listeners())
+	} else if rec, ok := pl.Dataplane.(*recordedIPVS); ok {
+		// Through the plane's own handles: no new netlink sockets each
+		// period, and the reading waits for a sync under way.
+		r, err := rec.Read(ctx)
+		if err != nil {
+			v.log.Error(err, "Cannot read the kernel's IPVS table to verify it", "ipFamily", pl.family)
+			return
+		}
+		found = troubleshoot.Verify(st, dataplane.Mode(v.o.proxyMode), troubleshoot.NewIPVS(r, st))
 	} else {
-		k, err := v.o.kernelOf(ctx, v.h, logr.Discard(), pl.family, st.Node.IPs)
+		k, err := v.o.kernelOf(ctx, v.h, logr.Discard(), st)
 		if err != nil || k == nil {
 			v.log.Error(err, "Cannot read the kernel's rules to verify them", "ipFamily", pl.family)
 			return

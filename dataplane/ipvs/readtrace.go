@@ -1,0 +1,488 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
+)
+
+// Namer names the service port whose frontend (an address and port of
+// protocol proto) a packet was sent to. The kernel holds no service names
+// (IPVS and ipsets have no comments), so Trace asks for them.
+type Namer func(proto v1.Protocol, frontend netip.AddrPort) servicemodel.PortName
+
+// ErrUnknownRule is wrapped by the error of Trace when one of the
+// dataplane's chains holds a rule of a form Trace cannot follow (changed
+// by hand, or by another version).
+var ErrUnknownRule = errors.New("a rule Trace cannot follow")
+
+// Trace answers what the kernel, as read, does with the first packet of a
+// connection p, in the shape State.Lookup answers, and which of the
+// dataplane's rules and virtual servers the packet met, one line each. It
+// follows the kernel's order: the nat hooks (where the dataplane's rules
+// mark what to masquerade), then, for a local destination, the filter
+// INPUT hook (drops, source ranges, health-check ports), then IPVS, which
+// only sees local destinations, then the nat POSTROUTING hook for each
+// real server. The node's addresses (State.Node.IPs), loopback and the
+// link's addresses are local. name, if not nil, names the service of the
+// destination. IPVS mode's semantics are those of the package
+// documentation.
+func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (dataplane.Verdict, []string, error) {
+	src, dst := p.Src.Unmap(), p.Dst.Addr().Unmap()
+	proto := protoNumber(string(p.Protocol))
+	isLocal := func(a netip.Addr) bool {
+		_, bound := slices.BinarySearchFunc(r.LinkAddresses, a, netip.Addr.Compare)
+		return bound || a.IsLoopback() || slices.Contains(nodeIPs, a)
+	}
+	_, bound := slices.BinarySearchFunc(r.LinkAddresses, dst, netip.Addr.Compare)
+	t := &ruleTracer{r: r, p: p, proto: proto, src: src, dst: dst, dport: p.Dst.Port(),
+		srcLocal: p.From == dataplane.FromNode || isLocal(src), dstLocal: isLocal(dst)}
+	named := func() servicemodel.PortName {
+		if name == nil {
+			return servicemodel.PortName{}
+		}
+		return name(p.Protocol, netip.AddrPortFrom(dst, p.Dst.Port()))
+	}
+	hook := "PREROUTING"
+	if p.From == dataplane.FromNode {
+		hook = "OUTPUT"
+	}
+	if _, err := t.run("nat", hook, 0); err != nil {
+		return dataplane.Verdict{}, t.steps, err
+	}
+	mark := t.mark
+	accepted := false
+	if t.dstLocal {
+		res, err := t.run("filter", "INPUT", 0)
+		if err != nil {
+			return dataplane.Verdict{}, t.steps, err
+		}
+		switch res {
+		case "DROP":
+			return dataplane.Verdict{Action: dataplane.Drop, Service: named()}, t.steps, nil
+		case "ACCEPT":
+			accepted = true
+		}
+	}
+	vs, ok := r.find(vsKey{dst, proto, p.Dst.Port()})
+	switch {
+	case ok && !t.dstLocal:
+		t.steps = append(t.steps, "ipvs: virtual server "+vs.String()+" is not seen: its address is not local (not on "+r.Link+")")
+	case ok:
+		t.steps = append(t.steps, "ipvs: virtual server "+vs.String()+": "+realServers(vs.RealServers))
+	}
+	if !ok || !t.dstLocal {
+		switch {
+		case accepted:
+			return dataplane.Verdict{Action: dataplane.Accept, Service: named()}, t.steps, nil
+		case bound:
+			// The address is the node's: its stack refuses the port.
+			t.steps = append(t.steps, "no virtual server: the node's stack refuses a port of an address on "+r.Link)
+			return dataplane.Verdict{Action: dataplane.Reject}, t.steps, nil
+		}
+		return dataplane.Verdict{Action: dataplane.NotAService}, t.steps, nil
+	}
+	var eps []netip.AddrPort
+	for _, rs := range vs.RealServers {
+		if rs.Weight > 0 {
+			eps = append(eps, rs.Address)
+		}
+	}
+	if len(eps) == 0 {
+		return dataplane.Verdict{Action: dataplane.Reject, Service: named()}, t.steps, nil
+	}
+	slices.SortFunc(eps, netip.AddrPort.Compare)
+	// Each real server's packets meet nat POSTROUTING with the mark the
+	// nat hooks set; a hairpin one is masqueraded whatever the mark says.
+	masqueraded := 0
+	var hairpin []netip.AddrPort
+	for _, ep := range eps {
+		masq := func(m uint32) (bool, error) {
+			t.dst, t.dport, t.mark, t.dstLocal = ep.Addr(), ep.Port(), m, isLocal(ep.Addr())
+			res, err := t.run("nat", "POSTROUTING", 0)
+			return res == "MASQUERADE", err
+		}
+		withMark, err := masq(mark)
+		if err != nil {
+			return dataplane.Verdict{}, t.steps, err
+		}
+		if withMark {
+			masqueraded++
+		}
+		if ep.Addr() != src {
+			continue
+		}
+		if alone, err := masq(0); err != nil {
+			return dataplane.Verdict{}, t.steps, err
+		} else if alone {
+			hairpin = append(hairpin, ep)
+		}
+	}
+	return dataplane.Verdict{Action: dataplane.DNAT, Service: named(), Endpoints: eps,
+		Masquerade: masqueraded == len(eps), Hairpin: hairpin, Affinity: vs.Persistent}, t.steps, nil
+}
+
+func realServers(list []RealServer) string {
+	if len(list) == 0 {
+		return "no real servers"
+	}
+	s := make([]string, len(list))
+	for i, rs := range list {
+		s[i] = fmt.Sprintf("%s weight %d", rs.Address, rs.Weight)
+	}
+	return "real servers " + strings.Join(s, ", ")
+}
+
+// ruleTracer follows a packet through the dataplane's chains as read.
+type ruleTracer struct {
+	r                  *Reading
+	p                  dataplane.Packet
+	proto              uint16
+	src, dst           netip.Addr
+	dport              uint16
+	srcLocal, dstLocal bool
+	mark               uint32
+	steps              []string
+}
+
+// run follows chain of table from its first rule and returns the final
+// target met ("ACCEPT", "DROP", "MASQUERADE"), or "" when the packet came
+// back out. A chain the reading lacks is empty, as a missing hook is.
+func (t *ruleTracer) run(table, chain string, depth int) (string, error) {
+	if depth > 8 {
+		return "", fmt.Errorf("%s chain %s: jumps nest too deep: %w", table, chain, ErrUnknownRule)
+	}
+	for _, text := range t.r.Chains[table+" "+chain] {
+		ru, err := parseRuleText(text)
+		if err == nil {
+			var ok bool
+			if ok, err = t.matches(ru); err == nil && !ok {
+				continue
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s rule %q: %w", table, text, err)
+		}
+		step := table + " " + text
+		if !slices.Contains(t.steps, step) {
+			t.steps = append(t.steps, step)
+		}
+		switch ru.target {
+		case "RETURN":
+			return "", nil
+		case "ACCEPT", "DROP", "MASQUERADE":
+			return ru.target, nil
+		case "MARK":
+			t.mark = t.mark&^ru.markMask ^ ru.markVal
+		default:
+			if _, ok := t.r.Chains[table+" "+ru.target]; !ok {
+				return "", fmt.Errorf("%s rule %q: target %s is not one of the dataplane's chains: %w", table, text, ru.target, ErrUnknownRule)
+			}
+			res, err := t.run(table, ru.target, depth+1)
+			if err != nil || res != "" {
+				return res, err
+			}
+		}
+	}
+	return "", nil
+}
+
+// rule is one rule of the forms the dataplane writes, as "iptables -S"
+// or the iptables package's fake prints it.
+type rule struct {
+	proto      string
+	src, dst   netip.Prefix
+	srcNeg     bool
+	dstNeg     bool
+	inIface    string
+	inNeg      bool
+	set        string
+	setFlags   []string
+	setNeg     bool
+	srcType    string
+	srcTypeNeg bool
+	dstType    string
+	dstTypeNeg bool
+	hasMark    bool
+	markNeg    bool
+	// markVal and markMask are the mark match's, or the MARK target's as
+	// --set-xmark: the mark becomes mark&^mask ^ val.
+	markVal, markMask uint32
+	ctstates          []string
+	ctNeg             bool
+	target            string
+}
+
+func parseRuleText(text string) (*rule, error) {
+	words, err := splitRule(text)
+	if err != nil {
+		return nil, err
+	}
+	if len(words) < 2 || words[0] != "-A" {
+		return nil, fmt.Errorf("not an -A rule: %w", ErrUnknownRule)
+	}
+	words = words[2:]
+	r := &rule{}
+	neg := false
+	next := func(i *int) (string, error) {
+		*i++
+		if *i >= len(words) {
+			return "", fmt.Errorf("%s without a value: %w", words[*i-1], ErrUnknownRule)
+		}
+		return words[*i], nil
+	}
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if w == "!" {
+			neg = true
+			continue
+		}
+		var v string
+		if w != "--random-fully" && w != "--random" {
+			if v, err = next(&i); err != nil {
+				return nil, err
+			}
+		}
+		switch w {
+		case "-m", "--comment":
+		case "-p":
+			r.proto = strings.ToLower(v)
+		case "-s", "-d":
+			p, err := parsePrefix(v)
+			if err != nil {
+				return nil, err
+			}
+			if w == "-s" {
+				r.src, r.srcNeg = p, neg
+			} else {
+				r.dst, r.dstNeg = p, neg
+			}
+		case "-i":
+			r.inIface, r.inNeg = v, neg
+		case "--match-set":
+			flags, err := next(&i)
+			if err != nil {
+				return nil, err
+			}
+			r.set, r.setFlags, r.setNeg = v, strings.Split(flags, ","), neg
+		case "--src-type":
+			r.srcType, r.srcTypeNeg = v, neg
+		case "--dst-type":
+			r.dstType, r.dstTypeNeg = v, neg
+		case "--mark":
+			r.hasMark, r.markNeg = true, neg
+			if r.markVal, r.markMask, err = parseMarkValue(v); err != nil {
+				return nil, err
+			}
+		case "--ctstate":
+			r.ctstates, r.ctNeg = strings.Split(v, ","), neg
+		case "-j":
+			r.target = v
+		case "--or-mark", "--xor-mark", "--set-xmark", "--set-mark":
+			val, mask, err := parseMarkValue(v)
+			if err != nil {
+				return nil, err
+			}
+			switch w {
+			case "--or-mark":
+				mask = val
+			case "--xor-mark":
+				mask = 0
+			case "--set-mark":
+				if !strings.Contains(v, "/") {
+					mask = ^uint32(0)
+				}
+				// --set-mark v/m clears m, then ors v: as xor when v is
+				// within m, which is how iptables prints it.
+			}
+			r.markVal, r.markMask = val, mask
+		case "--random-fully", "--random":
+		default:
+			return nil, fmt.Errorf("option %s: %w", w, ErrUnknownRule)
+		}
+		neg = false
+	}
+	if r.target == "" {
+		return nil, fmt.Errorf("no target: %w", ErrUnknownRule)
+	}
+	return r, nil
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("address %q: %w", s, ErrUnknownRule)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// parseMarkValue reads "0x4000" or "0x4000/0x4000"; the mask defaults to
+// all bits.
+func parseMarkValue(s string) (val, mask uint32, err error) {
+	vs, ms, hasMask := strings.Cut(s, "/")
+	v, err := strconv.ParseUint(vs, 0, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("mark %q: %w", s, ErrUnknownRule)
+	}
+	m := uint64(^uint32(0))
+	if hasMask {
+		if m, err = strconv.ParseUint(ms, 0, 32); err != nil {
+			return 0, 0, fmt.Errorf("mark %q: %w", s, ErrUnknownRule)
+		}
+	}
+	return uint32(v), uint32(m), nil
+}
+
+// splitRule splits a listed rule into words; double quotes group (a
+// comment's text).
+func splitRule(s string) ([]string, error) {
+	var out []string
+	var b strings.Builder
+	in, quoted := false, false
+	for _, c := range s {
+		switch {
+		case c == '"':
+			quoted, in = !quoted, true
+		case c == ' ' && !quoted:
+			if in {
+				out = append(out, b.String())
+				b.Reset()
+			}
+			in = false
+		default:
+			b.WriteRune(c)
+			in = true
+		}
+	}
+	if quoted {
+		return nil, fmt.Errorf("unbalanced quotes: %w", ErrUnknownRule)
+	}
+	if in {
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+func (t *ruleTracer) matches(r *rule) (bool, error) {
+	switch {
+	case r.proto != "" && r.proto != strings.ToLower(protoName(t.proto)):
+		return false, nil
+	case r.src.IsValid() && r.src.Contains(t.src) == r.srcNeg:
+		return false, nil
+	case r.dst.IsValid() && r.dst.Contains(t.dst) == r.dstNeg:
+		return false, nil
+	case r.inIface != "" && t.inIface(r.inIface) == r.inNeg:
+		return false, nil
+	case r.hasMark && (t.mark&r.markMask == r.markVal) == r.markNeg:
+		return false, nil
+	case r.ctstates != nil && slices.Contains(r.ctstates, "NEW") == r.ctNeg:
+		// Trace follows first packets only.
+		return false, nil
+	}
+	for _, at := range []struct {
+		typ   string
+		neg   bool
+		local bool
+	}{{r.srcType, r.srcTypeNeg, t.srcLocal}, {r.dstType, r.dstTypeNeg, t.dstLocal}} {
+		switch at.typ {
+		case "":
+		case "LOCAL":
+			if at.local == at.neg {
+				return false, nil
+			}
+		default:
+			return false, fmt.Errorf("address type %s: %w", at.typ, ErrUnknownRule)
+		}
+	}
+	if r.set == "" {
+		return true, nil
+	}
+	in, err := t.inSet(r.set, r.setFlags)
+	return err == nil && in != r.setNeg, err
+}
+
+// inIface is "-i name" (a trailing + is a prefix). Packets from the node
+// have no input interface; a pod packet without one given counts as
+// entering through the pods' interface, as State.Lookup assumes.
+func (t *ruleTracer) inIface(name string) bool {
+	switch {
+	case t.p.From == dataplane.FromNode:
+		return false
+	case t.p.Interface == "":
+		return t.p.From == dataplane.FromLocalPod
+	}
+	if pre, ok := strings.CutSuffix(name, "+"); ok {
+		return strings.HasPrefix(t.p.Interface, pre)
+	}
+	return t.p.Interface == name
+}
+
+// inSet reports whether the packet's element along flags ("dst,dst") is a
+// member of set name, as the kernel's set match decides.
+func (t *ruleTracer) inSet(name string, flags []string) (bool, error) {
+	set, ok := t.r.Sets[name]
+	if !ok {
+		// iptables refuses a rule naming a missing set, so only a set
+		// destroyed under the rule gets here: it matches nothing.
+		return false, nil
+	}
+	dims := strings.Split(strings.TrimPrefix(set.Type, "hash:"), ",")
+	if len(flags) < len(dims) {
+		return false, fmt.Errorf("set %s of type %s matched along %s: %w", name, set.Type, strings.Join(flags, ","), ErrUnknownRule)
+	}
+	want := make([]string, len(dims))
+	netDim := -1
+	for i, dim := range dims {
+		addr := t.dst
+		if flags[i] == "src" {
+			addr = t.src
+		}
+		switch dim {
+		case "ip":
+			want[i] = addr.String()
+		case "net":
+			want[i], netDim = addr.String(), i
+		case "port":
+			if flags[i] == "src" {
+				return false, fmt.Errorf("set %s: a packet has no source port to match: %w", name, ErrUnknownRule)
+			}
+			want[i] = fmt.Sprintf("%s:%d", strings.ToLower(protoName(t.proto)), t.dport)
+		default:
+			return false, fmt.Errorf("set %s: type %s: %w", name, set.Type, ErrUnknownRule)
+		}
+	}
+	if netDim < 0 {
+		_, found := slices.BinarySearch(set.Members, strings.Join(want, ","))
+		return found, nil
+	}
+	ip, _ := netip.ParseAddr(want[netDim])
+	for _, m := range set.Members {
+		parts := strings.Split(m, ",")
+		if len(parts) != len(want) {
+			continue
+		}
+		match := true
+		for i := range parts {
+			if i == netDim {
+				p, err := parsePrefix(parts[i])
+				match = match && err == nil && p.Contains(ip)
+			} else {
+				match = match && parts[i] == want[i]
+			}
+		}
+		if match {
+			return true, nil
+		}
+	}
+	return false, nil
+}
