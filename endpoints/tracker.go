@@ -197,10 +197,13 @@ func (t *Tracker) Pending() int {
 func (t *Tracker) Checkout() (Map, Changes) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Sized for the pending services (most have one port), so that the
+	// initial sync's sets and maps do not grow step by step.
+	n := t.pending.Len()
 	ch := Changes{
-		Services:     sets.New[types.NamespacedName](),
-		Ports:        sets.New[servicemodel.PortName](),
-		LocalReady:   map[types.NamespacedName]int{},
+		Services:     make(sets.Set[types.NamespacedName], n),
+		Ports:        make(sets.Set[servicemodel.PortName], n),
+		LocalReady:   make(map[types.NamespacedName]int, n),
 		TriggerTimes: map[types.NamespacedName][]time.Time{},
 	}
 	edit := t.snapshot.edit()
