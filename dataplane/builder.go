@@ -182,6 +182,10 @@ func (b *Builder) serviceSkips(i int) func(string) {
 // as often as the family that saw it most: a bad Service is reported once,
 // not once per family, and not lost when one family skipped it whole.
 func (b *Builder) mergeServiceSkips() []string {
+	if !slices.ContainsFunc(b.svcSkips, func(tally map[string]int) bool { return len(tally) > 0 }) {
+		// Nearly every update skips nothing; it need not pay for merging.
+		return nil
+	}
 	merged := map[string]int{}
 	for _, tally := range b.svcSkips {
 		for reason, n := range tally {

@@ -233,8 +233,14 @@ func (o *ownChains) ruleCount() int {
 type renderer struct {
 	names chainNames
 	v     *view
-	// epChains caches endpoint chain names within one renderPort.
-	epChains map[*endpoints.Endpoint]string
+	// epChains caches endpoint chain names within one renderPort: where
+	// each is in epNames, which holds them all until the port is done and
+	// they become one string, rather than one per endpoint.
+	epChains map[*endpoints.Endpoint]nameRef
+	epNames  []byte
+	// epSpans are the endpoint chains among own.spans, whose names
+	// takeOwn fills in.
+	epSpans []epSpan
 	// own collects the own chains of the port being rendered; it is
 	// copied out, at its exact size, when the port is done.
 	own ownChains
@@ -285,11 +291,40 @@ func (r *renderer) endChain(name string) {
 	r.rules = 0
 }
 
+// nameRef is where an endpoint chain's name is in renderer.epNames.
+type nameRef struct{ start, end int32 }
+
+// epSpan is an endpoint chain: its index in own.spans and its name.
+type epSpan struct {
+	span int
+	name nameRef
+}
+
+// wordName appends an endpoint chain's name as one part of a rule.
+func (r *renderer) wordName(n nameRef) {
+	r.space()
+	r.own.text = append(r.own.text, r.epNames[n.start:n.end]...)
+}
+
+// endEndpointChain ends the endpoint chain named n.
+func (r *renderer) endEndpointChain(n nameRef) {
+	r.epSpans = append(r.epSpans, epSpan{span: len(r.own.spans), name: n})
+	r.endChain("")
+}
+
 // takeOwn returns the own chains written since the last takeOwn, in memory
-// of their own.
+// of their own, and forgets the endpoint chains' names.
 func (r *renderer) takeOwn() ownChains {
 	out := ownChains{text: slices.Clone(r.own.text), spans: slices.Clone(r.own.spans)}
+	if len(r.epSpans) > 0 {
+		names := string(r.epNames)
+		for _, e := range r.epSpans {
+			out.spans[e.span].name = names[e.name.start:e.name.end]
+		}
+	}
 	r.own.text, r.own.spans, r.line = r.own.text[:0], r.own.spans[:0], 0
+	clear(r.epChains)
+	r.epNames, r.epSpans = r.epNames[:0], r.epSpans[:0]
 	return out
 }
 
@@ -379,7 +414,6 @@ type selection struct {
 // renderPort writes the rules of p given its endpoint selection.
 func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	out := &rendered{}
-	clear(r.epChains)
 	sp := p.SP
 	proto := protoMatch(p.Proto)
 	dport := "--dport " + strconv.Itoa(int(sp.Port))
@@ -557,7 +591,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		r.word(c)
 		if p.AffinitySeconds > 0 {
 			r.word("-m recent --name")
-			r.word(epc)
+			r.wordName(epc)
 			r.word("--set")
 		}
 		r.word(proto)
@@ -565,7 +599,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		r.space()
 		r.own.text = e.Addr.AppendTo(r.own.text)
 		r.endRule()
-		r.endChain(epc)
+		r.endEndpointChain(epc)
 	}
 	out.own = r.takeOwn()
 	return out
@@ -581,7 +615,14 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 		secs := strconv.FormatInt(p.AffinitySeconds, 10)
 		for _, e := range eps {
 			epc := r.epChain(p, e)
-			r.add(r.targetComment(p, e), "-m recent --name", epc, "--rcheck --seconds", secs, "--reap -j", epc)
+			r.word(r.targetComment(p, e))
+			r.word("-m recent --name")
+			r.wordName(epc)
+			r.word("--rcheck --seconds")
+			r.word(secs)
+			r.word("--reap -j")
+			r.wordName(epc)
+			r.endRule()
 		}
 	}
 	n := len(eps)
@@ -593,7 +634,7 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 			r.word(r.probability(n - i))
 		}
 		r.word("-j")
-		r.word(epc)
+		r.wordName(epc)
 		r.endRule()
 	}
 	r.endChain(name)
@@ -601,14 +642,16 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 
 // epChain names the chain of endpoint e of p, hashing each endpoint once
 // per port although the SVC, SVL and SEP rules all name it.
-func (r *renderer) epChain(p *port, e *endpoints.Endpoint) string {
+func (r *renderer) epChain(p *port, e *endpoints.Endpoint) nameRef {
 	if c, ok := r.epChains[e]; ok {
 		return c
 	}
 	if r.epChains == nil {
-		r.epChains = map[*endpoints.Endpoint]string{}
+		r.epChains = map[*endpoints.Endpoint]nameRef{}
 	}
-	c := r.names.endpointChainOf(p.id, e.Addr)
+	start := len(r.epNames)
+	r.epNames = r.names.appendEndpointChain(r.epNames, p.id, e.Addr)
+	c := nameRef{int32(start), int32(len(r.epNames))}
 	r.epChains[e] = c
 	return c
 }
