@@ -45,7 +45,7 @@ func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.Name
 			d.skip(reason, "service", logtext.Name(nn))
 			continue
 		}
-		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, d.selection(s, sp, nn))})
+		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, d.selection(s, sp, eps[i], nn))})
 		st.endpoints += len(eps[i])
 	}
 	slices.SortFunc(st.ports, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
@@ -57,10 +57,10 @@ func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.Name
 	return st
 }
 
-// selection asks the State which endpoints serve sp and drops those that
-// cannot be written into a rule.
-func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, nn types.NamespacedName) selection {
-	sel := s.Select(sp)
+// selection asks the State which of eps, sp's endpoints, serve sp and
+// drops those that cannot be written into a rule.
+func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, eps []*endpoints.Endpoint, nn types.NamespacedName) selection {
+	sel := s.SelectFrom(sp, eps)
 	out := selection{hasAny: sel.HasAny}
 	dropped := 0
 	keep := func(in []*endpoints.Endpoint) []*endpoints.Endpoint {
