@@ -7,9 +7,9 @@ import (
 )
 
 // Selection is the outcome of Categorize for one service port. Its slices
-// are read-only views that may share one backing array (AllReachable is
-// often Cluster or Local itself); their capacities are clipped, so
-// appending to one never overwrites another.
+// are read-only views that may share one backing array, the one Categorize
+// was given included (AllReachable is often Cluster or Local itself); their
+// capacities are clipped, so appending to one never overwrites another.
 type Selection[E Endpoint] struct {
 	// Cluster is the endpoints for Cluster-policy traffic: nil when the
 	// policy does not use cluster endpoints, non-nil (possibly empty)
@@ -91,6 +91,26 @@ func Categorize[E Endpoint](eps []E, p Policy, node Node, opts Options) Selectio
 
 	sel := Selection[E]{HasAny: sv.ready || sv.servingTerminating}
 	if !useCluster && nl == 0 {
+		return sel
+	}
+	if nc == len(eps) && nc > 0 {
+		// Every endpoint serves cluster traffic, as usual: Cluster, and
+		// AllReachable with it, is eps itself, and only a Local that is
+		// not all of eps needs storage of its own.
+		sel.Cluster = eps[:nc:nc]
+		sel.AllReachable = sel.Cluster
+		switch {
+		case nl == nc:
+			sel.Local = sel.Cluster
+		case nl > 0:
+			local := make([]E, 0, nl)
+			for k, ep := range eps {
+				if marks[k]&inLocal != 0 {
+					local = append(local, ep)
+				}
+			}
+			sel.Local = local
+		}
 		return sel
 	}
 	buf := make([]E, 0, total)

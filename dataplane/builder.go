@@ -182,6 +182,10 @@ func (b *Builder) serviceSkips(i int) func(string) {
 // as often as the family that saw it most: a bad Service is reported once,
 // not once per family, and not lost when one family skipped it whole.
 func (b *Builder) mergeServiceSkips() []string {
+	if !slices.ContainsFunc(b.svcSkips, func(tally map[string]int) bool { return len(tally) > 0 }) {
+		// Nearly every update skips nothing; it need not pay for merging.
+		return nil
+	}
 	merged := map[string]int{}
 	for _, tally := range b.svcSkips {
 		for reason, n := range tally {
@@ -524,18 +528,37 @@ func (b *Builder) Build() Build {
 		States:  make([]*State, len(b.families)),
 		Changes: make([]Changes, len(b.families)),
 	}
-	touched := map[destination]bool{}
+	hasChanges := prev > 0 && !full
+	checkouts := make([]struct {
+		m  servicemodel.Map
+		ch servicemodel.Changes
+	}, len(b.families))
+	touches := 0
 	for i, fb := range b.families {
-		svcs, svcChanges := fb.services.Checkout()
+		checkouts[i].m, checkouts[i].ch = fb.services.Checkout()
+		touches += checkouts[i].ch.Services.Len()
+	}
+	// Every changed service touches at least one destination; sizing the
+	// maps for them spares a first Build their growth.
+	touched := make(map[destination]bool, touches)
+	b.claims.reserve(touches)
+	for i, fb := range b.families {
+		svcs, svcChanges := checkouts[i].m, checkouts[i].ch
 		eps, epChanges := fb.endpoints.Checkout()
-		changed := make(sets.Set[types.NamespacedName], svcChanges.Services.Len()+epChanges.Services.Len())
 		for nn := range svcChanges.Services {
-			changed.Insert(nn)
 			b.claims.update(nn, fb.applied.Service(nn), svcs.Service(nn), touched)
 		}
 		fb.applied = svcs
-		for nn := range epChanges.Services {
-			changed.Insert(nn)
+		// A State that cannot tell what changed needs no set of it.
+		var changed sets.Set[types.NamespacedName]
+		if hasChanges {
+			changed = make(sets.Set[types.NamespacedName], svcChanges.Services.Len()+epChanges.Services.Len())
+			for nn := range svcChanges.Services {
+				changed.Insert(nn)
+			}
+			for nn := range epChanges.Services {
+				changed.Insert(nn)
+			}
 		}
 		out.States[i] = &State{
 			Family:       fb.family,
@@ -547,7 +570,7 @@ func (b *Builder) Build() Build {
 			Generation:   b.gen,
 			changed:      changed,
 			changedSince: prev,
-			hasChanges:   prev > 0 && !full,
+			hasChanges:   hasChanges,
 		}
 		out.Changes[i] = Changes{Services: svcChanges, Endpoints: epChanges}
 	}

@@ -606,3 +606,33 @@ func TestBuilderNodePortPrimary(t *testing.T) {
 		})
 	}
 }
+
+func TestSelectFrom(t *testing.T) {
+	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dpt.NodeName})
+	b.UpdateNode(dpt.TestNode(nil))
+	for i, etp := range []v1.ServiceExternalTrafficPolicy{v1.ServiceExternalTrafficPolicyCluster, v1.ServiceExternalTrafficPolicyLocal} {
+		name := fmt.Sprintf("svc%d", i)
+		b.UpdateService(nil, dpt.MakeService("ns", name, func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.ClusterIP = fmt.Sprintf("172.30.0.%d", i+1)
+			s.Spec.ExternalTrafficPolicy = etp
+			s.Spec.Ports = []v1.ServicePort{dpt.ServicePort("p80", v1.ProtocolTCP, 80, int32(30000+i), 0)}
+		}))
+		b.UpdateEndpointSlice(nil, dpt.MakeSlice("ns", name, 0, func(s *discovery.EndpointSlice) {
+			s.Ports = []discovery.EndpointPort{dpt.SlicePort("p80", v1.ProtocolTCP, 80)}
+			s.Endpoints = []discovery.Endpoint{
+				dpt.ReadyEndpoint("10.0.0.1", dpt.NodeName),
+				dpt.ReadyEndpoint("10.0.0.2", "other"),
+				dpt.Endpoint("10.0.0.3", "other", false, true, true),
+			}
+		}))
+	}
+	st := b.Build().States[0]
+	for sp := range st.Services.All() {
+		want := st.Select(sp)
+		got := st.SelectFrom(sp, st.Endpoints.Get(sp.Name))
+		if diff := cmp.Diff(want, got, addrCmp); diff != "" {
+			t.Errorf("%s: SelectFrom differs from Select (-want +got):\n%s", sp.Name, diff)
+		}
+	}
+}

@@ -51,11 +51,22 @@ type conflict struct {
 	services []types.NamespacedName
 }
 
+// reserve makes room for n destinations when c holds none, as before a
+// first Build.
+func (c *claims) reserve(n int) {
+	if n > 0 && len(c.by) == 0 {
+		c.by = make(map[destination][]claimant, n)
+	}
+}
+
 // update replaces the claims of service nn's ports prev by those of cur,
 // and adds every destination whose claims changed to touched.
 func (c *claims) update(nn types.NamespacedName, prev, cur []*servicemodel.ServicePort, touched map[destination]bool) {
 	if c.by == nil {
-		c.by, c.warned = map[destination][]claimant{}, map[destination][]types.NamespacedName{}
+		c.by = map[destination][]claimant{}
+	}
+	if c.warned == nil {
+		c.warned = map[destination][]types.NamespacedName{}
 	}
 	for _, p := range prev {
 		for d := range destinations(p) {

@@ -164,6 +164,13 @@ func detectionCIDR(list []netip.Prefix, f v1.IPFamily) (netip.Prefix, bool) {
 // Select returns the endpoint selection for port p: which of its endpoints
 // serve Cluster- and Local-policy traffic on this node.
 func (s *State) Select(p *servicemodel.ServicePort) affinity.Selection[*endpoints.Endpoint] {
-	return affinity.Categorize(s.Endpoints.Get(p.Name), p.Policy(),
+	return s.SelectFrom(p, s.Endpoints.Get(p.Name))
+}
+
+// SelectFrom is Select for a caller that has looked p's endpoints up
+// already: eps must be s.Endpoints.Get(p.Name). A dataplane rendering
+// every port spares itself the second lookup.
+func (s *State) SelectFrom(p *servicemodel.ServicePort, eps []*endpoints.Endpoint) affinity.Selection[*endpoints.Endpoint] {
+	return affinity.Categorize(eps, p.Policy(),
 		affinity.Node{Name: s.Node.Name, Zone: s.Node.Zone}, s.Settings.Topology)
 }

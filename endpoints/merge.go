@@ -30,6 +30,9 @@ type serviceSlices struct {
 	// Their addresses are not tracked one by one: the whole list is new,
 	// so the initial sync does not pay for bookkeeping it cannot use.
 	fresh []servicemodel.PortName
+	// freshBuf backs fresh for a service of one port, the usual one, so
+	// that adding it takes one allocation fewer.
+	freshBuf [1]servicemodel.PortName
 }
 
 // changed reports whether the service's merge differs from the snapshot.
@@ -150,6 +153,9 @@ func (svc *serviceSlices) markFresh(pn servicemodel.PortName) {
 	i := slices.Index(svc.fresh, pn)
 	switch {
 	case has && i < 0:
+		if svc.fresh == nil {
+			svc.fresh = svc.freshBuf[:0]
+		}
 		svc.fresh = append(svc.fresh, pn)
 	case !has && i >= 0:
 		svc.fresh = slices.Delete(svc.fresh, i, i+1)

@@ -136,7 +136,10 @@ func (t *Tracker) parse(s *discovery.EndpointSlice, skipped *skipLog) *parsedSli
 		if !ok {
 			continue
 		}
-		ps.numbered = addNumber(ps.numbered, pn, port)
+		if len(s.Ports) > 1 {
+			// One entry cannot give its name several numbers.
+			ps.numbered = addNumber(ps.numbered, pn, port)
+		}
 		if len(parsed) == 0 {
 			continue
 		}

@@ -197,9 +197,8 @@ func (t *Tracker) Pending() int {
 func (t *Tracker) Checkout() (Map, Changes) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// Sized for every pending service: the first Checkout holds the
-	// whole cluster, and growing these maps step by step was a tenth of
-	// a first sync.
+	// Sized for the pending services (most have one port), so that the
+	// initial sync's sets and maps do not grow step by step.
 	n := t.pending.Len()
 	ch := Changes{
 		Services:     make(sets.Set[types.NamespacedName], n),

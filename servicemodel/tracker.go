@@ -151,8 +151,8 @@ func (t *Tracker) Pending() int {
 func (t *Tracker) Checkout() (Map, Changes) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// Sized for every pending service: the first Checkout holds the
-	// whole cluster.
+	// Sized for the pending services (most have one port), so that the
+	// initial sync's sets do not grow step by step.
 	ch := Changes{
 		Services: make(sets.Set[types.NamespacedName], len(t.pending)),
 		Ports:    make(sets.Set[PortName], len(t.pending)),
@@ -182,12 +182,22 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		}
 	}
 	t.applied = edit.done()
-	clear(t.pending)
+	// A cleared map keeps its buckets and ranging over it still costs its
+	// peak size, so the initial sync's is replaced.
+	if len(t.pending) > smallMap {
+		t.pending = map[types.NamespacedName][]*ServicePort{}
+	} else {
+		clear(t.pending)
+	}
 	slices.SortFunc(ch.Stale, Frontend.Compare)
 	ch.Stale = slices.Compact(ch.Stale)
 	ch.HealthCheckNodePorts = t.healthCheckNodePorts
 	return t.applied, ch
 }
+
+// smallMap is the size up to which clearing a map is cheaper than
+// replacing it.
+const smallMap = 8
 
 // diffPortNames adds to names every port name that is in only one of prev
 // and cur, or in both with different content. Both are sorted by name.

@@ -32,12 +32,29 @@ type benchCluster struct {
 // benchBuilder returns a Builder holding n ClusterIP services of eps
 // endpoints each (a quarter of them NodePort), and its State.
 func benchBuilder(n, eps int) (*benchCluster, *dataplane.State) {
+	svcs, slices := benchObjects(n, eps)
+	c := &benchCluster{b: feedBuilder(svcs, slices), slices: slices}
+	return c, c.b.Build().States[0]
+}
+
+// feedBuilder returns a new Builder given the test node and the objects.
+func feedBuilder(svcs []*v1.Service, slices []*discovery.EndpointSlice) *dataplane.Builder {
 	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dataplanetest.NodeName})
 	b.UpdateNode(dataplanetest.TestNode(nil))
-	c := &benchCluster{b: b}
+	for i := range svcs {
+		b.UpdateService(nil, svcs[i])
+		b.UpdateEndpointSlice(nil, slices[i])
+	}
+	return b
+}
+
+// benchObjects returns benchBuilder's Services and their EndpointSlices.
+func benchObjects(n, eps int) ([]*v1.Service, []*discovery.EndpointSlice) {
+	var svcs []*v1.Service
+	var slices []*discovery.EndpointSlice
 	for i := range n {
 		ns, name := fmt.Sprintf("ns%d", i%10), fmt.Sprintf("svc%d", i)
-		b.UpdateService(nil, dataplanetest.MakeService(ns, name, func(s *v1.Service) {
+		svcs = append(svcs, dataplanetest.MakeService(ns, name, func(s *v1.Service) {
 			s.Spec.ClusterIP = fmt.Sprintf("172.30.%d.%d", i/250, i%250+1)
 			s.Spec.Type = v1.ServiceTypeClusterIP
 			var np int32
@@ -53,10 +70,9 @@ func benchBuilder(n, eps int) (*benchCluster, *dataplane.State) {
 				sl.Endpoints = append(sl.Endpoints, dataplanetest.ReadyEndpoint(fmt.Sprintf("10.%d.%d.%d", 1+k, i/250, i%250+1), ""))
 			}
 		})
-		c.slices = append(c.slices, sl)
-		b.UpdateEndpointSlice(nil, sl)
+		slices = append(slices, sl)
 	}
-	return c, b.Build().States[0]
+	return svcs, slices
 }
 
 // changeOneEndpoint replaces endpoint k of service i with a new address
@@ -346,6 +362,24 @@ func BenchmarkFirstSyncModel(b *testing.B) {
 			cpu := cpuTime()
 			for b.Loop() {
 				modelDataplane(b, st)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// BenchmarkFirstSyncObjects is a node's whole first sync from the
+// objects, no kernel: a new Builder given every Service and EndpointSlice,
+// one Build, and a first Sync into a dataplane that renders and discards.
+// It is what bench/ times as the compute-only first sync.
+func BenchmarkFirstSyncObjects(b *testing.B) {
+	for _, size := range modelSizes {
+		b.Run(size.name, func(b *testing.B) {
+			svcs, slices := benchObjects(size.services, size.endpoints)
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				modelDataplane(b, feedBuilder(svcs, slices).Build().States[0])
 			}
 			b.ReportMetric(float64(cpuTime()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 		})

@@ -32,21 +32,21 @@ func (d *Dataplane) countEndpoints(s *dataplane.State, nn types.NamespacedName) 
 	return n
 }
 
-// renderService renders every valid port of service nn.
-func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.NamespacedName) *svcState {
-	ports := s.Services.Service(nn)
+// renderService renders every valid port of service nn, whose inputs in s
+// are ports and eps (as inputs returns them).
+func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.NamespacedName, ports []*servicemodel.ServicePort, eps [][]*endpoints.Endpoint) *svcState {
 	if len(ports) == 0 {
 		return nil
 	}
-	st := &svcState{}
-	for _, sp := range ports {
+	st := &svcState{ports: make([]keyed, 0, len(ports))}
+	for i, sp := range ports {
 		p, reason := checkPort(sp, d.ipv6, func(r string) { d.skip(r, "service", logtext.Name(nn)) })
 		if reason != "" {
 			d.skip(reason, "service", logtext.Name(nn))
 			continue
 		}
-		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, d.selection(s, sp, nn))})
-		st.endpoints += len(s.Endpoints.Get(sp.Name))
+		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, d.selection(s, sp, eps[i], nn))})
+		st.endpoints += len(eps[i])
 	}
 	slices.SortFunc(st.ports, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
 	// Two ports with one key would write identical chains; keep the first.
@@ -57,10 +57,10 @@ func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.Name
 	return st
 }
 
-// selection asks the State which endpoints serve sp and drops those that
-// cannot be written into a rule.
-func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, nn types.NamespacedName) selection {
-	sel := s.Select(sp)
+// selection asks the State which of eps, sp's endpoints, serve sp and
+// drops those that cannot be written into a rule.
+func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, eps []*endpoints.Endpoint, nn types.NamespacedName) selection {
+	sel := s.SelectFrom(sp, eps)
 	out := selection{hasAny: sel.HasAny}
 	dropped := 0
 	keep := func(in []*endpoints.Endpoint) []*endpoints.Endpoint {
@@ -94,23 +94,37 @@ func (d *Dataplane) build(s *dataplane.State, cache *renderCache) (*programmed, 
 	for _, r := range v.ignored {
 		d.skip(r)
 	}
-	prog := &programmed{view: v, services: map[types.NamespacedName]*svcState{}}
-	for nn := range s.Services.Services() {
-		prog.endpoints += d.countEndpoints(s, nn)
+	// Len counts ports, at least one per service: enough room for every
+	// service, so that no map grows while it is filled.
+	prog := &programmed{view: v, services: make(map[types.NamespacedName]*svcState, s.Services.Len())}
+	// The endpoint count decides large-cluster mode, which every rule
+	// depends on, so it is summed before anything is rendered; the inputs
+	// looked up for it are kept for the rendering.
+	type serviceInputs struct {
+		nn    types.NamespacedName
+		ports []*servicemodel.ServicePort
+		eps   [][]*endpoints.Endpoint
+	}
+	all := make([]serviceInputs, 0, s.Services.Len())
+	for nn, ports := range s.Services.Services() {
+		eps := endpointLists(s, ports)
+		for _, list := range eps {
+			prog.endpoints += len(list)
+		}
+		all = append(all, serviceInputs{nn, ports, eps})
 	}
 	v.noComments = prog.endpoints > largeClusterEndpoints
 	r := d.renderer(v)
 	old := cache.usable(s, v)
 	next := &renderCache{view: v, node: s.Node, settings: s.Settings, services: make(map[types.NamespacedName]cachedService, s.Services.Len())}
-	for nn := range s.Services.Services() {
-		ports, eps := inputs(s, nn)
-		st, ok := old.lookup(nn, ports, eps)
+	for _, in := range all {
+		st, ok := old.lookup(in.nn, in.ports, in.eps)
 		if !ok {
-			st = d.renderService(s, r, nn)
+			st = d.renderService(s, r, in.nn, in.ports, in.eps)
 		}
-		next.services[nn] = cachedService{ports: ports, eps: eps, st: st}
+		next.services[in.nn] = cachedService{ports: in.ports, eps: in.eps, st: st}
 		if st != nil {
-			prog.services[nn] = st
+			prog.services[in.nn] = st
 		}
 	}
 	for _, k := range prog.sortedPorts() {

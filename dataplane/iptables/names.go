@@ -132,11 +132,12 @@ func (c chainNames) endpointChain(portID, endpoint string) string {
 	return c.chainName(kindSEP, append(append(in[:0], portID...), endpoint...))
 }
 
-// endpointChainOf is endpointChain(portID, ep.String()) without making
-// the string.
-func (c chainNames) endpointChainOf(portID string, ep netip.AddrPort) string {
+// appendEndpointChain appends endpointChain(portID, ep.String()) to b
+// without making either string: a full rendering names every endpoint.
+func (c chainNames) appendEndpointChain(b []byte, portID string, ep netip.AddrPort) []byte {
 	var in [256]byte
-	return c.chainName(kindSEP, ep.AppendTo(append(in[:0], portID...)))
+	b = append(append(b, c.prefix...), kindSEP...)
+	return appendHash(b, c.hashLen, ep.AppendTo(append(in[:0], portID...)))
 }
 
 // isServiceChain reports whether name is a per-service chain of this

@@ -29,6 +29,9 @@ func TestChainNames(t *testing.T) {
 	if got := n.endpointChain("ns1/svc1:p80tcp", "10.180.0.1:80"); got != "KUBEX-SEP-SXIVWICOYRO3J4NJ" {
 		t.Errorf("endpoint chain = %s", got)
 	}
+	if got := string(n.appendEndpointChain([]byte("x"), "ns1/svc1:p80tcp", netip.MustParseAddrPort("10.180.0.1:80"))); got != "xKUBEX-SEP-SXIVWICOYRO3J4NJ" {
+		t.Errorf("appended endpoint chain = %s", got)
+	}
 	for _, tc := range []struct {
 		prefix string
 		ok     bool

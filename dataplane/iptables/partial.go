@@ -65,7 +65,8 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 	rendered := 0
 	next := map[types.NamespacedName]*svcState{}
 	for _, nn := range candidates {
-		old, cur := prog.services[nn], d.renderService(s, r, nn)
+		ports, eps := inputs(s, nn)
+		old, cur := prog.services[nn], d.renderService(s, r, nn, ports, eps)
 		next[nn] = cur
 		rendered++
 		diffChains(old, cur, &natDecl, &natRules, &natDelete)

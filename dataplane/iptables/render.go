@@ -233,9 +233,14 @@ func (o *ownChains) ruleCount() int {
 type renderer struct {
 	names chainNames
 	v     *view
-	b     strings.Builder
-	// epChains caches endpoint chain names within one renderPort.
-	epChains map[*endpoints.Endpoint]string
+	// epChains caches endpoint chain names within one renderPort: where
+	// each is in epNames, which holds them all until the port is done and
+	// they become one string, rather than one per endpoint.
+	epChains map[*endpoints.Endpoint]nameRef
+	epNames  []byte
+	// epSpans are the endpoint chains among own.spans, whose names
+	// takeOwn fills in.
+	epSpans []epSpan
 	// own collects the own chains of the port being rendered; it is
 	// copied out, at its exact size, when the port is done.
 	own ownChains
@@ -286,30 +291,83 @@ func (r *renderer) endChain(name string) {
 	r.rules = 0
 }
 
+// nameRef is where an endpoint chain's name is in renderer.epNames.
+type nameRef struct{ start, end int32 }
+
+// epSpan is an endpoint chain: its index in own.spans and its name.
+type epSpan struct {
+	span int
+	name nameRef
+}
+
+// wordName appends an endpoint chain's name as one part of a rule.
+func (r *renderer) wordName(n nameRef) {
+	r.space()
+	r.own.text = append(r.own.text, r.epNames[n.start:n.end]...)
+}
+
+// endEndpointChain ends the endpoint chain named n.
+func (r *renderer) endEndpointChain(n nameRef) {
+	r.epSpans = append(r.epSpans, epSpan{span: len(r.own.spans), name: n})
+	r.endChain("")
+}
+
 // takeOwn returns the own chains written since the last takeOwn, in memory
-// of their own.
+// of their own, and forgets the endpoint chains' names.
 func (r *renderer) takeOwn() ownChains {
 	out := ownChains{text: slices.Clone(r.own.text), spans: slices.Clone(r.own.spans)}
+	if len(r.epSpans) > 0 {
+		names := string(r.epNames)
+		for _, e := range r.epSpans {
+			out.spans[e.span].name = names[e.name.start:e.name.end]
+		}
+	}
 	r.own.text, r.own.spans, r.line = r.own.text[:0], r.own.spans[:0], 0
+	clear(r.epChains)
+	r.epNames, r.epSpans = r.epNames[:0], r.epSpans[:0]
 	return out
 }
 
-// rule builds one rule from its space-separated parts.
+// rule builds one rule from its space-separated parts, in one allocation
+// of its exact size: the shared chains keep every rule.
 func (r *renderer) rule(parts ...string) string {
-	r.b.Reset()
+	n := -1
+	for _, p := range parts {
+		if p != "" {
+			n += len(p) + 1
+		}
+	}
+	var b strings.Builder
+	b.Grow(max(n, 0))
 	for _, p := range parts {
 		if p == "" {
 			continue
 		}
-		if r.b.Len() > 0 {
-			r.b.WriteByte(' ')
+		if b.Len() > 0 {
+			b.WriteByte(' ')
 		}
-		r.b.WriteString(p)
+		b.WriteString(p)
 	}
-	return r.b.String()
+	return b.String()
 }
 
-func comment(text string) string { return `-m comment --comment "` + text + `"` }
+// comment is the comment match of the text its parts make, built in one
+// allocation.
+func comment(parts ...string) string {
+	const open, end = `-m comment --comment "`, `"`
+	n := len(open) + len(end)
+	for _, p := range parts {
+		n += len(p)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(open)
+	for _, p := range parts {
+		b.WriteString(p)
+	}
+	b.WriteString(end)
+	return b.String()
+}
 
 // epComment is the comment of p's endpoint chains, which large-cluster
 // mode leaves out.
@@ -326,10 +384,26 @@ func (r *renderer) targetComment(p *port, e *endpoints.Endpoint) string {
 	if r.v.noComments {
 		return ""
 	}
-	return comment(p.name + " -> " + e.Addr.String())
+	return comment(p.name, " -> ", e.Addr.String())
 }
 
-func dstMatch(a netip.Addr) string { return "-d " + a.String() }
+func dstMatch(a netip.Addr) string {
+	var buf [len("-d ") + len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")]byte
+	return string(a.AppendTo(append(buf[:0], "-d "...)))
+}
+
+// protoMatch is the protocol match of proto ("tcp", "udp" or "sctp").
+func protoMatch(proto string) string {
+	switch proto {
+	case "tcp":
+		return "-m tcp -p tcp"
+	case "udp":
+		return "-m udp -p udp"
+	case "sctp":
+		return "-m sctp -p sctp"
+	}
+	return "-m " + proto + " -p " + proto
+}
 
 // selection is the endpoints of one port after removing unusable ones.
 type selection struct {
@@ -340,18 +414,31 @@ type selection struct {
 // renderPort writes the rules of p given its endpoint selection.
 func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	out := &rendered{}
-	clear(r.epChains)
 	sp := p.SP
-	proto := "-m " + p.Proto + " -p " + p.Proto
+	proto := protoMatch(p.Proto)
 	dport := "--dport " + strconv.Itoa(int(sp.Port))
-
-	svc := r.names.serviceChain(kindSVC, p.id)
-	svl := r.names.serviceChain(kindSVL, p.id)
-	ext := r.names.serviceChain(kindEXT, p.id)
-	fw := r.names.serviceChain(kindFW, p.id)
 
 	usesCluster := len(sel.cluster) > 0
 	usesLocal := len(sel.local) > 0
+	accessible := sp.NodePort != 0 || len(p.ExternalIPs) > 0 || len(p.LBVIPs) > 0
+	usesExt := sel.hasAny && accessible
+	usesFW := sel.hasAny && len(p.LBVIPs) > 0 && len(p.SourceRanges) > 0
+	// Each chain name is a hash; only the chains this port writes are
+	// named, and rules jump only to those (an unnamed one is "").
+	var svc, svl, ext, fw string
+	if usesCluster {
+		svc = r.names.serviceChain(kindSVC, p.id)
+	}
+	if usesLocal {
+		svl = r.names.serviceChain(kindSVL, p.id)
+	}
+	if usesExt {
+		ext = r.names.serviceChain(kindEXT, p.id)
+	}
+	if usesFW {
+		fw = r.names.serviceChain(kindFW, p.id)
+	}
+
 	internalChain, hasInternal := svc, sel.hasAny
 	if sp.InternalPolicyLocal {
 		internalChain = svl
@@ -365,16 +452,13 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	// A jump may only target a chain this port writes; the affinity
 	// package never selects so that one is missing, but a bad State must
 	// still not produce a ruleset the kernel rejects.
-	if internalChain == svc && !usesCluster || internalChain == svl && !usesLocal {
+	if internalChain == "" {
 		hasInternal = false
 	}
-	if externalPolicy == svc && !usesCluster || externalPolicy == svl && !usesLocal {
+	if externalPolicy == "" {
 		hasExternal = false
 	}
-	accessible := sp.NodePort != 0 || len(p.ExternalIPs) > 0 || len(p.LBVIPs) > 0
-	usesExt := sel.hasAny && accessible
 	lbChain := ext
-	usesFW := sel.hasAny && len(p.LBVIPs) > 0 && len(p.SourceRanges) > 0
 	if usesFW {
 		lbChain = fw
 	}
@@ -382,27 +466,29 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	var intTarget, intComment, extTarget, extComment string
 	if !sel.hasAny {
 		intTarget, extTarget = "REJECT", "REJECT"
-		intComment = comment(p.name + " has no endpoints")
+		intComment = comment(p.name, " has no endpoints")
 		extComment = intComment
 	} else {
 		if !hasInternal {
-			intTarget, intComment = "DROP", comment(p.name+" has no local endpoints")
+			intTarget, intComment = "DROP", comment(p.name, " has no local endpoints")
 		}
 		if !hasExternal {
-			extTarget, extComment = "DROP", comment(p.name+" has no local endpoints")
+			extTarget, extComment = "DROP", comment(p.name, " has no local endpoints")
 		}
 	}
 	add := func(s shared, rule string) { out.dispatch[s] = append(out.dispatch[s], rule) }
 
 	cip := dstMatch(sp.ClusterIP)
+	var cipComment string
 	if hasInternal {
-		add(natServices, r.rule(comment(p.name+" cluster IP"), proto, cip, dport, "-j", internalChain))
+		cipComment = comment(p.name, " cluster IP")
+		add(natServices, r.rule(cipComment, proto, cip, dport, "-j", internalChain))
 	} else {
 		add(filterServices, r.rule(intComment, proto, cip, dport, "-j", intTarget))
 	}
 	for _, a := range p.ExternalIPs {
 		if sel.hasAny {
-			add(natServices, r.rule(comment(p.name+" external IP"), proto, dstMatch(a), dport, "-j", ext))
+			add(natServices, r.rule(comment(p.name, " external IP"), proto, dstMatch(a), dport, "-j", ext))
 		}
 		if !hasExternal {
 			add(filterExternal, r.rule(extComment, proto, dstMatch(a), dport, "-j", extTarget))
@@ -410,10 +496,10 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	}
 	for _, a := range p.LBVIPs {
 		if sel.hasAny {
-			add(natServices, r.rule(comment(p.name+" loadbalancer IP"), proto, dstMatch(a), dport, "-j", lbChain))
+			add(natServices, r.rule(comment(p.name, " loadbalancer IP"), proto, dstMatch(a), dport, "-j", lbChain))
 		}
 		if usesFW {
-			add(filterProxyFirewall, r.rule(comment(p.name+" traffic not accepted by "+fw), proto, dstMatch(a), dport, "-j DROP"))
+			add(filterProxyFirewall, r.rule(comment(p.name, " traffic not accepted by ", fw), proto, dstMatch(a), dport, "-j DROP"))
 		}
 	}
 	if !hasExternal {
@@ -440,25 +526,26 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		add(filterNodePorts, r.rule(comment(c), "-m tcp -p tcp --dport", strconv.Itoa(int(hc)), "-j ACCEPT"))
 	}
 
-	var internalMasq string
+	// internalMasq is the parts of the internal chain's leading rule.
+	var internalMasq []string
 	if hasInternal {
 		if r.v.masqueradeAll {
-			internalMasq = r.rule(comment(p.name+" cluster IP"), proto, cip, dport, "-j", r.names.markMasq)
+			internalMasq = []string{cipComment, proto, cip, dport, "-j", r.names.markMasq}
 		} else if r.v.ifNotLocal != "" {
-			internalMasq = r.rule(comment(p.name+" cluster IP"), proto, cip, dport, r.v.ifNotLocal, "-j", r.names.markMasq)
+			internalMasq = []string{cipComment, proto, cip, dport, r.v.ifNotLocal, "-j", r.names.markMasq}
 		}
 	}
 
 	if usesExt {
 		if !sp.ExternalPolicyLocal {
-			r.add(comment("masquerade traffic for "+p.name+" external destinations"), "-j", r.names.markMasq)
+			r.add(comment("masquerade traffic for ", p.name, " external destinations"), "-j", r.names.markMasq)
 		} else {
 			if r.v.ifLocal != "" && usesCluster {
-				r.add(comment("pod traffic for "+p.name+" external destinations"), r.v.ifLocal, "-j", svc)
+				r.add(comment("pod traffic for ", p.name, " external destinations"), r.v.ifLocal, "-j", svc)
 			}
-			r.add(comment("masquerade LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", r.names.markMasq)
+			r.add(comment("masquerade LOCAL traffic for ", p.name, " external destinations"), "-m addrtype --src-type LOCAL -j", r.names.markMasq)
 			if usesCluster {
-				r.add(comment("route LOCAL traffic for "+p.name+" external destinations"), "-m addrtype --src-type LOCAL -j", svc)
+				r.add(comment("route LOCAL traffic for ", p.name, " external destinations"), "-m addrtype --src-type LOCAL -j", svc)
 			}
 		}
 		if hasExternal {
@@ -468,7 +555,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 	}
 
 	if usesFW {
-		c := comment(p.name + " loadbalancer IP")
+		c := comment(p.name, " loadbalancer IP")
 		fromNode := false
 		for _, cidr := range p.SourceRanges {
 			r.add(c, "-s", cidr.String(), "-j", ext)
@@ -479,15 +566,15 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 				r.add(c, "-s", a.String(), "-j", ext)
 			}
 		}
-		r.add(comment("other traffic to " + p.name + " will be dropped by " + r.names.proxyFirewall))
+		r.add(comment("other traffic to ", p.name, " will be dropped by ", r.names.proxyFirewall))
 		r.endChain(fw)
 	}
 
 	if usesCluster {
-		r.policyChain(p, svc, sel.cluster, internalChain == svc, internalMasq)
+		r.policyChain(p, svc, sel.cluster, !sp.InternalPolicyLocal, internalMasq)
 	}
 	if usesLocal {
-		r.policyChain(p, svl, sel.local, internalChain == svl, internalMasq)
+		r.policyChain(p, svl, sel.local, sp.InternalPolicyLocal, internalMasq)
 	}
 	// The endpoint chains are most of the ruleset: their addresses are
 	// written straight into the text.
@@ -504,7 +591,7 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		r.word(c)
 		if p.AffinitySeconds > 0 {
 			r.word("-m recent --name")
-			r.word(epc)
+			r.wordName(epc)
 			r.word("--set")
 		}
 		r.word(proto)
@@ -512,23 +599,30 @@ func (r *renderer) renderPort(p *port, sel selection) *rendered {
 		r.space()
 		r.own.text = e.Addr.AppendTo(r.own.text)
 		r.endRule()
-		r.endChain(epc)
+		r.endEndpointChain(epc)
 	}
 	out.own = r.takeOwn()
 	return out
 }
 
 // policyChain writes a SVC or SVL chain balancing over eps; masq, when the
-// chain is the internal one, is its leading masquerade rule.
-func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, internal bool, masq string) {
-	if internal && masq != "" {
-		r.add(masq)
+// chain is the internal one, is the parts of its leading masquerade rule.
+func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, internal bool, masq []string) {
+	if internal && masq != nil {
+		r.add(masq...)
 	}
 	if p.AffinitySeconds > 0 {
 		secs := strconv.FormatInt(p.AffinitySeconds, 10)
 		for _, e := range eps {
 			epc := r.epChain(p, e)
-			r.add(r.targetComment(p, e), "-m recent --name", epc, "--rcheck --seconds", secs, "--reap -j", epc)
+			r.word(r.targetComment(p, e))
+			r.word("-m recent --name")
+			r.wordName(epc)
+			r.word("--rcheck --seconds")
+			r.word(secs)
+			r.word("--reap -j")
+			r.wordName(epc)
+			r.endRule()
 		}
 	}
 	n := len(eps)
@@ -540,7 +634,7 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 			r.word(r.probability(n - i))
 		}
 		r.word("-j")
-		r.word(epc)
+		r.wordName(epc)
 		r.endRule()
 	}
 	r.endChain(name)
@@ -548,14 +642,16 @@ func (r *renderer) policyChain(p *port, name string, eps []*endpoints.Endpoint, 
 
 // epChain names the chain of endpoint e of p, hashing each endpoint once
 // per port although the SVC, SVL and SEP rules all name it.
-func (r *renderer) epChain(p *port, e *endpoints.Endpoint) string {
+func (r *renderer) epChain(p *port, e *endpoints.Endpoint) nameRef {
 	if c, ok := r.epChains[e]; ok {
 		return c
 	}
 	if r.epChains == nil {
-		r.epChains = map[*endpoints.Endpoint]string{}
+		r.epChains = map[*endpoints.Endpoint]nameRef{}
 	}
-	c := r.names.endpointChainOf(p.id, e.Addr)
+	start := len(r.epNames)
+	r.epNames = r.names.appendEndpointChain(r.epNames, p.id, e.Addr)
+	c := nameRef{int32(start), int32(len(r.epNames))}
 	r.epChains[e] = c
 	return c
 }

@@ -41,13 +41,18 @@ func (c *renderCache) usable(s *dataplane.State, v *view) *renderCache {
 // inputs returns the service ports of nn in s and their endpoint lists.
 func inputs(s *dataplane.State, nn types.NamespacedName) ([]*servicemodel.ServicePort, [][]*endpoints.Endpoint) {
 	ports := s.Services.Service(nn)
+	return ports, endpointLists(s, ports)
+}
+
+// endpointLists returns the endpoint lists in s of ports, in their order.
+func endpointLists(s *dataplane.State, ports []*servicemodel.ServicePort) [][]*endpoints.Endpoint {
 	eps := make([][]*endpoints.Endpoint, len(ports))
 	for i, sp := range ports {
 		if sp != nil {
 			eps[i] = s.Endpoints.Get(sp.Name)
 		}
 	}
-	return ports, eps
+	return eps
 }
 
 // lookup returns the cached rendering of a service whose inputs are

@@ -59,6 +59,27 @@ func (s *stream) line(parts ...string) {
 	case len(parts) > 1 && parts[0] == "-A " && parts[1] != s.canary && s.table >= 0:
 		s.written[s.table]++
 	}
+	if s.w == nil {
+		for _, p := range parts {
+			s.n += len(p)
+		}
+		s.n++
+		return
+	}
+	// A line is appended to the writer's free buffer and written at
+	// once: a full sync writes hundreds of thousands of lines.
+	n := 1
+	for _, p := range parts {
+		n += len(p)
+	}
+	if buf := s.w.AvailableBuffer(); cap(buf) >= n && s.err == nil {
+		for _, p := range parts {
+			buf = append(buf, p...)
+		}
+		s.n += n
+		_, s.err = s.w.Write(append(buf, '\n'))
+		return
+	}
 	for _, p := range parts {
 		s.str(p)
 	}
@@ -86,12 +107,21 @@ func (s *stream) rules(o *ownChains) {
 	for name, rules := range o.all() {
 		for len(rules) > 0 {
 			i := bytes.IndexByte(rules, '\n')
+			rule := rules[:i+1]
+			rules = rules[i+1:]
+			s.written[s.table]++
+			// As in line, one write per rule where the buffer has room.
+			n := len("-A ") + len(name) + 1 + len(rule)
+			if buf := s.w.AvailableBuffer(); cap(buf) >= n && s.err == nil {
+				buf = append(append(append(append(buf, "-A "...), name...), ' '), rule...)
+				s.n += n
+				_, s.err = s.w.Write(buf)
+				continue
+			}
 			s.str("-A ")
 			s.str(name)
 			s.str(" ")
-			s.bytes(rules[:i+1])
-			rules = rules[i+1:]
-			s.written[s.table]++
+			s.bytes(rule)
 		}
 	}
 }

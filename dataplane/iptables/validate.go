@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"strings"
+
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 )
@@ -25,12 +27,21 @@ func checkPort(sp *servicemodel.ServicePort, ipv6 bool, skipPart func(reason str
 		return nil, reason
 	}
 	n := sp.Name
-	name := n.Namespace + "/" + n.Name
+	// The id is the name and the protocol: both are one string, made once
+	// per port of a full rendering.
+	var b strings.Builder
+	b.Grow(len(n.Namespace) + len(n.Name) + len(n.Port) + len(rp.Proto) + 2)
+	b.WriteString(n.Namespace)
+	b.WriteByte('/')
+	b.WriteString(n.Name)
 	if n.Port != "" {
-		name += ":" + n.Port
+		b.WriteByte(':')
+		b.WriteString(n.Port)
 	}
+	b.WriteString(rp.Proto)
+	id := b.String()
 	// The key sorts like dataplane's lookup order (namespace, name, port,
 	// protocol), so the first matching rule is the port Lookup picks.
 	key := n.Namespace + "\x00" + n.Name + "\x00" + n.Port + "\x00" + string(sp.Protocol)
-	return &port{Port: rp, key: key, id: name + rp.Proto, name: name}, ""
+	return &port{Port: rp, key: key, id: id, name: id[:len(id)-len(rp.Proto)]}, ""
 }
