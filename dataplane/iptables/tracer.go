@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -279,21 +280,8 @@ func (t *tracer) matches(r *Rule) bool {
 	return true
 }
 
-// inIface is "-i name" (a trailing + is a prefix). Packets from the node
-// have no input interface; a pod packet with no interface given counts as
-// entering through the pods' interface, as State.Lookup assumes.
-func (t *tracer) inIface(name string) bool {
-	switch {
-	case t.p.From == dataplane.FromNode:
-		return false
-	case t.p.Interface == "":
-		return t.p.From == dataplane.FromLocalPod
-	}
-	if pre, ok := strings.CutSuffix(name, "+"); ok {
-		return strings.HasPrefix(t.p.Interface, pre)
-	}
-	return t.p.Interface == name
-}
+// inIface is "-i name" (ruleport.EntersVia).
+func (t *tracer) inIface(name string) bool { return ruleport.EntersVia(t.p, name) }
 
 // service reads the service port a rule belongs to from its comment
 // ("ns/name:port ...") and protocol.

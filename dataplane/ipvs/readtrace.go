@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
@@ -411,21 +412,8 @@ func (t *ruleTracer) matches(r *rule) (bool, error) {
 	return err == nil && in != r.setNeg, err
 }
 
-// inIface is "-i name" (a trailing + is a prefix). Packets from the node
-// have no input interface; a pod packet without one given counts as
-// entering through the pods' interface, as State.Lookup assumes.
-func (t *ruleTracer) inIface(name string) bool {
-	switch {
-	case t.p.From == dataplane.FromNode:
-		return false
-	case t.p.Interface == "":
-		return t.p.From == dataplane.FromLocalPod
-	}
-	if pre, ok := strings.CutSuffix(name, "+"); ok {
-		return strings.HasPrefix(t.p.Interface, pre)
-	}
-	return t.p.Interface == name
-}
+// inIface is "-i name" (ruleport.EntersVia).
+func (t *ruleTracer) inIface(name string) bool { return ruleport.EntersVia(t.p, name) }
 
 // inSet reports whether the packet's element along flags ("dst,dst") is a
 // member of set name, as the kernel's set match decides.
