@@ -80,6 +80,10 @@ func (t *Tracker) applyLocked(nn types.NamespacedName, svc *serviceSlices, name 
 func (t *Tracker) diffPortLocked(svc *serviceSlices, name string, pn servicemodel.PortName, before, after []*Endpoint) bool {
 	changed := false
 	applied := t.snapshot.Get(pn)
+	// The only slice of its service, as most are, competes with none:
+	// there is no winner among the others to look for.
+	_, listed := svc.slices[name]
+	alone := listed && len(svc.slices) == 1
 	for i, j := 0, 0; i < len(before) || j < len(after); {
 		var old, new *Endpoint
 		switch {
@@ -98,7 +102,10 @@ func (t *Tracker) diffPortLocked(svc *serviceSlices, name string, pn servicemode
 			}
 		}
 		addr := addrOf(old, new)
-		others := svc.bestExcept(name, pn, addr)
+		var others *Endpoint
+		if !alone {
+			others = svc.bestExcept(name, pn, addr)
+		}
 		was, is := preferred(others, old), preferred(others, new)
 		if sameOrNil(was, is) {
 			continue

@@ -106,8 +106,12 @@ func (d *Dataplane) build(s *dataplane.State, cache *renderCache) (*programmed, 
 		eps   [][]*endpoints.Endpoint
 	}
 	all := make([]serviceInputs, 0, s.Services.Len())
+	// Every service's lists are cut from one array, which the cache keeps
+	// and drops as a whole.
+	free := make([][]*endpoints.Endpoint, s.Services.Len())
 	for nn, ports := range s.Services.Services() {
-		eps := endpointLists(s, ports)
+		var eps [][]*endpoints.Endpoint
+		eps, free = endpointLists(s, ports, free)
 		for _, list := range eps {
 			prog.endpoints += len(list)
 		}

@@ -252,6 +252,10 @@ func (r *renderer) targetComment(p *port, e *endpoints.Endpoint) string {
 }
 
 func dstMatch(a netip.Addr) string {
+	if !a.IsValid() {
+		// AppendTo writes nothing for it where String names it.
+		return "-d " + a.String()
+	}
 	var buf [len("-d ") + len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")]byte
 	return string(a.AppendTo(append(buf[:0], "-d "...)))
 }

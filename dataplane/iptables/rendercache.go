@@ -41,18 +41,24 @@ func (c *renderCache) usable(s *dataplane.State, v *view) *renderCache {
 // inputs returns the service ports of nn in s and their endpoint lists.
 func inputs(s *dataplane.State, nn types.NamespacedName) ([]*servicemodel.ServicePort, [][]*endpoints.Endpoint) {
 	ports := s.Services.Service(nn)
-	return ports, endpointLists(s, ports)
+	eps, _ := endpointLists(s, ports, nil)
+	return ports, eps
 }
 
-// endpointLists returns the endpoint lists in s of ports, in their order.
-func endpointLists(s *dataplane.State, ports []*servicemodel.ServicePort) [][]*endpoints.Endpoint {
-	eps := make([][]*endpoints.Endpoint, len(ports))
+// endpointLists returns the endpoint lists in s of ports, in their order,
+// in the front of free if it has room, and what is left of free.
+func endpointLists(s *dataplane.State, ports []*servicemodel.ServicePort, free [][]*endpoints.Endpoint) (eps, rest [][]*endpoints.Endpoint) {
+	if n := len(ports); len(free) >= n {
+		eps, rest = free[:n:n], free[n:]
+	} else {
+		eps, rest = make([][]*endpoints.Endpoint, n), free
+	}
 	for i, sp := range ports {
 		if sp != nil {
 			eps[i] = s.Endpoints.Get(sp.Name)
 		}
 	}
-	return eps
+	return eps, rest
 }
 
 // lookup returns the cached rendering of a service whose inputs are
