@@ -5,6 +5,7 @@ package endpoints
 // 10.0.1.1); every expectation here is in numeric order instead.
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -272,7 +273,7 @@ type clearedState struct {
 func stateOf(tr *Tracker) clearedState {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	return clearedState{len(tr.services), len(tr.owners), tr.pending.Len(), len(tr.triggers), tr.snapshot.Len()}
+	return clearedState{len(tr.services), len(tr.owners), tr.npending, len(tr.triggers), tr.snapshot.Len()}
 }
 
 func TestEndpointSliceCacheClearedCorrectly(t *testing.T) {
@@ -332,5 +333,58 @@ func TestSameServiceEndpointSliceCacheClearedCorrectly(t *testing.T) {
 	}
 	if _, ok := tr.services[types.NamespacedName{Namespace: "ns1", Name: "svc1"}]; !ok {
 		t.Errorf("service ns1/svc1 no longer cached")
+	}
+}
+
+// A service flapping between Checkouts (its only slice added and deleted
+// again and again) must neither grow the pending list without bound nor
+// be checked out twice or when it ends as the snapshot has it.
+func TestPendingFlapping(t *testing.T) {
+	fill := func(s *discovery.EndpointSlice) {
+		s.Endpoints = []discovery.Endpoint{localAddr("1.1.1.1")}
+		s.Ports = []discovery.EndpointPort{udpPort("n1", 11)}
+	}
+	steady, flapping := makeSlice("ns1", "steady", 1, fill), makeSlice("ns1", "flapping", 1, fill)
+	guard(t, steady, flapping)
+	for _, tc := range []struct {
+		name     string
+		endAdded bool
+		want     []string
+	}{
+		{"ends added", true, []string{"ns1/flapping", "ns1/steady"}},
+		{"ends deleted", false, []string{"ns1/steady"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTestTracker(t, Config{NodeName: testHostname})
+			tr.Update(nil, steady)
+			for range 100 {
+				tr.Update(nil, flapping)
+				tr.Update(flapping, nil)
+			}
+			if tc.endAdded {
+				tr.Update(nil, flapping)
+			}
+			tr.mu.Lock()
+			listed, pending := len(tr.pending), tr.npending
+			tr.mu.Unlock()
+			if listed > 2*pending+smallMap+1 {
+				t.Errorf("pending list holds %d entries for %d pending services", listed, pending)
+			}
+			if got := tr.Pending(); got != len(tc.want) {
+				t.Errorf("Pending() = %d, want %d", got, len(tc.want))
+			}
+			_, ch := tr.Checkout()
+			var got []string
+			for nn := range ch.Services {
+				got = append(got, nn.String())
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("checked out services (-want +got):\n%s", diff)
+			}
+			if got := tr.Pending(); got != 0 {
+				t.Errorf("Pending() after Checkout = %d, want 0", got)
+			}
+		})
 	}
 }

@@ -26,6 +26,8 @@ type serviceSlices struct {
 	// from the snapshot's, with the current winner (nil when no slice has
 	// the address any more).
 	dirty map[portAddr]*Endpoint
+	// queued is whether the service is in Tracker.pending.
+	queued bool
 	// fresh is the ports the snapshot does not have and some slice does.
 	// Their addresses are not tracked one by one: the whole list is new,
 	// so the initial sync does not pay for bookkeeping it cannot use.
@@ -63,15 +65,44 @@ func (t *Tracker) applyLocked(nn types.NamespacedName, svc *serviceSlices, name 
 	if !changed {
 		return false
 	}
-	if svc.changed() {
-		t.pending.Insert(nn)
-	} else {
+	switch {
+	case svc.changed() && !svc.queued:
+		if len(t.pending) >= 2*t.npending+smallMap {
+			t.compactPending()
+		}
+		svc.queued = true
+		t.pending = append(t.pending, nn)
+		t.npending++
+	case !svc.changed():
 		// Back to what the snapshot has (an add undone by a delete, say):
 		// nothing is left to check out.
-		t.pending.Delete(nn)
+		if svc.queued {
+			svc.queued = false
+			t.npending--
+		}
 		delete(t.triggers, nn)
 	}
 	return true
+}
+
+// compactPending drops from the pending list the services no longer
+// pending and the second listing of those listed twice, so that a service
+// flapping between Checkouts does not grow it without bound.
+func (t *Tracker) compactPending() {
+	kept := t.pending[:0]
+	for _, nn := range t.pending {
+		// A kept service is unmarked until the end, so that a second
+		// listing of it is dropped too.
+		if svc := t.services[nn]; svc != nil && svc.queued {
+			svc.queued = false
+			kept = append(kept, nn)
+		}
+	}
+	for _, nn := range kept {
+		t.services[nn].queued = true
+	}
+	clear(t.pending[len(kept):])
+	t.pending = kept
 }
 
 // diffPortLocked walks the old and new sorted lists slice name had for port

@@ -52,9 +52,13 @@ type Tracker struct {
 	// owners maps each tracked slice (namespace/name) to its service, so
 	// that a slice is found again whatever a later object claims.
 	owners map[types.NamespacedName]types.NamespacedName
-	// pending is every service whose merged endpoints differ from
-	// snapshot (serviceSlices.changed).
-	pending  sets.Set[types.NamespacedName]
+	// pending lists every service whose merged endpoints differ from
+	// snapshot (serviceSlices.changed), which is then marked queued, and
+	// npending counts them. A service that stops being pending stays
+	// listed, unmarked, and may be listed again: a list is cheaper to
+	// fill than a set, and the initial sync fills it with every service.
+	pending  []types.NamespacedName
+	npending int
 	triggers map[types.NamespacedName][]time.Time
 	snapshot Map
 }
@@ -68,7 +72,6 @@ func NewTracker(cfg Config) *Tracker {
 		onSkip:      cfg.OnSkip,
 		services:    map[types.NamespacedName]*serviceSlices{},
 		owners:      map[types.NamespacedName]types.NamespacedName{},
-		pending:     sets.New[types.NamespacedName](),
 		triggers:    map[types.NamespacedName][]time.Time{},
 	}
 	if cfg.Family == v1.IPv6Protocol {
@@ -151,7 +154,7 @@ func (t *Tracker) setLocked(key types.NamespacedName, ps *parsedSlice) bool {
 	if !t.applyLocked(ps.service, svc, key.Name, prev, ps) {
 		return changed
 	}
-	if !ps.trigger.IsZero() && t.pending.Has(ps.service) {
+	if !ps.trigger.IsZero() && svc.queued {
 		t.triggers[ps.service] = append(t.triggers[ps.service], ps.trigger)
 	}
 	return true
@@ -188,7 +191,7 @@ const smallMap = 8
 func (t *Tracker) Pending() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.pending.Len()
+	return t.npending
 }
 
 // Checkout applies the pending changes and returns the new snapshot and what
@@ -199,7 +202,7 @@ func (t *Tracker) Checkout() (Map, Changes) {
 	defer t.mu.Unlock()
 	// Sized for the pending services (most have one port), so that the
 	// initial sync's sets and maps do not grow step by step.
-	n := t.pending.Len()
+	n := t.npending
 	ch := Changes{
 		Services:     make(sets.Set[types.NamespacedName], n),
 		Ports:        make(sets.Set[servicemodel.PortName], n),
@@ -207,8 +210,13 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		TriggerTimes: map[types.NamespacedName][]time.Time{},
 	}
 	edit := t.snapshot.edit()
-	for nn := range t.pending {
+	for _, nn := range t.pending {
 		svc := t.services[nn]
+		if svc == nil || !svc.queued {
+			// No longer pending, or listed twice.
+			continue
+		}
+		svc.queued = false
 		se := ch.apply(svc, t.snapshot.Service(nn))
 		ch.Services.Insert(nn)
 		ch.LocalReady[nn] = 0
@@ -228,10 +236,11 @@ func (t *Tracker) Checkout() (Map, Changes) {
 	// A cleared map keeps its buckets and ranging over it still costs its
 	// peak size, so after a big Checkout (the initial sync) the maps are
 	// replaced: otherwise every later Checkout would cost O(cluster).
-	if t.pending.Len() > smallMap {
-		t.pending = sets.New[types.NamespacedName]()
+	t.npending = 0
+	if cap(t.pending) > smallMap {
+		t.pending = nil
 	} else {
-		clear(t.pending)
+		t.pending = t.pending[:0]
 	}
 	if len(t.triggers) > smallMap {
 		t.triggers = map[types.NamespacedName][]time.Time{}
