@@ -233,15 +233,17 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		}
 	}
 	t.snapshot = edit.done()
-	// A cleared map keeps its buckets and ranging over it still costs its
-	// peak size, so after a big Checkout (the initial sync) the maps are
-	// replaced: otherwise every later Checkout would cost O(cluster).
+	// The initial sync's list of every service is not kept for the few
+	// that later Checkouts see.
 	t.npending = 0
 	if cap(t.pending) > smallMap {
 		t.pending = nil
 	} else {
 		t.pending = t.pending[:0]
 	}
+	// A cleared map keeps its buckets and ranging over it still costs its
+	// peak size, so after a big Checkout (the initial sync) it is
+	// replaced: otherwise every later Checkout would cost O(cluster).
 	if len(t.triggers) > smallMap {
 		t.triggers = map[types.NamespacedName][]time.Time{}
 	} else {
