@@ -87,10 +87,25 @@ func (d *conntrackDebt) len() int {
 	return d.frontends.Len() + d.endpoints.Len() + d.ports.Len()
 }
 
+// clear forgets the debt. A Go map keeps its buckets when cleared, and
+// ranging over it costs as many as it ever had, so a set that grew large
+// (a first sync owes every UDP port of the cluster) is replaced instead:
+// otherwise every later sync would pay for that peak.
 func (d *conntrackDebt) clear() {
-	d.frontends.Clear()
-	d.endpoints.Clear()
-	d.ports.Clear()
+	d.frontends = emptied(d.frontends)
+	d.endpoints = emptied(d.endpoints)
+	d.ports = emptied(d.ports)
+}
+
+// emptyReused is the size up to which a set is cleared for reuse rather
+// than replaced.
+const emptyReused = 64
+
+func emptied[T comparable](s sets.Set[T]) sets.Set[T] {
+	if s.Len() > emptyReused {
+		return sets.New[T]()
+	}
+	return s.Clear()
 }
 
 // flows renders the debt against the state now programmed, in a stable
