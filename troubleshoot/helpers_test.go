@@ -95,3 +95,26 @@ func golden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (-want +got; TROUBLESHOOT_WRITE_GOLDEN=1 go test rewrites it):\n%s", path, diff)
 	}
 }
+
+// lbWeb makes web a LoadBalancer at 5.6.7.8 with node port 30080 and a
+// source range, the frontend the verify tests drift.
+func lbWeb(s *v1.Service) {
+	s.Spec.Type = v1.ServiceTypeLoadBalancer
+	s.Spec.Ports[0].NodePort = 30080
+	s.Spec.LoadBalancerSourceRanges = []string{dt.LBSourceRange}
+	s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "5.6.7.8"}}
+}
+
+// dbObjects are default/db, a ClusterIP service with one endpoint on
+// another node, and its slice: the service the verify tests leave alone.
+func dbObjects() (*v1.Service, *discovery.EndpointSlice) {
+	db := dt.MakeService("default", "db", func(s *v1.Service) {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "172.30.0.20", []string{"172.30.0.20"}
+		s.Spec.Ports = []v1.ServicePort{dt.ServicePort("", v1.ProtocolTCP, 5432, 0, 0)}
+	})
+	dbSlice := dt.MakeSlice("default", "db", 1, func(s *discovery.EndpointSlice) {
+		s.Ports = []discovery.EndpointPort{dt.SlicePort("", v1.ProtocolTCP, 5432)}
+		s.Endpoints = []discovery.Endpoint{dt.ReadyEndpoint("10.1.0.30", otherNode)}
+	})
+	return db, dbSlice
+}

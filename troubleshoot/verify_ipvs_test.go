@@ -46,22 +46,9 @@ func vsOf(addr string) *mobyipvs.Service {
 }
 
 func TestVerifyIPVS(t *testing.T) {
-	lb := func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		s.Spec.Ports[0].NodePort = 30080
-		s.Spec.LoadBalancerSourceRanges = []string{dt.LBSourceRange}
-		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "5.6.7.8"}}
-	}
-	db := dt.MakeService("default", "db", func(s *v1.Service) {
-		s.Spec.ClusterIP, s.Spec.ClusterIPs = "172.30.0.20", []string{"172.30.0.20"}
-		s.Spec.Ports = []v1.ServicePort{dt.ServicePort("", v1.ProtocolTCP, 5432, 0, 0)}
-	})
-	dbSlice := dt.MakeSlice("default", "db", 1, func(s *discovery.EndpointSlice) {
-		s.Ports = []discovery.EndpointPort{dt.SlicePort("", v1.ProtocolTCP, 5432)}
-		s.Endpoints = []discovery.Endpoint{dt.ReadyEndpoint("10.1.0.30", otherNode)}
-	})
 	eps := []discovery.Endpoint{dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)}
-	base := build(t, web(lb), webSlice(eps...), db, dbSlice)[0]
+	db, dbSlice := dbObjects()
+	base := build(t, web(lbWeb), webSlice(eps...), db, dbSlice)[0]
 	webHTTP := dt.PortName("default", "web", "http", v1.ProtocolTCP)
 	cluster := "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7"
 	cases := []struct {
@@ -108,7 +95,7 @@ func TestVerifyIPVS(t *testing.T) {
 			Detail: "the model says drop, the rules DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
 		name:  "a virtual server of a service the model no longer has",
-		model: build(t, web(lb), webSlice(eps...))[0],
+		model: build(t, web(lbWeb), webSlice(eps...))[0],
 		want: []Drift{{Kind: Extra, Frontend: "172.30.0.20:5432/TCP",
 			Detail: "the kernel serves this frontend, no service port of the model has it"}},
 	}}

@@ -13,7 +13,6 @@ import (
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 )
 
 // programmed syncs s into a fake iptables and returns its nat and filter
@@ -40,21 +39,8 @@ func programmed(t *testing.T, s *dataplane.State) string {
 }
 
 func TestVerifyIPTables(t *testing.T) {
-	lb := func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		s.Spec.Ports[0].NodePort = 30080
-		s.Spec.LoadBalancerSourceRanges = []string{dt.LBSourceRange}
-		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "5.6.7.8"}}
-	}
-	db := dt.MakeService("default", "db", func(s *v1.Service) {
-		s.Spec.ClusterIP, s.Spec.ClusterIPs = "172.30.0.20", []string{"172.30.0.20"}
-		s.Spec.Ports = []v1.ServicePort{dt.ServicePort("", v1.ProtocolTCP, 5432, 0, 0)}
-	})
-	dbSlice := dt.MakeSlice("default", "db", 1, func(s *discovery.EndpointSlice) {
-		s.Ports = []discovery.EndpointPort{dt.SlicePort("", v1.ProtocolTCP, 5432)}
-		s.Endpoints = []discovery.Endpoint{dt.ReadyEndpoint("10.1.0.30", otherNode)}
-	})
-	base := build(t, web(lb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)), db, dbSlice)[0]
+	db, dbSlice := dbObjects()
+	base := build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)), db, dbSlice)[0]
 	webHTTP := dt.PortName("default", "web", "http", v1.ProtocolTCP)
 	cases := []struct {
 		name string
@@ -89,7 +75,7 @@ func TestVerifyIPTables(t *testing.T) {
 		summaries: true,
 	}, {
 		name:  "an endpoint changed",
-		model: build(t, web(lb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.8", otherNode)), db, dbSlice)[0],
+		model: build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.8", otherNode)), db, dbSlice)[0],
 		want: func() []Drift {
 			var out []Drift
 			for _, fe := range []string{"172.30.0.10:80/TCP (cluster IP) from 198.51.100.7", "192.168.0.2:30080/TCP (node port) from 198.51.100.7",
@@ -101,7 +87,7 @@ func TestVerifyIPTables(t *testing.T) {
 		}(),
 	}, {
 		name:  "a service the model no longer has",
-		model: build(t, web(lb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)))[0],
+		model: build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)))[0],
 		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Extra,
 			Detail: "the kernel holds rules for this service port, the model has no such port"}},
 	}}

@@ -11,9 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
-	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -77,16 +75,7 @@ func TestExplainKernelIPVS(t *testing.T) {
 // TestVerifierIPVS: the periodic check of an IPVS plane reads the kernel
 // through the plane's dataplane and counts a real server deleted by hand.
 func TestVerifierIPVS(t *testing.T) {
-	objs, err := demoObjects()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &input{nodeName: demoNodeName}
-	src.Source = source.Static(objs)
-	states, err := builtStates(t.Context(), src, dataplane.BuilderConfig{NodeName: demoNodeName})
-	if err != nil {
-		t.Fatal(err)
-	}
+	states := demoStates(t)
 	fh := newFakeIPVSHost(false)
 	fi, nl, r := fh.ipvs[v1.IPv4Protocol], fh.nl[v1.IPv4Protocol], fh.runners[v1.IPv4Protocol]
 	d, err := ipvs.New(ipvs.Config{IPVS: fi, Netlink: nl, Runner: r})

@@ -18,16 +18,7 @@ import (
 // model counts nothing; after a rule is deleted by hand it counts the
 // missing rule.
 func TestVerifierCountsDrift(t *testing.T) {
-	objs, err := demoObjects()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &input{nodeName: demoNodeName}
-	src.Source = source.Static(objs)
-	states, err := builtStates(t.Context(), src, dataplane.BuilderConfig{NodeName: demoNodeName})
-	if err != nil {
-		t.Fatal(err)
-	}
+	states := demoStates(t)
 	fake := iptables.NewFakeRunner()
 	d, err := iptables.New(iptables.Config{Runner: fake})
 	if err != nil {
@@ -80,4 +71,20 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 		return out.Gauge.GetValue()
 	}
 	return out.Counter.GetValue()
+}
+
+// demoStates is the model of the bundled demo, IPv4 first.
+func demoStates(t *testing.T) []*dataplane.State {
+	t.Helper()
+	objs, err := demoObjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &input{nodeName: demoNodeName}
+	src.Source = source.Static(objs)
+	states, err := builtStates(t.Context(), src, dataplane.BuilderConfig{NodeName: demoNodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return states
 }
