@@ -21,6 +21,12 @@
 // the last State they programmed, compare, and look things up from any
 // goroutine without locks. Share States by pointer.
 //
+// A State also travels as JSON (MarshalJSON, UnmarshalJSON): a running
+// proxy can hand its model to a troubleshooting tool in another process,
+// which answers Lookup, Select and the troubleshoot package's questions
+// from exactly what the proxy programs. Decoding checks what a Builder
+// guarantees and fails with ErrStateFormat otherwise.
+//
 // # Lookup is the specification
 //
 // State.Lookup answers, for the first packet of a connection, what

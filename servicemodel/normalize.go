@@ -157,9 +157,9 @@ func (n *normalizer) drop(reason, field, value string) {
 func (n *normalizer) service(svc *v1.Service, proxyName string) (ServicePort, *SkipError) {
 	spec := &svc.Spec
 	switch {
-	case !validName(svc.Name):
+	case !ValidName(svc.Name):
 		return ServicePort{}, n.skip(ReasonInvalidName, "metadata.name", svc.Name, nil)
-	case svc.Namespace != "" && !validName(svc.Namespace):
+	case svc.Namespace != "" && !ValidName(svc.Namespace):
 		return ServicePort{}, n.skip(ReasonInvalidName, "metadata.namespace", svc.Namespace, nil)
 	}
 	if v, ok := svc.Labels[LabelServiceProxyName]; ok && (proxyName == "" || v != proxyName) {
@@ -354,7 +354,7 @@ func (n *normalizer) ports(svc *v1.Service, base ServicePort) []*ServicePort {
 		}
 		nameKey, portKey, nodePortKey := key{'n', sp.Name, 0, proto}, key{'p', "", sp.Port, proto}, key{'N', "", sp.NodePort, proto}
 		switch {
-		case sp.Name != "" && !validName(sp.Name):
+		case sp.Name != "" && !ValidName(sp.Name):
 			n.drop(ReasonInvalidName, field("name"), sp.Name)
 			continue
 		case proto != v1.ProtocolTCP && proto != v1.ProtocolUDP && proto != v1.ProtocolSCTP:
@@ -394,11 +394,14 @@ func (n *normalizer) ports(svc *v1.Service, base ServicePort) []*ServicePort {
 	return out
 }
 
-// validName accepts what any Kubernetes object or port name may contain.
-// It is deliberately looser than API validation (it admits upper case, as
-// hand-written fixtures often use) but keeps out the quotes, spaces and
-// control characters that could break out of a generated rule comment.
-func validName(s string) bool {
+// ValidName reports whether s may name a namespace, service or port in the
+// model: the Tracker skips a service, and drops a port, whose name it is
+// not. It accepts what any Kubernetes object or port name may contain, and
+// is deliberately looser than API validation (it admits upper case, as
+// hand-written fixtures often use), but keeps out the quotes, spaces and
+// control characters that could break out of a generated rule comment. A
+// caller that builds ServicePorts without a Tracker checks names with it.
+func ValidName(s string) bool {
 	if s == "" || len(s) > 253 {
 		return false
 	}
