@@ -140,12 +140,14 @@ func runOn(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		}
 		return exitOK
 	}
-	src, err := o.openSource(ctx, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "nodeagent: %v\n", err)
-		return exitFailure
+	var src *input
+	if o.agent == "" {
+		if src, err = o.openSource(ctx, log); err != nil {
+			fmt.Fprintf(stderr, "nodeagent: %v\n", err)
+			return exitFailure
+		}
+		defer src.close()
 	}
-	defer src.close()
 	if o.explain != nil {
 		return explain(ctx, o, h, log, src, stdout, stderr)
 	}
@@ -369,7 +371,7 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		defer stop()
 	}
 	if addr := o.cfg.MetricsBindAddress; addr != "" && (!o.dryRun || o.set["metrics-bind-address"]) {
-		stop, err := serve(addr, o.metricsHandler(p, o.gatherer(reg, planes)), log)
+		stop, err := serve(addr, o.metricsHandler(p, o.gatherer(reg, planes), planes), log)
 		if err != nil {
 			return err
 		}

@@ -19,12 +19,7 @@ func explain(ctx context.Context, o *options, h host, log logr.Logger, src *inpu
 	if !o.explain.dst.Addr().Is4() {
 		family = v1.IPv6Protocol
 	}
-	states, err := builtStates(ctx, src, dataplane.BuilderConfig{
-		Families: []v1.IPFamily{family},
-		NodeName: src.nodeName,
-		Settings: o.settings(),
-		Logger:   log,
-	})
+	states, err := o.modelStates(ctx, log, src, family)
 	if err != nil {
 		fmt.Fprintf(stderr, "nodeagent: explain: %v\n", err)
 		return exitFailure

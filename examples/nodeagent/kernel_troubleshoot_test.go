@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/proxykit/proxykit/internal/netns"
 )
@@ -71,7 +72,22 @@ func TestKernelVerifyFindsDrift(t *testing.T) {
 	}
 	ns.MustRun("iptables", "-t", "nat", "-D", "PREROUTING", "1")
 
-	// A rule of the proxy deleted by hand.
+	deleteWebRule(t, ns)
+	out, errOut, code = agentExit(t, ns, "verify")
+	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: missing at 10.96.10.10:80/TCP (cluster IP)") ||
+		!strings.Contains(errOut, "differ from the model for default/web:http/TCP\n") {
+		t.Errorf("verify after a deleted rule: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, _, code = agentExit(t, ns, "diagnose", "default/web", "--kernel")
+	if code != exitFailure || !strings.Contains(out, "verdict: http/TCP (IPv4): rules missing at 10.96.10.10:80/TCP") {
+		t.Errorf("diagnose --kernel after a deleted rule: exit %d, stdout:\n%s", code, out)
+	}
+}
+
+// deleteWebRule deletes by hand the proxy's rule that sends default/web's
+// cluster IP to its service chain.
+func deleteWebRule(t *testing.T, ns *netns.NS) {
+	t.Helper()
 	var rule string
 	for _, l := range strings.Split(ns.MustRun("iptables-save", "-t", "nat"), "\n") {
 		if strings.HasPrefix(l, "-A PK-SERVICES ") && strings.Contains(l, "default/web:http cluster IP") {
@@ -86,14 +102,37 @@ func TestKernelVerifyFindsDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns.MustRun("iptables", append([]string{"-t", "nat", "-D"}, words...)...)
-	out, errOut, code = agentExit(t, ns, "verify")
-	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: missing at 10.96.10.10:80/TCP (cluster IP)") ||
-		!strings.Contains(errOut, "differ from the model for default/web:http/TCP\n") {
-		t.Errorf("verify after a deleted rule: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+}
+
+// TestKernelVerifyLiveAgent: on a node where the agent runs, verify and
+// list --agent answer from the agent's own model (read from its metrics
+// server), and verify names the service whose rule was deleted by hand.
+func TestKernelVerifyLiveAgent(t *testing.T) {
+	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-save", "iptables")
+	ns := netns.New(t, "liveverify")
+	startAgent(t, ns, "--proxy-mode", "iptables", noConntrackMax)
+	agent := []string{"--agent", "127.0.0.1:10249"}
+
+	var out, errOut string
+	code := -1
+	for deadline := time.Now().Add(30 * time.Second); code != exitOK; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("verify --agent: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+		}
+		out, errOut, code = agentExit(t, ns, append(agent, "verify")...)
 	}
-	out, _, code = agentExit(t, ns, "diagnose", "default/web", "--kernel")
-	if code != exitFailure || !strings.Contains(out, "verdict: http/TCP (IPv4): rules missing at 10.96.10.10:80/TCP") {
-		t.Errorf("diagnose --kernel after a deleted rule: exit %d, stdout:\n%s", code, out)
+	if !strings.HasPrefix(out, "OK: the kernel's rules do what the model says") {
+		t.Fatalf("verify --agent: stdout:\n%s", out)
+	}
+	out, errOut, code = agentExit(t, ns, append(agent, "list", "--name", "web")...)
+	if code != exitOK || !strings.Contains(out, "10.96.10.10:80/TCP") {
+		t.Errorf("list --agent: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+
+	deleteWebRule(t, ns)
+	out, errOut, code = agentExit(t, ns, append(agent, "verify")...)
+	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: missing at 10.96.10.10:80/TCP (cluster IP)") {
+		t.Errorf("verify --agent after a deleted rule: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
 

@@ -79,6 +79,9 @@ type options struct {
 	troubleshoot *troubleshootArgs
 	tflags       troubleshootFlags
 	verifyPeriod time.Duration
+	// agent is the running agent's metrics address the subcommands read
+	// their model from (--agent); "" builds it from the source.
+	agent string
 }
 
 type explainArgs struct {
@@ -251,6 +254,9 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if o.manifests != "" && (o.set["kubeconfig"] || o.master != "") {
 		return nil, usagef("--kubeconfig and --master are exclusive with --manifests")
 	}
+	if o.agent != "" && (o.manifests != "" || o.set["kubeconfig"] || o.master != "") {
+		return nil, usagef("--agent reads the running agent's model: --manifests, --kubeconfig and --master build another")
+	}
 	if o.once && o.cleanup {
 		return nil, usagef("--once and --cleanup are exclusive")
 	}
@@ -267,7 +273,7 @@ func parse(args []string, out io.Writer) (*options, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := checkSubcommandFlags(o, "kernel"); err != nil {
+		if err := checkSubcommandFlags(o, "kernel", "agent"); err != nil {
 			return nil, err
 		}
 		o.explain = e

@@ -41,9 +41,11 @@ func (o *options) gatherer(reg *prometheus.Registry, planes []plane) prometheus.
 
 // metricsHandler serves what kube-proxy's metrics server serves: /metrics,
 // /healthz (the server answering, "ok"), /proxyMode, /configz, and with
-// enableProfiling /debug/pprof; and /livez, the proxy's own.
-func (o *options) metricsHandler(p *proxykit.Proxy, g prometheus.Gatherer) http.Handler {
+// enableProfiling /debug/pprof; and /livez and /proxykit/states, the
+// agent's own.
+func (o *options) metricsHandler(p *proxykit.Proxy, g prometheus.Gatherer, planes []plane) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle(statesPath, o.statesHandler(planes))
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	ok := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -31,7 +31,7 @@ type troubleshootFlags struct {
 }
 
 // troubleshootFlagNames are troubleshootFlags' names, agent flags all.
-var troubleshootFlagNames = []string{"output", "kernel", "client", "namespace", "name", "type", "verify-period"}
+var troubleshootFlagNames = []string{"output", "kernel", "client", "namespace", "name", "type", "agent", "verify-period"}
 
 func addTroubleshootFlags(fs *pflag.FlagSet, o *options) {
 	f := &o.tflags
@@ -41,6 +41,7 @@ func addTroubleshootFlags(fs *pflag.FlagSet, o *options) {
 	fs.StringVar(&f.namespace, "namespace", "", "list: only services of this namespace")
 	fs.StringVar(&f.name, "name", "", "list: only services of this name")
 	fs.StringVar(&f.typ, "type", "", "list: only frontends of this type: ClusterIP, ExternalIP, LoadBalancer, NodePort")
+	fs.StringVar(&o.agent, "agent", "", "explain, diagnose, verify, list: answer from the model of the agent running on this node, read from its metrics server at this address (its --metrics-bind-address, e.g. 127.0.0.1:10249), instead of building one from --manifests or the cluster")
 	fs.DurationVar(&o.verifyPeriod, "verify-period", 0, "compare the kernel's rules with the model this often, logging and counting drift in proxykit_verify_drifts (0: never)")
 }
 
@@ -119,7 +120,7 @@ func parseTroubleshoot(command string, operands []string, o *options) (*troubles
 // checkSubcommandFlags refuses the subcommands' flags, but allowed, on a
 // command line that is not theirs.
 func checkSubcommandFlags(o *options, allowed ...string) error {
-	for _, f := range []string{"output", "kernel", "client", "namespace", "name", "type"} {
+	for _, f := range []string{"output", "kernel", "client", "namespace", "name", "type", "agent"} {
 		if o.set[f] && !slices.Contains(allowed, f) {
 			return usagef("--%s applies to a subcommand only (see --help)", f)
 		}
@@ -131,12 +132,7 @@ func checkSubcommandFlags(o *options, allowed ...string) error {
 // gives, as explain does, and on this machine's kernel.
 func runTroubleshoot(ctx context.Context, o *options, h host, log logr.Logger, src *input, stdout, stderr io.Writer) int {
 	a := o.troubleshoot
-	states, err := builtStates(ctx, src, dataplane.BuilderConfig{
-		Families: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol},
-		NodeName: src.nodeName,
-		Settings: o.settings(),
-		Logger:   log,
-	})
+	states, err := o.modelStates(ctx, log, src, v1.IPv4Protocol, v1.IPv6Protocol)
 	if err != nil {
 		fmt.Fprintf(stderr, "nodeagent: %s: %v\n", a.command, err)
 		return exitFailure
