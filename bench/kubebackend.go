@@ -83,7 +83,10 @@ func (b *iptBackend) RestoreAll(data []byte, flush utiliptables.FlushFlag, count
 		return b.err
 	}
 	b.last = len(data)
-	if b.first == nil {
+	// Only a kernel run writes the first input out, and only the cross-
+	// check reads it back: keeping it otherwise would count in the
+	// proxier's peak RSS.
+	if b.first == nil && (b.inner != nil || b.record) {
 		b.first = data
 		if b.record {
 			b.first = slices.Clone(data)
@@ -194,7 +197,7 @@ type nftBackend struct {
 	err   error
 	// syncs counts beginSync calls; written the bytes since the last.
 	syncs, bytes int
-	// first holds the transactions of the first sync.
+	// first holds the transactions of the first sync, of a kernel run.
 	first []*knftables.Transaction
 	// names holds the chains ("chain") and sets and maps ("sets", "maps").
 	names map[string]map[string]bool
@@ -249,7 +252,7 @@ func (b *nftBackend) Run(ctx context.Context, tx *knftables.Transaction) error {
 		b.err = errInjected
 		return b.err
 	}
-	if b.syncs <= 1 {
+	if b.syncs <= 1 && b.inner != nil {
 		b.first = append(b.first, tx)
 	}
 	if b.inner != nil {

@@ -149,18 +149,23 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 			}
 			rep.checks = append(rep.checks, workloadCheck{w, res.Check})
 		}
+		// The objects' own footprint hardly varies: one process says it.
+		res, err := runChildProcess(ctx, self, childArgs{System: baseline, Workload: w}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", w, baseline, err)
+		}
+		rep.add(w, baseline, discard, res)
+		reps := cfg.reps
+		if w.Reps > 0 {
+			reps = min(reps, w.Reps)
+		}
 		for r := range cfg.runs {
-			res, err := runChildProcess(ctx, self, childArgs{System: baseline, Workload: w}, nil)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %s: %w", w, baseline, err)
-			}
-			rep.add(w, baseline, discard, res)
 			for _, spec := range systems {
 				if spec.new == nil || !cfg.wants(spec.key) {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s", w, r+1, cfg.runs, spec.key)
-				a := childArgs{System: spec.key, Backend: discard, Workload: w, Reps: cfg.reps}
+				a := childArgs{System: spec.key, Backend: discard, Workload: w, Reps: reps}
 				if cfg.profileDir != "" {
 					a.CPUProfile = filepath.Join(cfg.profileDir, fmt.Sprintf("%s-%s-%d.pprof", spec.key, strings.NewReplacer(" ", "", "×", "x").Replace(w.String()), r))
 				}

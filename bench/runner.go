@@ -79,7 +79,7 @@ func (r *pkRunner) Restore(ctx context.Context, in iptables.RestoreInput) error 
 		return errInjected
 	}
 	r.last = in.Len()
-	if r.first == nil {
+	if r.first == nil && r.exec != nil {
 		r.first = in
 	}
 	if r.exec == nil {

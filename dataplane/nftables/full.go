@@ -178,10 +178,11 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 // diffPlan adds to p the operations that make the per-service objects of
 // table k those of prog, describing each in drift when it is not nil.
 func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[]string) {
+	// Callers test tracking before they call note: boxing its arguments
+	// would cost a full sync an allocation per element.
+	tracking := drift != nil
 	note := func(format string, args ...any) {
-		if drift != nil {
-			*drift = append(*drift, fmt.Sprintf(format, args...))
-		}
+		*drift = append(*drift, fmt.Sprintf(format, args...))
 	}
 
 	names := make([]types.NamespacedName, 0, len(prog.services))
@@ -200,7 +201,9 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		for _, s := range r.sets {
 			if !want[s.name] && !k.sets[s.name] {
 				p.ops = append(p.ops, op{verbAdd, d.affinitySetObj(s)})
-				note("set %s: missing", s.name)
+				if tracking {
+					note("set %s: missing", s.name)
+				}
 			}
 			want[s.name] = true
 		}
@@ -225,12 +228,16 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 			}
 			if exists && have.rules > 0 {
 				chainOps = append(chainOps, op{verbFlush, &knftables.Chain{Name: c.name}})
-				note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
+				if tracking {
+					note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
+				}
 			} else {
 				chainOps = append(chainOps, op{verbAdd, &knftables.Chain{Name: c.name}})
-				if !exists {
+				switch {
+				case !tracking:
+				case !exists:
 					note("chain %s: missing", c.name)
-				} else {
+				default:
 					note("chain %s: empty, want %d rules", c.name, len(c.rules))
 				}
 			}
@@ -254,7 +261,9 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		switch name := shardName(i); {
 		case !k.maps[name]:
 			p.add(d.shardMap(i))
-			note("map %s: missing", name)
+			if tracking {
+				note("map %s: missing", name)
+			}
 			dirty[i] = true
 		case d.suspect[i]:
 			dirty[i] = true
@@ -266,7 +275,9 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	for i := range mapCount {
 		if dirty[i] && k.maps[shardName(i)] {
 			p.flush(&knftables.Map{Name: shardName(i)})
-			note("map %s: rewritten", shardName(i))
+			if tracking {
+				note("map %s: rewritten", shardName(i))
+			}
 		}
 	}
 
@@ -282,23 +293,27 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 			ek := elemKey{sd.name, key}
 			if c, ok := prog.winner(ek); !ok || c.value != have[key] {
 				p.ops = append(p.ops, op{verbDelete, element(ek, claim{value: have[key]})})
-				if !ok {
+				switch {
+				case !tracking:
+				case !ok:
 					note("%s: unexpected element %s", sd.name, key)
-				} else {
+				default:
 					note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
 				}
 			}
 		}
 	}
+	missing := make([]elemClaim, 0, len(keys))
 	for _, ek := range keys {
 		c := prog.winners[ek]
 		if v, ok := k.elems[ek.set][ek.key]; !ok || v != c.value {
-			p.ops = append(p.ops, op{verbAdd, element(ek, c)})
-			if !ok {
+			missing = append(missing, elemClaim{ek, c})
+			if tracking && !ok {
 				note("%s: element %s missing", ek.set, ek.key)
 			}
 		}
 	}
+	p.ops = appendClaimed(p.ops, missing)
 	// By map and key: the kernel handles a run of elements of one map as
 	// one, which makes loading a third faster.
 	var adds []*dnatDef
@@ -327,7 +342,9 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		}
 		if k.chains[name].rules > 0 {
 			p.flush(&knftables.Chain{Name: name})
-			note("chain %s: unexpected", name)
+			if tracking {
+				note("chain %s: unexpected", name)
+			}
 		}
 		if _, ok := d.stale[name]; !ok {
 			d.stale[name] = now
@@ -336,7 +353,9 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	for _, name := range sortedKeys(k.sets) {
 		if strings.HasPrefix(name, prefixAffinity) && !want[name] {
 			p.delete(&knftables.Set{Name: name})
-			note("set %s: unexpected", name)
+			if tracking {
+				note("set %s: unexpected", name)
+			}
 		}
 	}
 	// Endpoint maps no chain uses any more, once the rules that did are

@@ -278,11 +278,19 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 		}
 		shard, _ := shardOf(name, p.Proto) // checkPort let only the protocols with maps through
 		n := &dnatDef{proto: p.Proto, eps: make([]string, len(eps)), shard: shard, slot: -1}
+		// One string holds every element value, each a substring of it:
+		// a cold start renders millions.
+		ends := make([]int, len(eps))
+		r.num = r.num[:0]
 		for i, e := range eps {
-			r.num = e.Addr.Addr().AppendTo(r.num[:0])
+			r.num = e.Addr.Addr().AppendTo(r.num)
 			r.num = append(r.num, " . "...)
 			r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
-			n.eps[i] = string(r.num)
+			ends[i] = len(r.num)
+		}
+		all, start := string(r.num), 0
+		for i, end := range ends {
+			n.eps[i], start = all[start:end], end
 		}
 		out.chains = append(out.chains, chainDef{name: name, dnat: n})
 		return

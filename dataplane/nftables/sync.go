@@ -294,6 +294,29 @@ func isMap(name string) bool {
 	return false
 }
 
+// appendClaimed appends the adds of the elements claims name, which share
+// their allocations: a cold start writes one or more per service port.
+func appendClaimed(ops []op, claims []elemClaim) []op {
+	elems := make([]knftables.Element, len(claims))
+	strs := make([]string, 2*len(claims))
+	for i, ec := range claims {
+		e := &elems[i]
+		strs[2*i] = ec.key
+		e.Key = strs[2*i : 2*i+1 : 2*i+1]
+		if ec.comment != "" {
+			e.Comment = knftables.PtrTo(ec.comment)
+		}
+		if isMap(ec.set) {
+			strs[2*i+1] = ec.value
+			e.Map, e.Value = ec.set, strs[2*i+1:2*i+2:2*i+2]
+		} else {
+			e.Set = ec.set
+		}
+		ops = append(ops, op{verbAdd, e})
+	}
+	return ops
+}
+
 func element(k elemKey, c claim) *knftables.Element {
 	e := &knftables.Element{Key: []string{k.key}}
 	if c.comment != "" {
