@@ -157,6 +157,54 @@ func (k *IPVS) Frontends() []Frontend {
 	return out
 }
 
+// Userspace is the Kernel of the userspace dataplane in redirect mode
+// (userspace.RedirectConfig): its REDIRECT and REJECT rules, read with
+// everyone's as IPTables reads them, and the forwarder each redirect
+// leads to. A forwarder routes its connections as the model does, so a
+// packet redirected to the forwarder of the service port the model names
+// gets the model's verdict; one redirected elsewhere, or to a port no
+// socket listens on (the kernel refuses it), gets its own.
+type Userspace struct {
+	IPTables *IPTables
+	// Model is the State the forwarders route by.
+	Model *dataplane.State
+	// Listening reports whether a socket of the node listens on port for
+	// protocol; nil takes every redirect to reach its forwarder.
+	Listening func(protocol v1.Protocol, port uint16) bool
+}
+
+// Trace implements Kernel; it never fails.
+func (k *Userspace) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
+	v, _, err := k.TraceSteps(p)
+	return v, err
+}
+
+// TraceSteps is Trace with the rules the packet met, then the forwarder.
+func (k *Userspace) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	v, steps, err := k.IPTables.TraceSteps(p)
+	if err != nil || v.Action != dataplane.DNAT || len(v.Endpoints) != 1 || !v.Endpoints[0].Addr().IsUnspecified() {
+		return v, steps, err
+	}
+	port := v.Endpoints[0].Port()
+	if k.Listening != nil && !k.Listening(p.Protocol, port) {
+		steps = append(steps, fmt.Sprintf("no socket of the node listens on %s port %d: the kernel refuses the connection", p.Protocol, port))
+		return dataplane.Verdict{Action: dataplane.Reject, Service: v.Service}, steps, nil
+	}
+	if v.Service.Name == "" {
+		// Another program's redirect.
+		return v, steps, nil
+	}
+	model := k.Model.Lookup(p)
+	if model.Service != v.Service {
+		return v, steps, nil
+	}
+	steps = append(steps, fmt.Sprintf("forwarder of %s on port %d: routes as the model does", ServiceString(v.Service), port))
+	return model, steps, nil
+}
+
+// Services implements ServiceLister: the service ports the rules name.
+func (k *Userspace) Services() []servicemodel.PortName { return k.IPTables.Services() }
+
 // VerifyListeners is Verify for the userspace dataplane, whose kernel
 // reading is the frontends its forwarders listen on
 // (userspace.Dataplane.Listeners): every frontend of a service port with

@@ -91,3 +91,56 @@ func TestParseSaveOthersRules(t *testing.T) {
 		t.Errorf("Services (-want +got):\n%s", diff)
 	}
 }
+
+// TestParseSaveRedirect: a REDIRECT, another program's or the userspace
+// dataplane's, sends the packet to a socket of the node: a DNAT to the
+// unspecified address at its --to-ports (at the packet's port without),
+// naming the service its comment names.
+func TestParseSaveRedirect(t *testing.T) {
+	save := func(rules ...string) []byte {
+		return []byte("*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:SVC - [0:0]\n" +
+			strings.Join(rules, "\n") + "\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n")
+	}
+	cases := []struct {
+		name  string
+		save  []byte
+		p     dataplane.Packet
+		want  dataplane.Verdict
+		steps []string
+	}{{
+		name: "a sidecar's catch-all",
+		save: save("-A PREROUTING -p tcp -j REDIRECT --to-ports 15001"),
+		p:    dataplanetest.MakePacket(dataplane.FromLocalPod, "10.0.0.2", "172.30.0.10:80", v1.ProtocolTCP),
+		want: dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("0.0.0.0:15001")},
+		steps: []string{"nat PREROUTING: -p tcp -j REDIRECT --to-ports 15001"},
+	}, {
+		name: "a service's forwarder, from the node",
+		save: save("-A OUTPUT -j SVC",
+			`-A SVC -d 172.30.0.10/32 -p udp -m comment --comment "ns/dns:dns cluster IP" -m udp --dport 53 -j REDIRECT --to-ports 40111`),
+		p: dataplanetest.MakePacket(dataplane.FromNode, "192.168.0.2", "172.30.0.10:53", v1.ProtocolUDP),
+		want: dataplane.Verdict{Action: dataplane.DNAT, Service: dataplanetest.PortName("ns", "dns", "dns", v1.ProtocolUDP),
+			Endpoints: dataplanetest.AddrPorts("0.0.0.0:40111")},
+	}, {
+		name: "no port: the packet's own, IPv6",
+		save: save("-A PREROUTING -p tcp -m tcp --dport 80 -j REDIRECT"),
+		p:    dataplanetest.MakePacket(dataplane.FromOutside, "2001:db8::2", "[fd00::10]:80", v1.ProtocolTCP),
+		want: dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("[::]:80")},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, skipped := ParseSave(tc.save)
+			if len(skipped) != 0 {
+				t.Fatalf("skipped %v", skipped)
+			}
+			v, steps := rs.TraceSteps(tc.p, nil)
+			if diff := dataplanetest.DiffVerdict(tc.want, v); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+			if tc.steps != nil {
+				if diff := cmp.Diff(tc.steps, steps); diff != "" {
+					t.Errorf("steps (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}

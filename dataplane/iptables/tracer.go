@@ -3,6 +3,7 @@ package iptables
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
@@ -21,6 +22,8 @@ const maxTraceDepth = 32
 // nat POSTROUTING for the masquerade. nodeIPs are the addresses that count
 // as the node's own, with loopback, for "--src-type/--dst-type LOCAL".
 //
+// A REDIRECT is a DNAT to the node itself: to the unspecified address at
+// its --to-ports, the port a socket of the node gets the connection on.
 // A statistic match is taken both ways, so every endpoint the packet may
 // reach is reported; "recent --rcheck" never matches (there is no history)
 // but marks the verdict as pinned by affinity. Conntrack state is NEW, plus
@@ -56,7 +59,7 @@ func (rs *Ruleset) trace(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Ve
 		t.dnat = true
 	}
 	hooks := []string{"FORWARD"}
-	if t.isLocal(t.dst) {
+	if t.isLocal(t.dst) || len(t.outcomes) > 0 && t.outcomes[0].redirect {
 		hooks = []string{"INPUT"}
 	}
 	if p.From == dataplane.FromNode {
@@ -99,7 +102,7 @@ func (rs *Ruleset) trace(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Ve
 			// Every candidate crosses the same rules; name them once.
 			t.steps = t.steps[:steps]
 		}
-		if !t.masq {
+		if !t.masq || o.redirect {
 			v.Masquerade = false
 		}
 		if o.hairpin {
@@ -115,6 +118,9 @@ type outcome struct {
 	ep      netip.AddrPort
 	mark    uint32
 	hairpin bool
+	// redirect is a REDIRECT: ep is the unspecified address at the port
+	// a socket of the node gets the connection on.
+	redirect bool
 }
 
 type tracer struct {
@@ -137,6 +143,23 @@ type tracer struct {
 	masq          bool
 
 	steps []string
+}
+
+// redirectTo is where a REDIRECT with --to-ports ports sends the packet:
+// to the node itself (the unspecified address stands for whichever of its
+// addresses the kernel picks) at the first port of ports, or at the
+// packet's own port without one.
+func (t *tracer) redirectTo(ports string) netip.AddrPort {
+	port := uint16(t.dport)
+	first, _, _ := strings.Cut(ports, "-")
+	if n, err := strconv.ParseUint(first, 10, 16); err == nil {
+		port = uint16(n)
+	}
+	any := netip.IPv4Unspecified()
+	if t.dst.Is6() {
+		any = netip.IPv6Unspecified()
+	}
+	return netip.AddrPortFrom(any, port)
 }
 
 func (t *tracer) isLocal(a netip.Addr) bool {
@@ -200,6 +223,15 @@ func (t *tracer) run(table, chain string, depth int) chainResult {
 		case "DNAT":
 			ep, _ := netip.ParseAddrPort(r.toDestination)
 			t.outcomes = append(t.outcomes, outcome{ep: ep, mark: t.mark, hairpin: localMark})
+			return terminated
+		case "REDIRECT":
+			if table != "nat" {
+				continue
+			}
+			if t.service == (servicemodel.PortName{}) && len(t.outcomes) == 0 {
+				t.service = r.service()
+			}
+			t.outcomes = append(t.outcomes, outcome{ep: t.redirectTo(r.toPorts), mark: t.mark, redirect: true})
 			return terminated
 		}
 		// A jump to a user chain: remember which service the packet is

@@ -62,6 +62,10 @@ type host struct {
 	// nftListing returns what "nft list table" prints of family's table
 	// of the agent, for verify and --kernel; nil cannot read it.
 	nftListing func(ctx context.Context, family v1.IPFamily) ([]byte, error)
+	// listening reads which TCP and UDP ports the node's sockets listen
+	// on, for --kernel in mode userspace; nil takes every forwarder to be
+	// listening.
+	listening func() (func(v1.Protocol, uint16) bool, error)
 	// flows lists family's DNATed conntrack entries, for diagnose; nil
 	// reads none.
 	flows func(ctx context.Context, family v1.IPFamily) ([]conntrack.Flow, error)
@@ -87,6 +91,7 @@ func machine() host {
 		},
 		node:       new(realNodeSettings()),
 		nftListing: listNFTable,
+		listening:  listeningSockets,
 		flows: func(ctx context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
 			return conntrack.DNATFlows(ctx, nil, f)
 		},

@@ -16,6 +16,8 @@ import (
 	"github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/troubleshoot"
 	"github.com/spf13/pflag"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -36,7 +38,7 @@ var troubleshootFlagNames = []string{"output", "kernel", "client", "namespace", 
 func addTroubleshootFlags(fs *pflag.FlagSet, o *options) {
 	f := &o.tflags
 	fs.StringVarP(&f.output, "output", "o", "", "diagnose, verify, list: json prints JSON instead of text")
-	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save; nft list table in mode nftables; in mode ipvs, the virtual servers, link addresses, ipsets and chains) and trace packets through them; diagnose also reads conntrack")
+	fs.BoolVar(&f.kernel, "kernel", false, "explain, diagnose: also read the kernel's rules (iptables-save; nft list table in mode nftables; in mode ipvs, the virtual servers, link addresses, ipsets and chains; in mode userspace, also the listening sockets) and trace packets through them; diagnose also reads conntrack")
 	fs.StringVar(&f.client, "client", "", "diagnose: a client IP whose packets to the service's frontends are followed (source ranges, family)")
 	fs.StringVar(&f.namespace, "namespace", "", "list: only services of this namespace")
 	fs.StringVar(&f.name, "name", "", "list: only services of this name")
@@ -196,7 +198,40 @@ func writeJSON(stdout, stderr io.Writer, v any) int {
 }
 
 // errNoKernelReading is a mode whose kernel the agent cannot read.
-var errNoKernelReading = errors.New("reading the kernel's rules is built for --proxy-mode iptables, nftables and ipvs (userspace: the agent's --verify-period compares its forwarders' listeners)")
+var errNoKernelReading = errors.New("reading the kernel's rules is built for --proxy-mode iptables, nftables, ipvs and userspace")
+
+// listeningSockets reads which TCP and UDP ports the sockets of this
+// network namespace listen on, of both families: a forwarder listens on
+// every address, a dual-stack socket under AF_INET6.
+func listeningSockets() (func(v1.Protocol, uint16) bool, error) {
+	type key struct {
+		proto v1.Protocol
+		port  uint16
+	}
+	open := map[key]bool{}
+	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		tcp, err := netlink.SocketDiagTCP(family)
+		if err != nil {
+			return nil, fmt.Errorf("listing the TCP sockets: %w", err)
+		}
+		for _, s := range tcp {
+			if s.State == netlink.TCP_LISTEN {
+				open[key{v1.ProtocolTCP, s.ID.SourcePort}] = true
+			}
+		}
+		udp, err := netlink.SocketDiagUDP(family)
+		if err != nil {
+			return nil, fmt.Errorf("listing the UDP sockets: %w", err)
+		}
+		for _, s := range udp {
+			// A forwarder's socket is bound, not connected.
+			if s.ID.Destination == nil || s.ID.Destination.IsUnspecified() {
+				open[key{v1.ProtocolUDP, s.ID.SourcePort}] = true
+			}
+		}
+	}
+	return func(p v1.Protocol, port uint16) bool { return open[key{p, port}] }, nil
+}
 
 // kernelReading is a dataplane's reading of the kernel that can also say
 // which rules a packet met.
@@ -219,6 +254,18 @@ func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, st *dat
 		return ipvsReading(ctx, h, log, st)
 	case "iptables":
 		return iptablesKernel(ctx, h, log, family, nodeIPs)
+	case "userspace":
+		k, err := iptablesKernel(ctx, h, log, family, nodeIPs)
+		if k == nil || err != nil {
+			return nil, err
+		}
+		u := &troubleshoot.Userspace{IPTables: k.(*troubleshoot.IPTables), Model: st}
+		if h.listening != nil {
+			if u.Listening, err = h.listening(); err != nil {
+				return nil, err
+			}
+		}
+		return u, nil
 	case "nftables":
 		if h.nftListing == nil {
 			return nil, errors.New("nft cannot be read here")

@@ -149,7 +149,6 @@ func TestTroubleshootCommandLines(t *testing.T) {
 		{[]string{"--kernel"}, exitUsage, "--kernel applies to a subcommand only"},
 		{[]string{"explain", "10.0.0.1", "10.96.0.1:443", "-o", "json"}, exitUsage, "--output applies to a subcommand only"},
 		{[]string{"verify", "--dry-run"}, exitFailure, "verify: a dry run reads no kernel"},
-		{[]string{"verify", "--proxy-mode", "userspace"}, exitFailure, "verify: --proxy-mode userspace: reading the kernel's rules is built for --proxy-mode iptables, nftables and ipvs"},
 		{[]string{"verify", "--proxy-mode", "nftables"}, exitFailure, "verify: nft cannot be read here"},
 	}
 	for _, tt := range tests {

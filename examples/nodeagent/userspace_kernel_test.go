@@ -183,7 +183,24 @@ func TestKernelUserspaceServesTraffic(t *testing.T) {
 		t.Errorf("the service without endpoints: %v, want connection refused", err)
 	}
 
+	// verify and explain --kernel read the redirects and the sockets:
+	// every frontend reaches a listening forwarder of its service.
+	model := []string{"--proxy-mode", "userspace", "--manifests", dir, "--hostname-override", "usnode"}
+	out, errOut, code := agentExit(t, node, append(model, "verify")...)
+	if code != exitOK || !strings.HasPrefix(out, "OK: the kernel's rules do what the model says") {
+		t.Errorf("verify: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code = agentExit(t, node, append(model, "explain", "10.1.0.2", "10.96.0.10:80", "--kernel")...)
+	if code != exitOK || !strings.Contains(out, "forwarder of default/web:http/TCP on port ") || !strings.Contains(out, "agrees:     yes") {
+		t.Errorf("explain --kernel: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+
 	stop()
+	// The redirects outlive the agent, its forwarders do not.
+	out, _, code = agentExit(t, node, append(model, "verify")...)
+	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: wrong-verdict at 10.96.0.10:80/TCP (cluster IP)") {
+		t.Errorf("verify with the agent stopped: exit %d, stdout:\n%s", code, out)
+	}
 	if v4, _ := saved(t, node); !strings.Contains(v4, ":PKU-SERVICES") {
 		t.Errorf("no PKU-SERVICES chain while the agent ran:\n%s", v4)
 	}
