@@ -56,10 +56,14 @@ func (k *IPTables) Services() []servicemodel.PortName {
 }
 
 // NFTables is the Kernel of the nftables dataplane: its table as nft
-// lists it (nftables.ParseListing). Only the dataplane's table is read:
-// another program's table that decides first is not seen.
+// lists it (nftables.ParseListing) and, when Others is set, the other
+// tables whose base chains run before its nat chain, so that another
+// program's table that decides first (kube-proxy's, left behind) is seen.
 type NFTables struct {
 	Rules *nftables.Ruleset
+	// Others are the ruleset's other tables (nftables.ParseOthers); nil
+	// reads the dataplane's table alone.
+	Others *nftables.Others
 	// NodeIPs are the node's addresses, which count as local with
 	// loopback; State.Node.IPs.
 	NodeIPs []netip.Addr
@@ -77,13 +81,24 @@ func NewNFTables(listing []byte, family v1.IPFamily, nodeIPs []netip.Addr) (*NFT
 
 // Trace implements Kernel.
 func (k *NFTables) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
-	v, _, err := k.Rules.Trace(p, k.NodeIPs)
+	v, _, err := k.TraceSteps(p)
 	return v, err
 }
 
-// TraceSteps is Trace with the chains entered and map elements matched.
+// TraceSteps is Trace with the chains entered and map elements matched:
+// first the other tables' rules that decided something, then the
+// dataplane's.
 func (k *NFTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
-	return k.Rules.Trace(p, k.NodeIPs)
+	var before []string
+	if k.Others != nil {
+		v, decided, steps := k.Others.Trace(p, k.NodeIPs)
+		if decided {
+			return v, steps, nil
+		}
+		before = steps
+	}
+	v, steps, err := k.Rules.Trace(p, k.NodeIPs)
+	return v, append(before, steps...), err
 }
 
 // Services implements ServiceLister.

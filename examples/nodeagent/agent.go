@@ -62,6 +62,10 @@ type host struct {
 	// nftListing returns what "nft list table" prints of family's table
 	// of the agent, for verify and --kernel; nil cannot read it.
 	nftListing func(ctx context.Context, family v1.IPFamily) ([]byte, error)
+	// nftRuleset returns what "nft list ruleset" prints, for the other
+	// tables verify and --kernel follow in mode nftables; nil reads the
+	// agent's table alone.
+	nftRuleset func(ctx context.Context) ([]byte, error)
 	// listening reads which TCP and UDP ports the node's sockets listen
 	// on, for --kernel in mode userspace; nil takes every forwarder to be
 	// listening.
@@ -91,6 +95,7 @@ func machine() host {
 		},
 		node:       new(realNodeSettings()),
 		nftListing: listNFTable,
+		nftRuleset: listNFTRuleset,
 		listening:  listeningSockets,
 		flows: func(ctx context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
 			return conntrack.DNATFlows(ctx, nil, f)

@@ -183,6 +183,21 @@ func TestKernelNFTablesVerify(t *testing.T) {
 		t.Errorf("explain --kernel: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 
+	// kube-proxy's table, left behind, takes the web service first.
+	ns.MustRun("nft", "add", "table", "ip", "kube-proxy")
+	ns.MustRun("nft", "add", "chain", "ip", "kube-proxy", "nat-prerouting", "{ type nat hook prerouting priority dstnat; policy accept; }")
+	ns.MustRun("nft", "add", "rule", "ip", "kube-proxy", "nat-prerouting", "ip", "daddr", "10.96.10.10", "tcp", "dport", "80", "dnat", "to", "10.9.9.9:80")
+	out, errOut, code = agentExit(t, ns, append(mode, "verify")...)
+	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: shadowed at 10.96.10.10:80/TCP (cluster IP)") {
+		t.Errorf("verify with kube-proxy's table: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, _, code = agentExit(t, ns, append(mode, "explain", "203.0.113.9", "10.96.10.10:80", "--kernel")...)
+	if code != exitFailure || !strings.Contains(out, "ip kube-proxy nat-prerouting: ip daddr 10.96.10.10 tcp dport 80 dnat to 10.9.9.9:80") ||
+		!strings.Contains(out, "DISAGREES:  shadowed") {
+		t.Errorf("explain --kernel with kube-proxy's table: exit %d, stdout:\n%s", code, out)
+	}
+	ns.MustRun("nft", "delete", "table", "ip", "kube-proxy")
+
 	ns.MustRun("nft", "delete", "element", "ip", "proxykit", "service-ips", "{ 10.96.10.10 . tcp . 80 }")
 	out, errOut, code = agentExit(t, ns, append(mode, "verify")...)
 	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: missing at 10.96.10.10:80/TCP (cluster IP)") ||

@@ -273,16 +273,43 @@ func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, st *dat
 		listing, err := h.nftListing(ctx, family)
 		switch {
 		case errors.Is(err, errNoTable):
-			return troubleshoot.NewNFTables(nil, family, nodeIPs)
+			listing = nil
 		case err != nil && family == v1.IPv6Protocol:
 			log.V(1).Info("IPv6 rules not read: nft is not usable", "err", err)
 			return nil, nil
 		case err != nil:
 			return nil, err
 		}
-		return troubleshoot.NewNFTables(listing, family, nodeIPs)
+		k, err := troubleshoot.NewNFTables(listing, family, nodeIPs)
+		if err != nil || h.nftRuleset == nil {
+			return k, err
+		}
+		ruleset, err := h.nftRuleset(ctx)
+		if err == nil {
+			k.Others, err = nftables.ParseOthers(ruleset, family, string(nftFamily(family))+" "+nftables.DefaultTable)
+		}
+		if err != nil {
+			log.Info("Other programs' nftables tables not read: one that decides first is not seen", "family", family, "err", err)
+			return k, nil
+		}
+		if t := k.Others.Tables(); len(t) > 0 {
+			log.V(1).Info("Other nftables tables read", "family", family, "tables", t)
+		}
+		return k, nil
 	}
 	return nil, fmt.Errorf("--proxy-mode %s: %w", o.proxyMode, errNoKernelReading)
+}
+
+// listNFTRuleset runs "nft list ruleset": every table, the agent's too.
+func listNFTRuleset(ctx context.Context) ([]byte, error) {
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, "nft", "list", "ruleset")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("nft list ruleset: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }
 
 // errNoTable is the agent's nftables table missing from the kernel.
