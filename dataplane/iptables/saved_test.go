@@ -108,10 +108,10 @@ func TestParseSaveRedirect(t *testing.T) {
 		want  dataplane.Verdict
 		steps []string
 	}{{
-		name: "a sidecar's catch-all",
-		save: save("-A PREROUTING -p tcp -j REDIRECT --to-ports 15001"),
-		p:    dataplanetest.MakePacket(dataplane.FromLocalPod, "10.0.0.2", "172.30.0.10:80", v1.ProtocolTCP),
-		want: dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("0.0.0.0:15001")},
+		name:  "a sidecar's catch-all",
+		save:  save("-A PREROUTING -p tcp -j REDIRECT --to-ports 15001"),
+		p:     dataplanetest.MakePacket(dataplane.FromLocalPod, "10.0.0.2", "172.30.0.10:80", v1.ProtocolTCP),
+		want:  dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("0.0.0.0:15001")},
 		steps: []string{"nat PREROUTING: -p tcp -j REDIRECT --to-ports 15001"},
 	}, {
 		name: "a service's forwarder, from the node",
