@@ -178,6 +178,19 @@
 // programs every conformance scenario through nft and traces the listing
 // against State.LookupMode.
 //
+// Other programs' tables run beside the proxy's: the kernel calls every
+// base chain hooked at prerouting (output for the node's packets) in
+// priority order, and one that drops, rejects or rewrites service traffic
+// before the proxy's nat chain decides it (kube-proxy's own table, left
+// behind by a migration, is the usual one). ParseOthers reads the other
+// tables from "nft list ruleset", and Others.Trace follows their base
+// chains at or before dstnat priority: matches on addresses, protocols,
+// ports, sets and verdict maps (concatenations included), fib daddr type,
+// ct state and input interfaces; jumps, gotos, random choices, dnat,
+// redirect, accept, drop, reject and a drop policy. A rule of another form
+// (a mark, a meter) is taken as not matching, and named when it could
+// have decided; the trace then claims no policy drop.
+//
 // # Differences from upstream
 //
 //   - The table is "proxykit", not "kube-proxy", and the first rule of each
