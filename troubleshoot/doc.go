@@ -46,17 +46,22 @@
 // or Untraceable (a rule the reading cannot follow).
 // IPTables is the Kernel of the iptables dataplane: iptables-save's
 // listing, everyone's rules, parsed by iptables.ParseSave and followed by
-// its tracer, which sees another program's rules too. NFTables is that of
-// the nftables dataplane: its table as nft lists it
-// (nftables.ParseListing). IPVS is that of the ipvs dataplane: its virtual
+// its tracer, which sees another program's rules too (a REDIRECT is a DNAT
+// to the node itself). NFTables is that of the nftables dataplane: its
+// table as nft lists it (nftables.ParseListing) and, with Others, the
+// other tables whose base chains run first (nftables.ParseOthers).
+// Userspace is that of the userspace dataplane in redirect mode: its
+// REDIRECTs, read as IPTables reads them, to forwarders that listen
+// (Userspace.Listening) and route by the model. IPVS is that of the ipvs
+// dataplane: its virtual
 // and real servers, link addresses, ipsets and chains as
 // ipvs.Dataplane.Read finds them in the kernel, followed by
 // ipvs.Reading.Trace; the kernel holds no service names there, so a
 // frontend is named after the model's service port at it, and the virtual
 // servers no service port of the model has are reported as Extra
 // frontends (FrontendLister). VerifyListeners is the userspace dataplane's
-// counterpart, comparing the model's frontends with the forwarders'
-// listeners.
+// in-process counterpart, comparing the model's frontends with the
+// forwarders' listeners.
 //
 // # List
 //
