@@ -53,7 +53,8 @@
 // Userspace is that of the userspace dataplane in redirect mode: its
 // REDIRECTs, read as IPTables reads them, to forwarders that listen
 // (Userspace.Listening) and route by the model. IPVS is that of the ipvs
-// dataplane: its virtual
+// dataplane, after the other programs' iptables rules (IPVS.Others,
+// NewIPTablesWithout the dataplane's chains): its virtual
 // and real servers, link addresses, ipsets and chains as
 // ipvs.Dataplane.Read finds them in the kernel, followed by
 // ipvs.Reading.Trace; the kernel holds no service names there, so a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
@@ -34,6 +35,37 @@ type IPTables struct {
 func NewIPTables(save []byte, nodeIPs []netip.Addr) *IPTables {
 	rs, skipped := iptables.ParseSave(save)
 	return &IPTables{Rules: rs, NodeIPs: nodeIPs, Skipped: skipped}
+}
+
+// NewIPTablesWithout is NewIPTables without the chains whose names start
+// with prefix (a dataplane's own, such as the ipvs dataplane's "PKV-")
+// and the rules that jump to them: what the other programs' rules do.
+func NewIPTablesWithout(save []byte, prefix string, nodeIPs []netip.Addr) *IPTables {
+	var kept []string
+	for line := range strings.Lines(string(save)) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 0 && strings.HasPrefix(f[0], ":"+prefix):
+			continue
+		case len(f) > 1 && f[0] == "-A" && strings.HasPrefix(f[1], prefix):
+			continue
+		case jumpsTo(f, prefix):
+			continue
+		}
+		kept = append(kept, line)
+	}
+	return NewIPTables([]byte(strings.Join(kept, "")), nodeIPs)
+}
+
+// jumpsTo reports whether the rule's words jump to or go to a chain of
+// prefix.
+func jumpsTo(words []string, prefix string) bool {
+	for i := 0; i+1 < len(words); i++ {
+		if (words[i] == "-j" || words[i] == "-g") && strings.HasPrefix(words[i+1], prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // Trace implements Kernel; it never fails.
@@ -107,8 +139,9 @@ func (k *NFTables) Services() []servicemodel.PortName { return k.Rules.Services(
 // IPVS is the Kernel of the ipvs dataplane: what ipvs.Dataplane.Read found
 // of it in the kernel (its virtual servers and real servers, the
 // addresses on its link, its ipsets and chains), followed by
-// ipvs.Reading.Trace. Only the dataplane's own are read: another
-// program's rule that decides first is not seen. The kernel holds no
+// ipvs.Reading.Trace, after the other programs' iptables rules (Others),
+// which the kernel runs before IPVS sees a packet. Another program's
+// virtual servers are not read. The kernel holds no
 // service names, so a frontend is named after the model's service port
 // there: IPVS tells what the kernel does at each frontend of the model,
 // and (as a FrontendLister) which of its virtual servers no service port
@@ -116,6 +149,10 @@ func (k *NFTables) Services() []servicemodel.PortName { return k.Rules.Services(
 // would be another program's.
 type IPVS struct {
 	Reading *ipvs.Reading
+	// Others are the other programs' nat and filter rules
+	// (NewIPTablesWithout the dataplane's chain prefix); one that DNATs,
+	// drops or rejects a packet decides first. nil reads none.
+	Others *IPTables
 	// NodeIPs are the node's addresses, which count as local with
 	// loopback and the link's addresses; State.Node.IPs.
 	NodeIPs []netip.Addr
@@ -153,13 +190,22 @@ func (k *IPVS) name(proto v1.Protocol, fe netip.AddrPort) servicemodel.PortName 
 
 // Trace implements Kernel.
 func (k *IPVS) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
-	v, _, err := k.Reading.Trace(p, k.NodeIPs, k.name)
+	v, _, err := k.TraceSteps(p)
 	return v, err
 }
 
 // TraceSteps is Trace with the rules and the virtual server the packet
 // met.
 func (k *IPVS) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	if k.Others != nil {
+		// The link's addresses are local: their packets cross INPUT.
+		local := append(slices.Clip(k.NodeIPs), k.Reading.LinkAddresses...)
+		v, steps := k.Others.Rules.TraceSteps(p, local)
+		switch v.Action {
+		case dataplane.DNAT, dataplane.Drop, dataplane.Reject:
+			return v, steps, nil
+		}
+	}
 	return k.Reading.Trace(p, k.NodeIPs, k.name)
 }
 

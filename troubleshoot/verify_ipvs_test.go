@@ -94,6 +94,28 @@ func TestVerifyIPVS(t *testing.T) {
 			Model: "drop", Kernel: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)",
 			Detail: "the model says drop, the rules DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
+		name: "another program's DNAT first",
+		edit: func(t *testing.T, f ipvsFakes) {
+			in := "*nat\n-I PREROUTING 1 -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80\nCOMMIT\n"
+			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: []Drift{{Service: webHTTP, Kind: Shadowed, Frontend: cluster,
+			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "DNAT to 10.9.9.9:80",
+			Detail: "a rule that is not the proxy's decides first: DNAT to 10.9.9.9:80"}},
+	}, {
+		name: "another program's drop first",
+		edit: func(t *testing.T, f ipvsFakes) {
+			in := "*filter\n-I INPUT 1 -d 172.30.0.20/32 -j DROP\nCOMMIT\n"
+			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Shadowed, Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7",
+			Model: "DNAT to 10.1.0.30:5432 (masquerade)", Kernel: "drop",
+			Detail: "a rule that is not the proxy's decides first: drop"}},
+	}, {
 		name:  "a virtual server of a service the model no longer has",
 		model: build(t, web(lbWeb), webSlice(eps...))[0],
 		want: []Drift{{Kind: Extra, Frontend: "172.30.0.20:5432/TCP",
@@ -113,7 +135,19 @@ func TestVerifyIPVS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := Verify(model, dataplane.Mode("ipvs"), NewIPVS(r, model))
+			k := NewIPVS(r, model)
+			var save []byte
+			for _, table := range []string{"nat", "filter"} {
+				out, err := f.runner.Save(t.Context(), table)
+				if err != nil {
+					t.Fatal(err)
+				}
+				save = append(save, out...)
+			}
+			if k.Others = NewIPTablesWithout(save, ipvs.DefaultPrefix+"-", model.Node.IPs); len(k.Others.Skipped) > 0 {
+				t.Fatalf("skipped %v", k.Others.Skipped)
+			}
+			got := Verify(model, dataplane.Mode("ipvs"), k)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("Verify (-want +got):\n%s", diff)
 			}

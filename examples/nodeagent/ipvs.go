@@ -57,7 +57,22 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 	if err != nil {
 		return nil, err
 	}
-	return troubleshoot.NewIPVS(reading, st), nil
+	kr := troubleshoot.NewIPVS(reading, st)
+	// Other programs' iptables rules run before IPVS sees a packet.
+	var save []byte
+	for _, table := range []string{"nat", "filter"} {
+		out, err := r.Save(ctx, table)
+		if err != nil {
+			log.Info("Other programs' iptables rules not read: one that decides first is not seen", "family", st.Family, "err", err)
+			return kr, nil
+		}
+		save = append(save, out...)
+	}
+	kr.Others = troubleshoot.NewIPTablesWithout(save, ipvs.DefaultPrefix+"-", st.Node.IPs)
+	if n := len(kr.Others.Skipped); n > 0 {
+		log.Info("Some rules of other programs are not modelled: a trace may miss what they do", "family", st.Family, "rules", n)
+	}
+	return kr, nil
 }
 
 // close closes the handles that can be: the kernel's, not the fakes.
