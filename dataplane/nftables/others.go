@@ -21,19 +21,49 @@ import (
 type Others struct {
 	family v1.IPFamily
 	tables []*otherTable
+	// hooks holds the base chains at each hook that run no later than
+	// the dataplane's nat chain, in the order the kernel runs them.
+	hooks map[string][]otherBase
 }
 
 type otherTable struct {
 	// name is "family name", as nft names a table.
 	name   string
 	chains map[string]*otherChain
-	// sets holds the elements of the sets and maps, by name.
-	sets map[string][]*knftables.Element
+	// sets are the sets and maps, by name.
+	sets map[string]*otherSet
+}
+
+// otherSet is a set's or map's elements, indexed: a verify traces every
+// frontend of the cluster through them.
+type otherSet struct {
+	// exact holds the elements whose key is plain values, by the key as
+	// nft lists it; ranged those with a prefix, range or wildcard.
+	exact  map[string]*knftables.Element
+	ranged []*knftables.Element
+}
+
+func newOtherSet(elems []*knftables.Element) *otherSet {
+	s := &otherSet{exact: make(map[string]*knftables.Element, len(elems))}
+	for _, el := range elems {
+		if slices.ContainsFunc(el.Key, func(k string) bool { return strings.ContainsAny(k, "/-*") }) {
+			s.ranged = append(s.ranged, el)
+		} else if _, dup := s.exact[strings.Join(el.Key, " . ")]; !dup {
+			s.exact[strings.Join(el.Key, " . ")] = el
+		}
+	}
+	return s
+}
+
+// otherRule is a rule's text and its words (tokenize).
+type otherRule struct {
+	text string
+	toks []string
 }
 
 type otherChain struct {
 	name  string
-	rules []string
+	rules []otherRule
 	// base chains only: the hook, priority and policy.
 	hook, policy string
 	priority     int
@@ -53,16 +83,18 @@ func ParseOthers(ruleset []byte, family v1.IPFamily, own string) (*Others, error
 	want := map[string]bool{"inet": true, "ip": family == v1.IPv4Protocol, "ip6": family == v1.IPv6Protocol}
 	var t *otherTable
 	var c *otherChain
-	// set is the set or map whose body the lines are in; pending an
-	// elements list spread over lines.
-	var set, pending string
+	// set is the set or map whose body the lines are in; pending the
+	// lines of an elements list spread over lines (joined once: a map
+	// of a big cluster spans thousands).
+	var set string
+	var pending []string
 	depth := 0
 	for n, raw := range strings.Split(string(ruleset), "\n") {
 		line := strings.TrimSpace(raw)
-		if pending != "" {
-			pending += " " + line
+		if pending != nil {
+			pending = append(pending, line)
 			if strings.HasSuffix(line, "}") {
-				t.sets[set], pending = parseElements(pending), ""
+				t.sets[set], pending = newOtherSet(parseElements(strings.Join(pending, " "))), nil
 			}
 			continue
 		}
@@ -75,7 +107,7 @@ func ParseOthers(ruleset []byte, family v1.IPFamily, own string) (*Others, error
 			}
 			depth, t = 1, nil
 			if name := f[1] + " " + f[2]; want[f[1]] && name != own {
-				t = &otherTable{name: name, chains: map[string]*otherChain{}, sets: map[string][]*knftables.Element{}}
+				t = &otherTable{name: name, chains: map[string]*otherChain{}, sets: map[string]*otherSet{}}
 				o.tables = append(o.tables, t)
 			}
 		case f[0] == "}":
@@ -93,23 +125,26 @@ func ParseOthers(ruleset []byte, family v1.IPFamily, own string) (*Others, error
 				t.chains[c.name] = c
 			case "set", "map":
 				set = f[1]
-				t.sets[set] = nil
+				t.sets[set] = newOtherSet(nil)
 			}
 		case set != "" && f[0] == "elements":
-			if pending = line; strings.HasSuffix(line, "}") {
-				t.sets[set], pending = parseElements(line), ""
+			if strings.HasSuffix(line, "}") {
+				t.sets[set] = newOtherSet(parseElements(line))
+			} else {
+				pending = []string{line}
 			}
 		case c != nil && f[0] == "type":
 			if err := c.parseBase(line); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n+1, err)
 			}
 		case c != nil:
-			c.rules = append(c.rules, line)
+			c.rules = append(c.rules, otherRule{text: line, toks: tokenize(line)})
 		}
 	}
-	if pending != "" {
-		return nil, fmt.Errorf("unterminated elements list %q", pending)
+	if pending != nil {
+		return nil, fmt.Errorf("unterminated elements list %q", pending[0])
 	}
+	o.index()
 	return o, nil
 }
 
@@ -182,21 +217,22 @@ type otherBase struct {
 	c *otherChain
 }
 
-// before returns the base chains at hook that run no later than the
+// index finds, for each hook, the base chains that run no later than the
 // dataplane's nat chain (priority dstnat): by priority, then table name.
 // At equal priority the kernel's order is its registration order, which a
 // listing does not show: such a chain may run first.
-func (o *Others) before(hook string) []otherBase {
-	var out []otherBase
+func (o *Others) index() {
+	o.hooks = map[string][]otherBase{}
 	for _, t := range o.tables {
 		for _, c := range t.chains {
-			if c.base && c.hook == hook && c.priority <= namedPriorities["dstnat"] {
-				out = append(out, otherBase{t, c})
+			if c.base && c.priority <= namedPriorities["dstnat"] {
+				o.hooks[c.hook] = append(o.hooks[c.hook], otherBase{t, c})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b otherBase) int {
-		return cmp.Or(cmp.Compare(a.c.priority, b.c.priority), cmp.Compare(a.t.name, b.t.name), cmp.Compare(a.c.name, b.c.name))
-	})
-	return out
+	for _, list := range o.hooks {
+		slices.SortFunc(list, func(a, b otherBase) int {
+			return cmp.Or(cmp.Compare(a.c.priority, b.c.priority), cmp.Compare(a.t.name, b.t.name), cmp.Compare(a.c.name, b.c.name))
+		})
+	}
 }

@@ -230,7 +230,7 @@ func TestParseOthers(t *testing.T) {
 		t.Errorf("tables (-want +got):\n%s", diff)
 	}
 	var got []string
-	for _, b := range o.before("prerouting") {
+	for _, b := range o.hooks["prerouting"] {
 		got = append(got, b.t.name+" "+b.c.name)
 	}
 	if diff := cmp.Diff([]string{"inet firewalld mangle_PREROUTING", "ip kube-proxy nat-prerouting"}, got); diff != "" {

@@ -28,7 +28,7 @@ func (o *Others) Trace(p dataplane.Packet, nodeIPs []netip.Addr) (v dataplane.Ve
 	if o.family == "IPv6" {
 		e.ipX = "ip6"
 	}
-	for _, b := range o.before(hook) {
+	for _, b := range o.hooks[hook] {
 		e.unsure = false
 		res := e.chain(b.t, b.c, 0)
 		if (res.kind == oNext || res.kind == oReturn) && b.c.policy == "drop" && !e.unsure {
@@ -99,8 +99,8 @@ const maxOthersDepth = 32
 var deciding = []string{"accept", "drop", "reject", "jump", "goto", "vmap", "dnat", "redirect"}
 
 // rule applies one rule: its matches, then its verdict.
-func (e *othersTrace) rule(t *otherTable, chain, rule string, depth int) oResult {
-	toks := tokenize(rule)
+func (e *othersTrace) rule(t *otherTable, chain string, r otherRule, depth int) oResult {
+	rule, toks := r.text, r.toks
 	for i := 0; i < len(toks); {
 		tok := toks[i]
 		switch tok {
@@ -168,15 +168,13 @@ func (e *othersTrace) rule(t *otherTable, chain, rule string, depth int) oResult
 			if i+1 >= len(toks) {
 				return e.unknown(t, chain, rule)
 			}
-			elems, ok := e.elements(t, toks[i+1])
+			set, ok := e.set(t, toks[i+1])
 			if !ok {
 				return e.unknown(t, chain, rule)
 			}
-			for _, el := range elems {
-				if matchKey(keys, el.Key) && len(el.Value) == 1 {
-					e.step(t, chain, rule+"  ["+strings.Join(el.Key, " . ")+" : "+el.Value[0]+"]")
-					return e.verdict(t, el.Value[0], depth)
-				}
+			if el := set.lookup(keys); el != nil && len(el.Value) == 1 {
+				e.step(t, chain, rule+"  ["+strings.Join(el.Key, " . ")+" : "+el.Value[0]+"]")
+				return e.verdict(t, el.Value[0], depth)
 			}
 			return oResult{}
 		case len(keys) > 1 || strings.HasPrefix(op, "@"):
@@ -184,11 +182,11 @@ func (e *othersTrace) rule(t *otherTable, chain, rule string, depth int) oResult
 			if len(keys) > 1 && !strings.HasPrefix(op, "@") && !strings.HasPrefix(op, "{") {
 				return e.unknown(t, chain, rule)
 			}
-			elems, ok := e.elements(t, op)
+			set, ok := e.set(t, op)
 			if !ok {
 				return e.unknown(t, chain, rule)
 			}
-			if !slices.ContainsFunc(elems, func(el *knftables.Element) bool { return matchKey(keys, el.Key) }) {
+			if set.lookup(keys) == nil {
 				return oResult{}
 			}
 			i++
@@ -202,11 +200,11 @@ func (e *othersTrace) rule(t *otherTable, chain, rule string, depth int) oResult
 			}
 			var hit bool
 			if strings.HasPrefix(toks[i], "{") || strings.HasPrefix(toks[i], "@") {
-				elems, ok := e.elements(t, toks[i])
+				set, ok := e.set(t, toks[i])
 				if !ok {
 					return e.unknown(t, chain, rule)
 				}
-				hit = slices.ContainsFunc(elems, func(el *knftables.Element) bool { return matchKey(keys, el.Key) })
+				hit = set.lookup(keys) != nil
 			} else {
 				hit = matchOne(keys[0], toks[i])
 			}
@@ -373,17 +371,49 @@ func protoNumber(p string) string {
 	return map[string]string{"tcp": "6", "udp": "17", "sctp": "132"}[p]
 }
 
-// elements returns the elements of a named set or map ("@name") or of an
-// anonymous one ("{ a, b }").
-func (e *othersTrace) elements(t *otherTable, s string) ([]*knftables.Element, bool) {
+// set returns a named set or map ("@name") or an anonymous one
+// ("{ a, b }").
+func (e *othersTrace) set(t *otherTable, s string) (*otherSet, bool) {
 	if name, ok := strings.CutPrefix(s, "@"); ok {
-		elems, ok := t.sets[name]
-		return elems, ok
+		set, ok := t.sets[name]
+		return set, ok
 	}
 	if strings.HasPrefix(s, "{") {
-		return parseElements("= " + s), true
+		return newOtherSet(parseElements("= " + s)), true
 	}
 	return nil, false
+}
+
+// lookup returns the element whose key the packet's values for each
+// selector match, nil if none does.
+func (s *otherSet) lookup(keys [][]string) *knftables.Element {
+	// Every combination of the values (a protocol has a name and a
+	// number): at most a few.
+	var try func(i int, prefix string) *knftables.Element
+	try = func(i int, prefix string) *knftables.Element {
+		if i == len(keys) {
+			return s.exact[prefix]
+		}
+		for _, v := range keys[i] {
+			k := v
+			if i > 0 {
+				k = prefix + " . " + v
+			}
+			if el := try(i+1, k); el != nil {
+				return el
+			}
+		}
+		return nil
+	}
+	if el := try(0, ""); el != nil {
+		return el
+	}
+	for _, el := range s.ranged {
+		if matchKey(keys, el.Key) {
+			return el
+		}
+	}
+	return nil
 }
 
 // matchKey reports whether the packet's values for each selector match an

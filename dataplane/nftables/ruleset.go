@@ -44,14 +44,16 @@ func ParseListing(listing []byte, family v1.IPFamily) (*Ruleset, error) {
 	}}
 	var chain *knftables.FakeChain
 	var elems *[]*knftables.Element
-	var pending string // an elements list spread over lines
+	// pending holds the lines of an elements list spread over lines,
+	// joined once: a map of a big cluster spans thousands.
+	var pending []string
 	for n, raw := range strings.Split(string(listing), "\n") {
 		line := strings.TrimSpace(raw)
-		if pending != "" {
-			pending += " " + line
+		if pending != nil {
+			pending = append(pending, line)
 			if strings.HasSuffix(line, "}") {
-				*elems = parseElements(pending)
-				pending = ""
+				*elems = parseElements(strings.Join(pending, " "))
+				pending = nil
 			}
 			continue
 		}
@@ -81,10 +83,10 @@ func ParseListing(listing []byte, family v1.IPFamily) (*Ruleset, error) {
 				elems = &m.Elements
 			}
 		case elems != nil && f[0] == "elements":
-			pending = line
 			if strings.HasSuffix(line, "}") {
-				*elems = parseElements(pending)
-				pending = ""
+				*elems = parseElements(line)
+			} else {
+				pending = []string{line}
 			}
 		case chain != nil:
 			if f[0] == "type" || f[0] == "policy" {
@@ -96,8 +98,8 @@ func ParseListing(listing []byte, family v1.IPFamily) (*Ruleset, error) {
 			chain.Rules = append(chain.Rules, &knftables.Rule{Chain: chain.Name, Rule: line})
 		}
 	}
-	if pending != "" {
-		return nil, fmt.Errorf("unterminated elements list %q", pending)
+	if pending != nil {
+		return nil, fmt.Errorf("unterminated elements list %q", pending[0])
 	}
 	return rs, nil
 }
