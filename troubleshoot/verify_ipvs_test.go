@@ -45,6 +45,16 @@ func vsOf(addr string) *mobyipvs.Service {
 	return &mobyipvs.Service{AddressFamily: 2, Address: net.IP(ap.Addr().AsSlice()), Protocol: 6, Port: ap.Port(), SchedName: "rr"}
 }
 
+// restoreIn is an edit that writes in into the fakes' iptables, as
+// someone with iptables-restore would.
+func restoreIn(in string) func(*testing.T, ipvsFakes) {
+	return func(t *testing.T, f ipvsFakes) {
+		if err := f.runner.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestVerifyIPVS(t *testing.T) {
 	eps := []discovery.Endpoint{dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)}
 	db, dbSlice := dbObjects()
@@ -85,33 +95,19 @@ func TestVerifyIPVS(t *testing.T) {
 			Detail: "no rule of the proxy matches; the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
 		name: "the source ranges' chain flushed by hand",
-		edit: func(t *testing.T, f ipvsFakes) {
-			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes("*filter\n:PKV-SOURCE-RANGES - [0:0]\nCOMMIT\n")); err != nil {
-				t.Fatal(err)
-			}
-		},
+		edit: restoreIn("*filter\n:PKV-SOURCE-RANGES - [0:0]\nCOMMIT\n"),
 		want: []Drift{{Service: webHTTP, Kind: WrongVerdict, Frontend: "5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7",
 			Model: "drop", Kernel: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)",
 			Detail: "the model says drop, the rules DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
 		name: "another program's DNAT first",
-		edit: func(t *testing.T, f ipvsFakes) {
-			in := "*nat\n-I PREROUTING 1 -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80\nCOMMIT\n"
-			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
-				t.Fatal(err)
-			}
-		},
+		edit: restoreIn("*nat\n-I PREROUTING 1 -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80\nCOMMIT\n"),
 		want: []Drift{{Service: webHTTP, Kind: Shadowed, Frontend: cluster,
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "DNAT to 10.9.9.9:80",
 			Detail: "a rule that is not the proxy's decides first: DNAT to 10.9.9.9:80"}},
 	}, {
 		name: "another program's drop first",
-		edit: func(t *testing.T, f ipvsFakes) {
-			in := "*filter\n-I INPUT 1 -d 172.30.0.20/32 -j DROP\nCOMMIT\n"
-			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
-				t.Fatal(err)
-			}
-		},
+		edit: restoreIn("*filter\n-I INPUT 1 -d 172.30.0.20/32 -j DROP\nCOMMIT\n"),
 		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Shadowed, Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7",
 			Model: "DNAT to 10.1.0.30:5432 (masquerade)", Kernel: "drop",
 			Detail: "a rule that is not the proxy's decides first: drop"}},
