@@ -47,7 +47,7 @@
 // IPTables is the Kernel of the iptables dataplane: iptables-save's
 // listing, everyone's rules, parsed by iptables.ParseSave and followed by
 // its tracer, which sees another program's rules too (a REDIRECT is a DNAT
-// to the node itself). NFTables is that of the nftables dataplane: its
+// to the node itself; its set matches follow the node's ipsets, IPSets). NFTables is that of the nftables dataplane: its
 // table as nft lists it (nftables.ParseListing) and, with Others, the
 // other tables whose base chains run first (nftables.ParseOthers).
 // Userspace is that of the userspace dataplane in redirect mode: its

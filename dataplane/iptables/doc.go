@@ -110,6 +110,12 @@
 // it can send becoming TCP or UDP connections in network namespaces, and
 // the model's fuzz corpora are replayed into a real iptables-restore.
 //
+// ParseSave reads iptables-save output, everyone's rules, into a Ruleset
+// for the same Trace: that is how a troubleshooting tool tells what the
+// kernel does. A REDIRECT is a DNAT to the node itself; a "-m set" match
+// is followed when the Ruleset has the node's ipsets (SetIPSets), and
+// never matches without them.
+//
 // # Metrics
 //
 // Given a Config.Registerer, a Dataplane exports (labelled ip_family, so

@@ -45,9 +45,9 @@ type Rule struct {
 	setsMark, clearsMark bool
 	randomFully          bool
 	rejectWith           string
-	// matchSet is an ipset match ("-m set --match-set NAME dst,dst"),
-	// which the tracer cannot evaluate: a rule with one never matches
-	// there.
+	// matchSet is an ipset match ("[! ]NAME dst,dst"), which the tracer
+	// evaluates against the Ruleset's ipsets (SetIPSets); without them a
+	// rule with one never matches.
 	matchSet string
 }
 

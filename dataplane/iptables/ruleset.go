@@ -19,7 +19,23 @@ import (
 // not model, so a test catches rules the renderer should never write.
 type Ruleset struct {
 	tables map[string]*rtable
+	// ipsets are the sets "-m set" matches look in; nil: none is known.
+	ipsets map[string]IPSet
 }
+
+// IPSet is an ipset as a trace reads it: its type, as ipset names it
+// ("hash:ip,port"), and its members in ipset's notation
+// ("10.96.0.10,tcp:80"), sorted.
+type IPSet struct {
+	Type    string
+	Members []string
+}
+
+// SetIPSets gives the trace the node's ipsets, by name: a rule's "-m set"
+// match then matches as the kernel's does (the hash: types of ip, net and
+// port dimensions). Without them, or for a set of another type, it never
+// matches. Call it before tracing; members must be sorted.
+func (rs *Ruleset) SetIPSets(sets map[string]IPSet) { rs.ipsets = sets }
 
 type rtable struct {
 	chains map[string]*rchain

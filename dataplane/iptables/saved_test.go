@@ -144,3 +144,44 @@ func TestParseSaveRedirect(t *testing.T) {
 		})
 	}
 }
+
+// TestParseSaveIPSets: with the node's ipsets given, another program's
+// "-m set" rules match as the kernel's; without them they never do.
+func TestParseSaveIPSets(t *testing.T) {
+	save := []byte("*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n" +
+		"-A PREROUTING -m set --match-set STEER dst,dst -j DNAT --to-destination 10.9.9.9:80\n" +
+		"COMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
+		"-A FORWARD -m set ! --match-set ALLOWED src -j DROP\n" +
+		"COMMIT\n")
+	sets := map[string]IPSet{
+		"STEER":   {Type: "hash:ip,port", Members: []string{"172.30.0.10,tcp:80"}},
+		"ALLOWED": {Type: "hash:net", Members: []string{"10.0.0.0/8"}},
+	}
+	cases := []struct {
+		name string
+		sets map[string]IPSet
+		p    dataplane.Packet
+		want dataplane.Verdict
+	}{
+		{"a member is steered", sets, dataplanetest.MakePacket(dataplane.FromLocalPod, "10.0.0.2", "172.30.0.10:80", v1.ProtocolTCP),
+			dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("10.9.9.9:80"), Masquerade: false}},
+		{"another port is not", sets, dataplanetest.MakePacket(dataplane.FromLocalPod, "10.0.0.2", "172.30.0.10:81", v1.ProtocolTCP),
+			dataplane.Verdict{Action: dataplane.NotAService}},
+		{"a source outside the allowed set is dropped", sets, dataplanetest.MakePacket(dataplane.FromOutside, "203.0.113.9", "172.30.0.11:80", v1.ProtocolTCP),
+			dataplane.Verdict{Action: dataplane.Drop}},
+		{"without the sets, no set rule matches", nil, dataplanetest.MakePacket(dataplane.FromLocalPod, "10.0.0.2", "172.30.0.10:80", v1.ProtocolTCP),
+			dataplane.Verdict{Action: dataplane.NotAService}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, skipped := ParseSave(save)
+			if len(skipped) != 0 {
+				t.Fatalf("skipped %v", skipped)
+			}
+			rs.SetIPSets(tc.sets)
+			if diff := dataplanetest.DiffVerdict(tc.want, rs.Trace(tc.p, nil)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

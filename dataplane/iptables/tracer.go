@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/ipsetmatch"
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
@@ -279,7 +280,7 @@ func (rs *Ruleset) hasAffinityCheck(table, chain string) bool {
 
 func (t *tracer) matches(r *Rule) bool {
 	switch {
-	case r.matchSet != "":
+	case r.matchSet != "" && !t.inSet(r.matchSet):
 		return false
 	case r.proto != "" && r.proto != t.proto:
 		return false
@@ -310,6 +311,21 @@ func (t *tracer) matches(r *Rule) bool {
 		}
 	}
 	return true
+}
+
+// inSet evaluates a "[! ]NAME FLAGS" set match against the Ruleset's
+// ipsets; a set that is not known, or of a type not modelled, matches
+// nothing (negated or not).
+func (t *tracer) inSet(match string) bool {
+	neg := strings.HasPrefix(match, "! ")
+	name, flags, _ := strings.Cut(strings.TrimPrefix(match, "! "), " ")
+	set, ok := t.rs.ipsets[name]
+	if !ok {
+		return false
+	}
+	in, err := ipsetmatch.Contains(set.Type, set.Members, strings.Split(flags, ","),
+		ipsetmatch.Packet{Src: t.src, Dst: t.dst, Proto: t.proto, DPort: t.dport})
+	return err == nil && in != neg
 }
 
 // inIface is "-i name" (ruleport.EntersVia).

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	mobyipvs "github.com/moby/ipvs"
+	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -67,13 +68,9 @@ func (vs *VirtualServer) String() string {
 	return s
 }
 
-// Set is one ipset.
-type Set struct {
-	// Type is ipset's ("hash:ip,port").
-	Type string
-	// Members are in ipset's notation ("10.96.0.10,tcp:80"), sorted.
-	Members []string
-}
+// Set is one ipset: its type and its members, as the iptables tracer
+// reads ipsets too.
+type Set = iptables.IPSet
 
 // RealServer is one real server of a virtual server.
 type RealServer struct {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/ipsetmatch"
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -424,53 +425,10 @@ func (t *ruleTracer) inSet(name string, flags []string) (bool, error) {
 		// destroyed under the rule gets here: it matches nothing.
 		return false, nil
 	}
-	dims := strings.Split(strings.TrimPrefix(set.Type, "hash:"), ",")
-	if len(flags) < len(dims) {
-		return false, fmt.Errorf("set %s of type %s matched along %s: %w", name, set.Type, strings.Join(flags, ","), ErrUnknownRule)
+	in, err := ipsetmatch.Contains(set.Type, set.Members, flags, ipsetmatch.Packet{
+		Src: t.src, Dst: t.dst, Proto: strings.ToLower(protoName(t.proto)), DPort: int(t.dport)})
+	if err != nil {
+		return false, fmt.Errorf("set %s: %w: %w", name, err, ErrUnknownRule)
 	}
-	want := make([]string, len(dims))
-	netDim := -1
-	for i, dim := range dims {
-		addr := t.dst
-		if flags[i] == "src" {
-			addr = t.src
-		}
-		switch dim {
-		case "ip":
-			want[i] = addr.String()
-		case "net":
-			want[i], netDim = addr.String(), i
-		case "port":
-			if flags[i] == "src" {
-				return false, fmt.Errorf("set %s: a packet has no source port to match: %w", name, ErrUnknownRule)
-			}
-			want[i] = fmt.Sprintf("%s:%d", strings.ToLower(protoName(t.proto)), t.dport)
-		default:
-			return false, fmt.Errorf("set %s: type %s: %w", name, set.Type, ErrUnknownRule)
-		}
-	}
-	if netDim < 0 {
-		_, found := slices.BinarySearch(set.Members, strings.Join(want, ","))
-		return found, nil
-	}
-	ip, _ := netip.ParseAddr(want[netDim])
-	for _, m := range set.Members {
-		parts := strings.Split(m, ",")
-		if len(parts) != len(want) {
-			continue
-		}
-		match := true
-		for i := range parts {
-			if i == netDim {
-				p, err := parsePrefix(parts[i])
-				match = match && err == nil && p.Contains(ip)
-			} else {
-				match = match && parts[i] == want[i]
-			}
-		}
-		if match {
-			return true, nil
-		}
-	}
-	return false, nil
+	return in, nil
 }

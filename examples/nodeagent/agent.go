@@ -26,6 +26,7 @@ import (
 	"github.com/proxykit/proxykit/source/informer"
 	"github.com/proxykit/proxykit/source/manifest"
 	"github.com/spf13/pflag"
+	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
@@ -66,6 +67,9 @@ type host struct {
 	// tables verify and --kernel follow in mode nftables; nil reads the
 	// agent's table alone.
 	nftRuleset func(ctx context.Context) ([]byte, error)
+	// ipsets lists the node's ipsets, for the iptables readings' "-m set"
+	// matches; nil reads none (they then match nothing).
+	ipsets func() ([]netlink.IPSetResult, error)
 	// listening reads which TCP and UDP ports the node's sockets listen
 	// on, for --kernel in mode userspace; nil takes every forwarder to be
 	// listening.
@@ -97,6 +101,7 @@ func machine() host {
 		nftListing: listNFTable,
 		nftRuleset: listNFTRuleset,
 		listening:  listeningSockets,
+		ipsets:     netlink.IpsetListAll,
 		flows: func(ctx context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
 			return conntrack.DNATFlows(ctx, nil, f)
 		},

@@ -69,6 +69,13 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 		save = append(save, out...)
 	}
 	kr.Others = troubleshoot.NewIPTablesWithout(save, ipvs.DefaultPrefix+"-", st.Node.IPs)
+	if h.ipsets != nil {
+		if sets, err := h.ipsets(); err == nil {
+			kr.Others.Rules.SetIPSets(troubleshoot.IPSets(sets))
+		} else {
+			log.Info("The node's ipsets not read: other programs' rules that match a set are taken as not matching", "err", err)
+		}
+	}
 	if n := len(kr.Others.Skipped); n > 0 {
 		log.Info("Some rules of other programs are not modelled: a trace may miss what they do", "family", st.Family, "rules", n)
 	}

@@ -72,6 +72,20 @@ func TestKernelVerifyFindsDrift(t *testing.T) {
 	}
 	ns.MustRun("iptables", "-t", "nat", "-D", "PREROUTING", "1")
 
+	// The same through an ipset: the set's members are read.
+	netns.Require(t, "ipset")
+	ns.MustRun("ipset", "create", "STEER", "hash:ip,port")
+	ns.MustRun("ipset", "add", "STEER", "10.96.10.10,tcp:80")
+	ns.MustRun("iptables", "-t", "nat", "-I", "PREROUTING", "1", "-p", "tcp", "-m", "set", "--match-set", "STEER", "dst,dst",
+		"-j", "DNAT", "--to-destination", "10.9.9.9:80")
+	out, errOut, code = agentExit(t, ns, "verify")
+	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: shadowed at 10.96.10.10:80/TCP (cluster IP)") ||
+		strings.Contains(out, "default/db") {
+		t.Errorf("verify with a set rule: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	ns.MustRun("iptables", "-t", "nat", "-D", "PREROUTING", "1")
+	ns.MustRun("ipset", "destroy", "STEER")
+
 	deleteWebRule(t, ns)
 	out, errOut, code = agentExit(t, ns, "verify")
 	if code != exitFailure || !strings.Contains(out, "default/web:http/TCP: missing at 10.96.10.10:80/TCP (cluster IP)") ||

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -348,6 +349,15 @@ func iptablesKernel(ctx context.Context, h host, log logr.Logger, family v1.IPFa
 		save = append(save, out...)
 	}
 	k := troubleshoot.NewIPTables(save, nodeIPs)
+	if h.ipsets != nil && bytes.Contains(save, []byte("--match-set")) {
+		// Other programs' set rules match as the kernel's do.
+		sets, err := h.ipsets()
+		if err != nil {
+			log.Info("The node's ipsets not read: rules that match a set are taken as not matching", "err", err)
+		} else {
+			k.Rules.SetIPSets(troubleshoot.IPSets(sets))
+		}
+	}
 	for _, s := range k.Skipped {
 		log.V(1).Info("Rule not modelled: a trace may miss what it does", "family", family, "rule", s.String())
 	}
