@@ -257,9 +257,9 @@ func parseRuleText(text string) (*rule, error) {
 		case "-p":
 			r.proto = strings.ToLower(v)
 		case "-s", "-d":
-			p, err := parsePrefix(v)
+			p, err := ipsetmatch.Prefix(v)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w: %w", err, ErrUnknownRule)
 			}
 			if w == "-s" {
 				r.src, r.srcNeg = p, neg
@@ -315,17 +315,6 @@ func parseRuleText(text string) (*rule, error) {
 		return nil, fmt.Errorf("no target: %w", ErrUnknownRule)
 	}
 	return r, nil
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("address %q: %w", s, ErrUnknownRule)
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // parseMarkValue reads "0x4000" or "0x4000/0x4000"; the mask defaults to

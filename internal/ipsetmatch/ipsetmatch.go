@@ -75,7 +75,7 @@ func Contains(typ string, members []string, flags []string, p Packet) (bool, err
 		match := true
 		for i := range parts {
 			if slices.Contains(nets, i) {
-				pfx, err := prefix(parts[i])
+				pfx, err := Prefix(parts[i])
 				a, _ := netip.ParseAddr(want[i])
 				match = match && err == nil && pfx.Contains(a)
 			} else {
@@ -89,14 +89,15 @@ func Contains(typ string, members []string, flags []string, p Packet) (bool, err
 	return false, nil
 }
 
-// prefix reads a net member: "10.0.0.0/8", or an address as a host prefix.
-func prefix(s string) (netip.Prefix, error) {
+// Prefix reads a net member, or an iptables -s/-d argument: "10.0.0.0/8",
+// or an address as a host prefix.
+func Prefix(s string) (netip.Prefix, error) {
 	if p, err := netip.ParsePrefix(s); err == nil {
 		return p.Masked(), nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("address %q: %w", s, ErrUnknown)
+		return netip.Prefix{}, fmt.Errorf("%q is not an address or a CIDR", s)
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
