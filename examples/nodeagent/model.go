@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -95,7 +96,7 @@ func fetchModel(ctx context.Context, addr string) (*agentModel, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
 		return nil, fmt.Errorf("--agent %s: %w", addr, err)
 	}
-	if len(m.States) == 0 {
+	if len(m.States) == 0 || slices.Contains(m.States, nil) {
 		return nil, fmt.Errorf("--agent %s: the agent sent no model", addr)
 	}
 	if err := checkMode(m.Mode); err != nil {

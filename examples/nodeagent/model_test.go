@@ -130,6 +130,14 @@ func TestAgentFlagErrors(t *testing.T) {
 		_, _ = w.Write([]byte(`{"mode":"ipvs","states":[{"version":1,"family":"IPv4","node":{"name":"n"},"settings":{"localDetector":{}},"services":[],"endpoints":[]}]}`))
 	}))
 	defer ipvsAgent.Close()
+	nullAgent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"mode":"iptables","states":[null]}`))
+	}))
+	defer nullAgent.Close()
+	badAgent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"mode":"iptables","states":[{"version":1,"family":"IPv4","services":[{"namespace":"a","name":"b","protocol":"TCP","clusterIP":"fd00::1","port":80}]}]}`))
+	}))
+	defer badAgent.Close()
 	closed := freeAddr(t)
 	cases := []struct {
 		args []string
@@ -140,6 +148,8 @@ func TestAgentFlagErrors(t *testing.T) {
 		{[]string{"--agent", notAgent.URL, "list"}, exitFailure, "404 Not Found: it serves no model at /proxykit/states (not a proxykit node agent, or an older one)"},
 		{[]string{"--agent", ipvsAgent.URL, "--proxy-mode", "iptables", "list"}, exitFailure, "--proxy-mode iptables, but the agent at " + ipvsAgent.URL + " runs in mode ipvs"},
 		{[]string{"--agent", ipvsAgent.URL, "explain", "fd00::1", "[fd00::2]:80"}, exitFailure, "the agent at " + ipvsAgent.URL + " proxies no IPv6"},
+		{[]string{"--agent", nullAgent.URL, "list"}, exitFailure, "the agent sent no model"},
+		{[]string{"--agent", badAgent.URL, "list"}, exitFailure, "not a proxykit State: service port a/b clusterIP: fd00::1 is not IPv4"},
 		{[]string{"--agent", closed, "--manifests", "demo", "list"}, exitUsage, "--agent reads the running agent's model: --manifests, --kubeconfig and --master build another"},
 		{[]string{"--agent", closed}, exitUsage, "--agent applies to a subcommand only"},
 	}
