@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 )
 
@@ -25,7 +26,7 @@ func (o *Others) Trace(p dataplane.Packet, nodeIPs []netip.Addr) (v dataplane.Ve
 		hook = "output"
 	}
 	e := &othersTrace{p: p, nodeIPs: nodeIPs, ipX: "ip"}
-	if o.family == "IPv6" {
+	if o.family == v1.IPv6Protocol {
 		e.ipX = "ip6"
 	}
 	for _, b := range o.hooks[hook] {
