@@ -223,11 +223,11 @@ func (d *Dataplane) Name() string { return "nftables" }
 
 // SyncStats describes the last successful Sync.
 //
-// SyncReport.Bytes is the size of the nft input exactly for transactions
-// of up to exactBytesOps operations; a larger one (a full sync of a big
-// table) reports its first exactBytesOps operations' size scaled to all of
-// them, because measuring exactly means formatting the whole transaction
-// a second time, a third of a cold start's CPU at 10,000 services.
+// SyncReport.Bytes is the size of the nft input exactly for syncs of up
+// to 1,000 operations; a larger one (a full sync of a big table) reports
+// the size of 1,000 of its operations, spread evenly over it, scaled to
+// all of them, because measuring exactly means formatting the whole input
+// a second time: a third of a cold start's CPU.
 type SyncStats struct {
 	dataplane.SyncReport
 	// Operations is the number of operations of its transactions.

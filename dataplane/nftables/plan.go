@@ -83,17 +83,21 @@ func (d *Dataplane) suspectMaps(ops []op) {
 	}
 }
 
-// exactBytesOps is how many operations inputSize formats.
-const exactBytesOps = 10_000
+// sampledOps is how many operations inputSize formats at most.
+const sampledOps = 1000
 
-// inputSize is the size of the nft input of ops: exact up to
-// exactBytesOps operations, scaled from that many beyond.
+// inputSize is the size of the nft input of ops: exact up to sampledOps
+// operations; beyond, estimated from sampledOps of them spread evenly
+// over the plan (the static part, chains, rules and elements alike).
 func inputSize(nft knftables.Interface, ops []op) int {
-	n := len(transaction(nft, ops[:min(len(ops), exactBytesOps)]).String())
-	if len(ops) > exactBytesOps {
-		n = int(int64(n) * int64(len(ops)) / exactBytesOps)
+	if len(ops) <= sampledOps {
+		return len(transaction(nft, ops).String())
 	}
-	return n
+	sample := make([]op, sampledOps)
+	for i := range sample {
+		sample[i] = ops[i*len(ops)/sampledOps]
+	}
+	return int(int64(len(transaction(nft, sample).String())) * int64(len(ops)) / sampledOps)
 }
 
 // TransactionError is a transaction nftables rejected: nothing of it was
