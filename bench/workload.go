@@ -55,8 +55,9 @@ type workload struct {
 	// about ten seconds, twice per system and run).
 	Kernel bool
 	// Reps, when set, caps the repetitions of each later operation in a
-	// child process: at the largest workloads one each still gives five
-	// samples over the runs, and three would take most of a default run.
+	// child process: one each still gives five samples over the runs, and
+	// three at every workload beyond -quick's would take a default run
+	// past 20 minutes.
 	Reps int
 }
 
@@ -95,8 +96,8 @@ var (
 		{Name: "50k", Services: 50000, Endpoints: 10, Reps: 1},
 		{Name: "1k", Services: 1000, Endpoints: 100},
 		{Name: "10k", Services: 10000, Endpoints: 100, Reps: 1},
-		{Name: "10k-mix", Services: 10000, Endpoints: 10, Mix: true},
-		{Name: "10k-dual", Services: 10000, Endpoints: 10, DualStack: true},
+		{Name: "10k-mix", Services: 10000, Endpoints: 10, Mix: true, Reps: 1},
+		{Name: "10k-dual", Services: 10000, Endpoints: 10, DualStack: true, Reps: 1},
 	}
 )
 
