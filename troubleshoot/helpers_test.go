@@ -3,11 +3,13 @@ package troubleshoot
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/iptables"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
@@ -117,4 +119,18 @@ func dbObjects() (*v1.Service, *discovery.EndpointSlice) {
 		s.Endpoints = []discovery.Endpoint{dt.ReadyEndpoint("10.1.0.30", otherNode)}
 	})
 	return db, dbSlice
+}
+
+// saved is the nat and filter tables of fake as iptables-save lists them.
+func saved(t *testing.T, fake *iptables.FakeRunner) string {
+	t.Helper()
+	var b strings.Builder
+	for _, table := range []string{"nat", "filter"} {
+		out, err := fake.Save(t.Context(), table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(out)
+	}
+	return b.String()
 }

@@ -132,15 +132,7 @@ func TestVerifyIPVS(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := NewIPVS(r, model)
-			var save []byte
-			for _, table := range []string{"nat", "filter"} {
-				out, err := f.runner.Save(t.Context(), table)
-				if err != nil {
-					t.Fatal(err)
-				}
-				save = append(save, out...)
-			}
-			if k.Others = NewIPTablesWithout(save, ipvs.DefaultPrefix+"-", model.Node.IPs); len(k.Others.Skipped) > 0 {
+			if k.Others = NewIPTablesWithout([]byte(saved(t, f.runner)), ipvs.DefaultPrefix+"-", model.Node.IPs); len(k.Others.Skipped) > 0 {
 				t.Fatalf("skipped %v", k.Others.Skipped)
 			}
 			got := Verify(model, dataplane.Mode("ipvs"), k)

@@ -27,15 +27,7 @@ func programmed(t *testing.T, s *dataplane.State) string {
 	if err := d.Sync(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	for _, table := range []string{"nat", "filter"} {
-		out, err := fake.Save(t.Context(), table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(out)
-	}
-	return b.String()
+	return saved(t, fake)
 }
 
 func TestVerifyIPTables(t *testing.T) {

@@ -30,15 +30,7 @@ func redirected(t *testing.T, s *dataplane.State) string {
 	if err := d.Sync(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	for _, table := range []string{"nat", "filter"} {
-		out, err := fake.Save(t.Context(), table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(out)
-	}
-	return b.String()
+	return saved(t, fake)
 }
 
 var redirectRule = regexp.MustCompile(`(?m)^-A .*"([^ ]+) ([^"]+)".* -p (tcp|udp).* --to-ports (\d+)$`)
