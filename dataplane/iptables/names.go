@@ -86,21 +86,6 @@ func validPrefix(p string) error {
 	return nil
 }
 
-// hash returns the base32 SHA-256 of the parts, as upstream names its
-// chains, cut to n characters.
-func hash(n int, parts ...string) string {
-	var in [256]byte
-	return string(appendHash(nil, n, gather(in[:0], parts)))
-}
-
-// gather appends parts to b.
-func gather(b []byte, parts []string) []byte {
-	for _, p := range parts {
-		b = append(b, p...)
-	}
-	return b
-}
-
 // appendHash appends the first n characters of the hash of data to b.
 func appendHash(b []byte, n int, data []byte) []byte {
 	sum := sha256.Sum256(data)
