@@ -1,7 +1,9 @@
 package iptables
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -35,11 +37,18 @@ func pick[T any](r *rand.Rand, s []T) T { return s[r.IntN(len(s))] }
 // badState builds a State whose every field may be invalid: what a buggy
 // source or a fuzzed object could produce.
 func badState(r *rand.Rand, v6 bool) *dataplane.State {
-	var ports []*servicemodel.ServicePort
 	eps := map[servicemodel.PortName][]*endpoints.Endpoint{}
+	ports := badServices(r, "", eps)
+	return badStateOf(r, v6, ports, eps)
+}
+
+// badServices returns twelve service ports, whose names start with
+// prefix, and puts their endpoints into eps.
+func badServices(r *rand.Rand, prefix string, eps map[servicemodel.PortName][]*endpoints.Endpoint) []*servicemodel.ServicePort {
+	var ports []*servicemodel.ServicePort
 	for i := range 12 {
 		name := servicemodel.PortName{
-			NamespacedName: types.NamespacedName{Namespace: pick(r, badNames), Name: fmt.Sprintf("s%d%s", i, pick(r, badNames))},
+			NamespacedName: types.NamespacedName{Namespace: pick(r, badNames), Name: fmt.Sprintf("%ss%d%s", prefix, i, pick(r, badNames))},
 			Port:           pick(r, badNames),
 			Protocol:       pick(r, []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP, "ICMP", ""}),
 		}
@@ -73,6 +82,12 @@ func badState(r *rand.Rand, v6 bool) *dataplane.State {
 		}
 		eps[name] = list
 	}
+	return ports
+}
+
+// badStateOf is a State of ports and eps on a node and with settings
+// that may be invalid.
+func badStateOf(r *rand.Rand, v6 bool, ports []*servicemodel.ServicePort, eps map[servicemodel.PortName][]*endpoints.Endpoint) *dataplane.State {
 	s := &dataplane.State{
 		Family: v1.IPv4Protocol,
 		Node: dataplane.Node{Name: "n", IPs: []netip.Addr{pick(r, badAddrs), pick(r, badAddrs), netip.MustParseAddr("192.168.0.2")},
@@ -110,6 +125,48 @@ func TestBadStatesRenderValidInput(t *testing.T) {
 				t.Fatalf("nothing programmed")
 			}
 		}
+	}
+}
+
+// TestRenderWorkersSameRules: rendering on several goroutines writes the
+// rules one goroutine writes, and reports the same skips in the same order.
+func TestRenderWorkersSameRules(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	eps := map[servicemodel.PortName][]*endpoints.Endpoint{}
+	var ports []*servicemodel.ServicePort
+	for i := range 150 {
+		ports = append(ports, badServices(r, fmt.Sprintf("b%d-", i), eps)...)
+	}
+	for i := range 1500 {
+		g := genSvc(r, i)
+		ports = append(ports, g.ports...)
+		maps.Copy(eps, g.eps)
+	}
+	s := badStateOf(r, false, ports, eps)
+	render := func(workers int) ([]byte, []string) {
+		var skips []string
+		d, _ := newFake(t, Config{RenderWorkers: workers, OnSkip: func(r string) { skips = append(skips, r) }})
+		out, err := d.Render(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, skips
+	}
+	want, wantSkips := render(1)
+	if len(wantSkips) == 0 {
+		t.Fatal("no input was skipped; the test needs some")
+	}
+	for _, workers := range []int{2, 4, 7} {
+		got, gotSkips := render(workers)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%d workers: the rules differ from one worker's:\n%s", workers, cmp.Diff(string(want), string(got)))
+		}
+		if diff := cmp.Diff(wantSkips, gotSkips); diff != "" {
+			t.Errorf("%d workers: skips (-one worker +these):\n%s", workers, diff)
+		}
+	}
+	if _, err := New(Config{RenderWorkers: -1, Runner: NewFakeRunner()}); err == nil {
+		t.Error("New accepted RenderWorkers -1")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
+	"github.com/proxykit/proxykit/internal/fanout"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -50,6 +51,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// MetricsNamespace prefixes the metric names; "" means "proxykit".
 	MetricsNamespace string
+	// RenderWorkers is how many goroutines a full sync renders services
+	// on when it has many to render (at least 256 per goroutine); 0 means
+	// GOMAXPROCS, at most 4, and 1 renders everything on the syncing
+	// goroutine. The rules are the same whatever the number.
+	RenderWorkers int
 }
 
 // Dataplane programs States into iptables. Its methods are safe for
@@ -62,6 +68,8 @@ type Dataplane struct {
 	log     logr.Logger
 	runner  Runner
 	metrics *metrics
+	// workers is Config.RenderWorkers resolved.
+	workers int
 
 	sysctl sysctl.Interface
 
@@ -107,6 +115,9 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.MetricsNamespace == "" {
 		cfg.MetricsNamespace = "proxykit"
 	}
+	if cfg.RenderWorkers < 0 {
+		return nil, fmt.Errorf("iptables: RenderWorkers %d is negative", cfg.RenderWorkers)
+	}
 	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
 	if err != nil {
 		return nil, err
@@ -115,6 +126,7 @@ func New(cfg Config) (*Dataplane, error) {
 		metrics: m,
 		cfg:     cfg,
 		names:   names,
+		workers: fanout.Workers(cfg.RenderWorkers),
 		mark:    fmt.Sprintf("%#08x", uint32(1)<<cfg.MasqueradeBit),
 		ipv6:    cfg.Family == v1.IPv6Protocol,
 		log:     cfg.Logger.WithValues("dataplane", "iptables", "ipFamily", cfg.Family),

@@ -10,15 +10,16 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/fanout"
 	"github.com/proxykit/proxykit/internal/logtext"
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// renderer returns a renderer for view v.
-func (d *Dataplane) renderer(v *view) *renderer {
-	return &renderer{names: d.names, v: v}
+// renderer returns a renderer for view v that reports skips to skip.
+func (d *Dataplane) renderer(v *view, skip fanout.Skip) *renderer {
+	return &renderer{names: d.names, v: v, skip: skip}
 }
 
 // countEndpoints is upstream's large-cluster measure for one service.
@@ -32,20 +33,20 @@ func (d *Dataplane) countEndpoints(s *dataplane.State, nn types.NamespacedName) 
 	return n
 }
 
-// renderService renders every valid port of service nn, whose inputs in s
-// are ports and eps (as inputs returns them).
-func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.NamespacedName, ports []*servicemodel.ServicePort, eps [][]*endpoints.Endpoint) *svcState {
+// service renders every valid port of service nn, whose inputs in s
+// are ports and eps (one endpoint list per port).
+func (r *renderer) service(s *dataplane.State, nn types.NamespacedName, ports []*servicemodel.ServicePort, eps [][]*endpoints.Endpoint) *svcState {
 	if len(ports) == 0 {
 		return nil
 	}
 	st := &svcState{ports: make([]keyed, 0, len(ports))}
 	for i, sp := range ports {
-		p, reason := checkPort(sp, d.ipv6, func(r string) { d.skip(r, "service", logtext.Name(nn)) })
+		p, reason := checkPort(sp, r.v.ipv6, func(why string) { r.skip(why, "service", logtext.Name(nn)) })
 		if reason != "" {
-			d.skip(reason, "service", logtext.Name(nn))
+			r.skip(reason, "service", logtext.Name(nn))
 			continue
 		}
-		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, d.selection(s, sp, eps[i], nn))})
+		st.ports = append(st.ports, keyed{p.key, r.renderPort(p, r.selection(s, sp, eps[i], nn))})
 		st.endpoints += len(eps[i])
 	}
 	slices.SortFunc(st.ports, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
@@ -59,17 +60,18 @@ func (d *Dataplane) renderService(s *dataplane.State, r *renderer, nn types.Name
 
 // selection asks the State which of eps, sp's endpoints, serve sp and
 // drops those that cannot be written into a rule.
-func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, eps []*endpoints.Endpoint, nn types.NamespacedName) selection {
+func (r *renderer) selection(s *dataplane.State, sp *servicemodel.ServicePort, eps []*endpoints.Endpoint, nn types.NamespacedName) selection {
 	sel := s.SelectFrom(sp, eps)
 	out := selection{hasAny: sel.HasAny}
 	dropped := 0
+	ipv6 := r.v.ipv6
 	keep := func(in []*endpoints.Endpoint) []*endpoints.Endpoint {
-		if !slices.ContainsFunc(in, func(e *endpoints.Endpoint) bool { return !ruleport.UsableEndpoint(e, d.ipv6) }) {
+		if !slices.ContainsFunc(in, func(e *endpoints.Endpoint) bool { return !ruleport.UsableEndpoint(e, ipv6) }) {
 			return in
 		}
 		var res []*endpoints.Endpoint
 		for _, e := range in {
-			if ruleport.UsableEndpoint(e, d.ipv6) {
+			if ruleport.UsableEndpoint(e, ipv6) {
 				res = append(res, e)
 			} else {
 				dropped++
@@ -79,12 +81,31 @@ func (d *Dataplane) selection(s *dataplane.State, sp *servicemodel.ServicePort, 
 	}
 	out.cluster, out.local, out.all = keep(sel.Cluster), keep(sel.Local), keep(sel.AllReachable)
 	if dropped > 0 {
-		d.skip("endpoint address invalid or of another family", "service", logtext.Name(nn))
+		r.skip("endpoint address invalid or of another family", "service", logtext.Name(nn))
 		if len(out.all) == 0 && len(sel.AllReachable) > 0 {
 			out.hasAny = false
 		}
 	}
 	return out
+}
+
+// parallelMin is the fewest services per goroutine a full sync renders
+// on several: below it, starting goroutines costs more than it saves.
+const parallelMin = 256
+
+// serviceInputs is what one service is rendered from.
+type serviceInputs struct {
+	nn    types.NamespacedName
+	ports []*servicemodel.ServicePort
+	eps   [][]*endpoints.Endpoint
+}
+
+// keep records st, the rendering of in, in prog and the cache next.
+func keep(prog *programmed, next *renderCache, in serviceInputs, st *svcState) {
+	next.services[in.nn] = cachedService{ports: in.ports, eps: in.eps, st: st}
+	if st != nil {
+		prog.services[in.nn] = st
+	}
 }
 
 // build renders every service of s, reusing what cache holds for services
@@ -100,11 +121,6 @@ func (d *Dataplane) build(s *dataplane.State, cache *renderCache) (*programmed, 
 	// The endpoint count decides large-cluster mode, which every rule
 	// depends on, so it is summed before anything is rendered; the inputs
 	// looked up for it are kept for the rendering.
-	type serviceInputs struct {
-		nn    types.NamespacedName
-		ports []*servicemodel.ServicePort
-		eps   [][]*endpoints.Endpoint
-	}
 	all := make([]serviceInputs, 0, s.Services.Len())
 	// Every service's lists are cut from one array, which the cache keeps
 	// and drops as a whole.
@@ -118,18 +134,23 @@ func (d *Dataplane) build(s *dataplane.State, cache *renderCache) (*programmed, 
 		all = append(all, serviceInputs{nn, ports, eps})
 	}
 	v.noComments = prog.endpoints > largeClusterEndpoints
-	r := d.renderer(v)
 	old := cache.usable(s, v)
 	next := &renderCache{view: v, node: s.Node, settings: s.Settings, services: make(map[types.NamespacedName]cachedService, s.Services.Len())}
+	var todo []serviceInputs
 	for _, in := range all {
-		st, ok := old.lookup(in.nn, in.ports, in.eps)
-		if !ok {
-			st = d.renderService(s, r, in.nn, in.ports, in.eps)
+		if st, ok := old.lookup(in.nn, in.ports, in.eps); ok {
+			keep(prog, next, in, st)
+		} else {
+			todo = append(todo, in)
 		}
-		next.services[in.nn] = cachedService{ports: in.ports, eps: in.eps, st: st}
-		if st != nil {
-			prog.services[in.nn] = st
-		}
+	}
+	sts := make([]*svcState, len(todo))
+	fanout.Map(d.workers, parallelMin, todo, sts, d.skip, func(skip fanout.Skip) func(serviceInputs) *svcState {
+		r := d.renderer(v, skip)
+		return func(in serviceInputs) *svcState { return r.service(s, in.nn, in.ports, in.eps) }
+	})
+	for i, in := range todo {
+		keep(prog, next, in, sts[i])
 	}
 	for _, k := range prog.sortedPorts() {
 		for sh := range numShared {

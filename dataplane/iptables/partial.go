@@ -57,7 +57,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 		return true, nil
 	}
 
-	r := d.renderer(v)
+	r := d.renderer(v, d.skip)
 	var (
 		natDecl, natRules, natDelete writer
 		dels, ins                    [numShared][]entry
@@ -66,7 +66,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 	next := map[types.NamespacedName]*svcState{}
 	for _, nn := range candidates {
 		ports, eps := inputs(s, nn)
-		old, cur := prog.services[nn], d.renderService(s, r, nn, ports, eps)
+		old, cur := prog.services[nn], r.service(s, nn, ports, eps)
 		next[nn] = cur
 		rendered++
 		diffChains(old, cur, &natDecl, &natRules, &natDelete)

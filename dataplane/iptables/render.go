@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/fanout"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -114,6 +115,9 @@ type renderer struct {
 	line  int
 	// probs caches probability(n) by n.
 	probs []string
+	// skip reports an input left out: Dataplane.skip, or a record of it
+	// when renderers run concurrently.
+	skip fanout.Skip
 }
 
 // add appends one rule, from its space-separated parts, to the own chain

@@ -1,6 +1,8 @@
 package nftables
 
 import (
+	"bytes"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -90,5 +92,67 @@ func TestBadInputIsSkipped(t *testing.T) {
 		if !strings.Contains(dump, ok) {
 			t.Errorf("the table lacks %q:\n%s", ok, dump)
 		}
+	}
+}
+
+// TestRenderWorkersSameRules: rendering on several goroutines writes the
+// script one goroutine writes, and reports the same skips in the same order.
+func TestRenderWorkersSameRules(t *testing.T) {
+	ready := affinity.EndpointInfo{Ready: true, Serving: true}
+	var ports []*servicemodel.ServicePort
+	eps := map[servicemodel.PortName][]*endpoints.Endpoint{}
+	for i := range 1500 {
+		a := netip.AddrFrom4([4]byte{172, 30, byte(i / 250), byte(i%250 + 1)})
+		pn := servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}, Port: "p", Protocol: v1.ProtocolTCP}
+		sp := &servicemodel.ServicePort{Name: pn, ClusterIP: a, Port: 80, Protocol: v1.ProtocolTCP}
+		switch i % 5 {
+		case 1:
+			sp.Port = 0
+		case 2:
+			sp.Name.Name += `"`
+		case 3:
+			sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("fd00::1"), a.Next()}
+		case 4:
+			sp.SessionAffinity = affinity.SessionAffinity{ClientIP: true, Timeout: time.Duration(1+i%7) * time.Hour}
+		}
+		ports = append(ports, sp)
+		eps[sp.Name] = []*endpoints.Endpoint{
+			{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i / 250), byte(i%250 + 1)}), 8080), EndpointInfo: ready},
+			{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(i / 250), byte(i%250 + 1)}), uint16(i%3)), EndpointInfo: ready},
+		}
+	}
+	s := &dataplane.State{
+		Family:    v1.IPv4Protocol,
+		Node:      dataplane.Node{Name: "n", IPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")}},
+		Services:  servicemodel.NewMap(ports...),
+		Endpoints: endpoints.NewMap(eps),
+	}
+	render := func(workers int) ([]byte, []string) {
+		var skips []string
+		d, err := New(Config{NFT: newFake(false), RenderWorkers: workers, OnSkip: func(r string) { skips = append(skips, r) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := d.Render(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, skips
+	}
+	want, wantSkips := render(1)
+	if len(wantSkips) < 600 {
+		t.Fatalf("%d inputs skipped; the test needs more", len(wantSkips))
+	}
+	for _, workers := range []int{2, 4, 5} {
+		got, gotSkips := render(workers)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%d workers: the script differs from one worker's:\n%s", workers, cmp.Diff(string(want), string(got)))
+		}
+		if diff := cmp.Diff(wantSkips, gotSkips); diff != "" {
+			t.Errorf("%d workers: skips (-one worker +these):\n%s", workers, diff)
+		}
+	}
+	if _, err := New(Config{NFT: newFake(false), RenderWorkers: -1}); err == nil {
+		t.Error("New accepted RenderWorkers -1")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/fanout"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/knftables"
@@ -72,6 +73,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// MetricsNamespace prefixes the metric names; "" means "proxykit".
 	MetricsNamespace string
+	// RenderWorkers is how many goroutines a full sync renders services
+	// on when it has many to render (at least 256 per goroutine); 0 means
+	// GOMAXPROCS, at most 4, and 1 renders everything on the syncing
+	// goroutine. The rules are the same whatever the number.
+	RenderWorkers int
 }
 
 // Dataplane programs States into one nftables table. Its methods are safe
@@ -86,6 +92,8 @@ type Dataplane struct {
 	log     logr.Logger
 	clock   clock.PassiveClock
 	metrics *metrics
+	// workers is Config.RenderWorkers resolved.
+	workers int
 
 	mu sync.Mutex
 	// prog is what the table holds; nil until a full sync succeeded and
@@ -159,6 +167,9 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.MetricsNamespace == "" {
 		cfg.MetricsNamespace = "proxykit"
 	}
+	if cfg.RenderWorkers < 0 {
+		return nil, fmt.Errorf("nftables: RenderWorkers %d is negative", cfg.RenderWorkers)
+	}
 	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
 	if err != nil {
 		return nil, err
@@ -173,6 +184,7 @@ func New(cfg Config) (*Dataplane, error) {
 		log:     cfg.Logger.WithValues("dataplane", "nftables", "ipFamily", cfg.Family),
 		clock:   cfg.Clock,
 		metrics: m,
+		workers: fanout.Workers(cfg.RenderWorkers),
 		stale:   map[string]time.Time{},
 	}
 	if d.ipv6 {

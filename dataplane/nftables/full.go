@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/fanout"
+	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
 )
@@ -125,6 +127,10 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 	return nil
 }
 
+// parallelMin is the fewest services per goroutine a full sync renders
+// on several: below it, starting goroutines costs more than it saves.
+const parallelMin = 256
+
 // renderAll renders every service of s. Endpoint-map chains keep the
 // slots table k has them at (their comments say), so that a full sync
 // after partial ones moves nothing; the others take the lowest free slots
@@ -133,18 +139,30 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *programmed {
 	prog := newProgrammed(s.Services.Len())
 	prog.static = st.sig
-	r := d.newRenderer(s)
 	type service struct {
+		nn    types.NamespacedName
+		ports []*servicemodel.ServicePort
+	}
+	all := make([]service, 0, s.Services.Len())
+	for nn, ports := range s.Services.Services() {
+		all = append(all, service{nn, ports})
+	}
+	slices.SortFunc(all, func(a, b service) int { return compareNames(a.nn, b.nn) })
+	rendered := make([]*rendering, len(all))
+	fanout.Map(d.workers, parallelMin, all, rendered, d.skip, func(skip fanout.Skip) func(service) *rendering {
+		r := d.newRenderer(s, skip)
+		return func(sv service) *rendering { return r.service(sv.ports) }
+	})
+	type renderedService struct {
 		nn types.NamespacedName
 		r  *rendering
 	}
-	list := make([]service, 0, s.Services.Len())
-	for nn, ports := range s.Services.Services() {
-		if rd := r.service(ports); rd != nil {
-			list = append(list, service{nn, rd})
+	list := make([]renderedService, 0, len(all))
+	for i, sv := range all {
+		if rendered[i] != nil {
+			list = append(list, renderedService{sv.nn, rendered[i]})
 		}
 	}
-	slices.SortFunc(list, func(a, b service) int { return compareNames(a.nn, b.nn) })
 	for _, sv := range list {
 		for i := range sv.r.chains {
 			c := &sv.r.chains[i]

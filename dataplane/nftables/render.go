@@ -8,6 +8,7 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/endpoints"
+	"github.com/proxykit/proxykit/internal/fanout"
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
 )
@@ -72,10 +73,13 @@ type renderer struct {
 	b       strings.Builder
 	// num is scratch space for formatting.
 	num []byte
+	// skip reports an input left out: Dataplane.skip, or a record of it
+	// when renderers run concurrently.
+	skip fanout.Skip
 }
 
-func (d *Dataplane) newRenderer(s *dataplane.State) *renderer {
-	return &renderer{d: d, s: s, ifLocal: d.localMatch(s, false)}
+func (d *Dataplane) newRenderer(s *dataplane.State, skip fanout.Skip) *renderer {
+	return &renderer{d: d, s: s, ifLocal: d.localMatch(s, false), skip: skip}
 }
 
 // service renders the ports of one Service; nil when it has none to
@@ -83,13 +87,13 @@ func (d *Dataplane) newRenderer(s *dataplane.State) *renderer {
 func (r *renderer) service(ports []*servicemodel.ServicePort) *rendering {
 	out := rendering{elems: make([]elemClaim, 0, 3*len(ports))}
 	for _, sp := range ports {
-		p, why := checkPort(sp, r.d.ipv6, func(reason string) { r.d.skip(reason, "servicePort", sp.Name.String()) })
+		p, why := checkPort(sp, r.d.ipv6, func(reason string) { r.skip(reason, "servicePort", sp.Name.String()) })
 		if why != "" {
 			name := "<nil>"
 			if sp != nil {
 				name = sp.Name.String()
 			}
-			r.d.skip(why, "servicePort", name)
+			r.skip(why, "servicePort", name)
 			continue
 		}
 		r.port(&out, p)
@@ -109,7 +113,7 @@ func (r *renderer) usable(eps []*endpoints.Endpoint, sp *servicemodel.ServicePor
 		if ruleport.UsableEndpoint(e, r.d.ipv6) {
 			out = append(out, e)
 		} else {
-			r.d.skip("endpoint invalid or of another family", "servicePort", sp.Name.String())
+			r.skip("endpoint invalid or of another family", "servicePort", sp.Name.String())
 		}
 	}
 	return out
@@ -273,7 +277,7 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 			return
 		}
 		if len(eps) > maxEndpoints {
-			r.d.skip("more endpoints than an endpoint map slot holds; the rest are not used", "servicePort", p.SP.Name.String())
+			r.skip("more endpoints than an endpoint map slot holds; the rest are not used", "servicePort", p.SP.Name.String())
 			eps = eps[:maxEndpoints]
 		}
 		shard, _ := shardOf(name, p.Proto) // checkPort let only the protocols with maps through

@@ -72,7 +72,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 
 // syncPartial writes the differences of the changed services.
 func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed sets.Set[types.NamespacedName]) error {
-	r := d.newRenderer(s)
+	r := d.newRenderer(s, d.skip)
 	w := newWriter(d)
 	names := make([]types.NamespacedName, 0, len(changed))
 	for nn := range changed {
