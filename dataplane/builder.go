@@ -533,6 +533,21 @@ func (b *Builder) Build() Build {
 		m  servicemodel.Map
 		ch servicemodel.Changes
 	}, len(b.families))
+	// The endpoint trackers share nothing with the service trackers and
+	// the claims: after many changes (a first Build) their Checkouts run
+	// beside the rest.
+	epCheckouts := make([]struct {
+		m  endpoints.Map
+		ch endpoints.Changes
+	}, len(b.families))
+	var wg sync.WaitGroup
+	for i, fb := range b.families {
+		if fb.endpoints.Pending() >= concurrentCheckout {
+			wg.Go(func() { epCheckouts[i].m, epCheckouts[i].ch = fb.endpoints.Checkout() })
+		} else {
+			epCheckouts[i].m, epCheckouts[i].ch = fb.endpoints.Checkout()
+		}
+	}
 	touches := 0
 	for i, fb := range b.families {
 		checkouts[i].m, checkouts[i].ch = fb.services.Checkout()
@@ -544,10 +559,14 @@ func (b *Builder) Build() Build {
 	b.claims.reserve(touches)
 	for i, fb := range b.families {
 		svcs, svcChanges := checkouts[i].m, checkouts[i].ch
-		eps, epChanges := fb.endpoints.Checkout()
 		for nn := range svcChanges.Services {
 			b.claims.update(nn, fb.applied.Service(nn), svcs.Service(nn), touched)
 		}
+	}
+	wg.Wait()
+	for i, fb := range b.families {
+		svcs, svcChanges := checkouts[i].m, checkouts[i].ch
+		eps, epChanges := epCheckouts[i].m, epCheckouts[i].ch
 		fb.applied = svcs
 		// A State that cannot tell what changed needs no set of it.
 		var changed sets.Set[types.NamespacedName]
@@ -577,6 +596,10 @@ func (b *Builder) Build() Build {
 	b.warnConflicts(b.claims.conflicts(touched))
 	return out
 }
+
+// concurrentCheckout is the fewest services with endpoint changes whose
+// Checkout Build runs on a goroutine of its own.
+const concurrentCheckout = 256
 
 // Build is the result of one Builder.Build.
 type Build struct {

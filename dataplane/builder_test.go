@@ -455,7 +455,9 @@ func TestBuilderServiceSkips(t *testing.T) {
 // values the previous State held.
 func TestBuilderCostsChanges(t *testing.T) {
 	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dpt.NodeName})
-	const n = 200
+	// Enough for the first Build to check the endpoints out on a
+	// goroutine of their own, and the second not.
+	const n = 300
 	svcs := make([]*v1.Service, n)
 	for i := range n {
 		svcs[i] = dpt.MakeService("ns", fmt.Sprintf("svc%d", i), func(s *v1.Service) {
@@ -505,7 +507,7 @@ func TestBuilderConcurrentUpdates(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
-			for i := range 50 {
+			for i := range 100 {
 				svc := dpt.MakeService("ns", fmt.Sprintf("svc-%d-%d", g, i), func(s *v1.Service) {
 					s.Spec.ClusterIP = fmt.Sprintf("172.30.%d.%d", g, i+1)
 					s.Spec.Ports = []v1.ServicePort{dpt.ServicePort("p80", v1.ProtocolTCP, 80, 0, 0)}
@@ -520,8 +522,8 @@ func TestBuilderConcurrentUpdates(t *testing.T) {
 		b.Build()
 	}
 	wg.Wait()
-	if n := b.Build().States[0].Services.Len(); n != 200 {
-		t.Errorf("got %d services, want 200", n)
+	if n := b.Build().States[0].Services.Len(); n != 400 {
+		t.Errorf("got %d services, want 400", n)
 	}
 }
 
