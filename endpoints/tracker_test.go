@@ -6,6 +6,7 @@ package endpoints
 // stopped serving; lists are in numeric, not string, order.
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -813,5 +814,50 @@ func TestCheckoutChanges(t *testing.T) {
 				t.Errorf("changed ports (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestCheckoutManyServices: a Checkout of a whole cluster's changes
+// reports exactly what changed (checkout compares the Changes with the
+// snapshots' difference), stale UDP endpoints included, and so does a
+// small one after it.
+func TestCheckoutManyServices(t *testing.T) {
+	const n = 1500
+	slices := make([]*discovery.EndpointSlice, n)
+	tr := newTestTracker(t, Config{})
+	for i := range n {
+		slices[i] = makeSlice("ns", fmt.Sprintf("svc%d", i), 1, func(s *discovery.EndpointSlice) {
+			s.Ports = []discovery.EndpointPort{udpPort("dns", 53), {Name: ptr.To("web"), Port: ptr.To[int32](80), Protocol: ptr.To(v1.ProtocolTCP)}}
+			for k := range 3 {
+				s.Endpoints = append(s.Endpoints, addr(fmt.Sprintf("10.%d.%d.%d", k+1, i/250, i%250+1)))
+			}
+		})
+		tr.Update(nil, slices[i])
+	}
+	_, ch := checkout(t, tr)
+	if ch.Ports.Len() != 2*n {
+		t.Fatalf("%d ports changed, want %d", ch.Ports.Len(), 2*n)
+	}
+	update := func(i int, edit func(*discovery.EndpointSlice)) {
+		next := slices[i].DeepCopy()
+		edit(next)
+		tr.Update(slices[i], next)
+		slices[i] = next
+	}
+	for i := range n {
+		update(i, func(s *discovery.EndpointSlice) {
+			s.Endpoints = s.Endpoints[i%3:]
+			if i%5 == 0 && len(s.Endpoints) > 0 {
+				s.Endpoints[0].Conditions.Serving = ptr.To(false)
+				s.Endpoints[0].Conditions.Ready = ptr.To(false)
+			}
+		})
+	}
+	if _, ch = checkout(t, tr); len(ch.Stale) == 0 {
+		t.Fatal("no stale endpoints; the test needs some")
+	}
+	update(7, func(s *discovery.EndpointSlice) { s.Endpoints = nil })
+	if _, ch = checkout(t, tr); ch.Services.Len() != 1 {
+		t.Errorf("%d services changed, want 1", ch.Services.Len())
 	}
 }
