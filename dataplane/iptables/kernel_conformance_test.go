@@ -16,16 +16,28 @@ import (
 
 // TestKernelConformance runs every scenario case a real kernel can
 // reproduce through iptables-restore into a node namespace, with real TCP
-// and UDP connections deciding each verdict.
+// and UDP connections deciding each verdict, on a routed pod network
+// (Calico's: pods behind veths without an address).
 func TestKernelConformance(t *testing.T) {
+	kernelConformance(t, kerneltest.PodNetworkRouted)
+}
+
+// TestKernelConformanceBridge is TestKernelConformance with every pod a
+// port of a bridge that holds the pods' gateway (kubenet's cbr0).
+func TestKernelConformanceBridge(t *testing.T) {
+	kernelConformance(t, kerneltest.PodNetworkBridge)
+}
+
+func kernelConformance(t *testing.T, n kerneltest.PodNetwork) {
 	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save")
-	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), kerneltest.Reproducible)
+	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), n.Reproducible)
 	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
 		// Scenarios have namespaces of their own; most of their time is
 		// spent waiting for connections a verdict drops.
 		t.Parallel()
 		var runner *ExecRunner
 		return kerneltest.New(t, kerneltest.Config{
+			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
 				r, err := NewExecRunner(ExecConfig{Family: family})
 				if err != nil {

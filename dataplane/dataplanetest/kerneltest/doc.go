@@ -6,18 +6,52 @@
 // The lab a Harness builds for one scenario (its namespaces are deleted when
 // the test ends; the machine's own namespace is never touched):
 //
-//   - node: where the dataplane runs. It holds the State's node IPs and
-//     forwards between all the others; every other namespace routes through
-//     it (gateway 169.254.1.1, or fe80::1 for IPv6, on each of its links).
-//   - outside: every FromOutside source address, behind the node's "eth0".
+//   - node: where the dataplane runs. It holds the State's node IPs on its
+//     link to the outside and forwards between all the others.
+//   - outside: every FromOutside source address, behind the node's "eth0",
+//     routed through 169.254.0.1 (fe80::1 for IPv6) on it.
 //   - one namespace per pod address, a packet's FromLocalPod source or an
-//     endpoint of the State, behind its own veth. Link names follow the
-//     State's local-traffic detector: the interface prefix in
-//     InterfaceNamePrefix mode, ports of the named bridge in
-//     BridgeInterface mode.
+//     endpoint of the State, each behind its own veth, attached as
+//     Config.PodNetwork says (below).
 //   - sink: the node's default route. Addresses nobody else holds (a
 //     cluster IP on a port no service uses, say) are answered here, so a
 //     packet the dataplane leaves alone is seen arriving where it was sent.
+//
+// Config.PodNetwork chooses the shape of the pod network, as CNI plugins
+// give it to real nodes; a dataplane should pass its conformance in each
+// (PodNetworks lists them):
+//
+//   - PodNetworkRouted, the zero value: Calico's shape, and that of
+//     Cilium's and kube-router's routed modes. The node side of a pod's
+//     veth has no address and the MAC ee:ee:ee:ee:ee:ee; the node reaches
+//     the pod by a /32 (/128) route through it. An IPv4 pod routes through
+//     169.254.1.1, scope link on its eth0, an address the node does not
+//     hold: proxy ARP on the veth answers for it, as the node routes it out
+//     of another link (its default route, to the sink). An IPv6 pod routes
+//     through the veth's automatic link-local address,
+//     fe80::ecee:eeff:feee:eeee, which the node answers for as its own
+//     (forwarding on, no proxy NDP needed). A dataplane that needs an
+//     address on the interface a pod's packet comes in through (as
+//     REDIRECT does) fails here.
+//   - PodNetworkBridge: the shape of docker0 or kubenet's cbr0. Every
+//     pod's veth is a port of one bridge, in hairpin mode, and the bridge
+//     holds the pods' gateway, 169.254.1.1/32 (fe80::1/64 for IPv6); the
+//     node routes each pod address to the bridge. Pods hold /32 (/128)
+//     addresses, as the scenarios' pod addresses share no subnet, so pods
+//     reach each other through the node's IP layer too. Where the kernel
+//     has br_netfilter it is on (every new namespace's default), as
+//     Kubernetes requires on bridge networks: a DNAT to a pod on the
+//     bridge is then bridged. The bridge is the one a BridgeInterface
+//     detector names; under an InterfaceNamePrefix detector it is named
+//     with the prefix (the node's IP layer, and so the detector, sees a
+//     bridged pod's packets come in through the bridge, so only such a
+//     bridge lets that detection work); "cbr0" otherwise.
+//
+// Pod veths are named with the prefix of an InterfaceNamePrefix detector,
+// "pod" otherwise. A case whose Interface the detector tells apart from
+// the lab's pod link (in a routed lab, the bridge a BridgeInterface
+// detector names) cannot be sent there: filter the scenarios with the
+// shape's PodNetwork.Reproducible.
 //
 // Every endpoint, and the address each packet is sent to, answers on its
 // port with the address it was reached at and the client address it saw.

@@ -15,14 +15,18 @@ func newMyDataplane(v1.IPFamily) (dataplane.Dataplane, error) {
 }
 
 // Example is the body of a vendor's kernel conformance test: every case a
-// lab can send, one fresh lab per scenario, the scenarios in parallel (they
-// mostly wait for the connections a Drop swallows). It needs root; as an
-// example it is compiled, not run.
+// lab can send, in each pod-network shape, one fresh lab per scenario, the
+// scenarios in parallel (they mostly wait for the connections a Drop
+// swallows). It needs root; as an example it is compiled, not run.
 func Example() {
 	var t *testing.T // the test's own
-	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), kerneltest.Reproducible)
-	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
-		t.Parallel()
-		return kerneltest.New(t, kerneltest.Config{New: newMyDataplane})
-	})
+	for _, n := range kerneltest.PodNetworks {
+		t.Run(n.String(), func(t *testing.T) {
+			scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), n.Reproducible)
+			dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
+				t.Parallel()
+				return kerneltest.New(t, kerneltest.Config{New: newMyDataplane, PodNetwork: n})
+			})
+		})
+	}
 }

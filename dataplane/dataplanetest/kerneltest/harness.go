@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/proxykit/proxykit/dataplane"
@@ -45,6 +44,10 @@ type Config struct {
 	// connection reaches its endpoint from the proxy's address, so every
 	// DNAT is masqueraded.
 	Proxy bool
+	// PodNetwork is the shape of the lab's pod network; the zero value is
+	// PodNetworkRouted, Calico's. Filter the scenarios with its
+	// Reproducible.
+	PodNetwork PodNetwork
 }
 
 // Harness is a dataplanetest.Harness over a dataplane programmed into a
@@ -76,7 +79,7 @@ func (h *Harness) Name() string {
 // node namespace.
 func (h *Harness) Sync(ctx context.Context, s *dataplane.State) error {
 	if h.lab == nil {
-		l, err := newLab(h.t, s.Family, s.Settings.LocalDetector)
+		l, err := newLab(h.t, s.Family, s.Settings.LocalDetector, h.cfg.PodNetwork)
 		if err != nil {
 			return err
 		}
@@ -164,9 +167,10 @@ func (h *Harness) Observable(v dataplane.Verdict) dataplane.Verdict {
 	return v
 }
 
-// Reproducible reports whether a Harness can send case c of scenario s: it
-// is dataplanetest.TagKernelSafe and TCP or UDP. Use it with
-// dataplanetest.Filter.
+// Reproducible reports whether a Harness can send case c of scenario s
+// in some pod network: it is dataplanetest.TagKernelSafe and TCP or UDP.
+// A test filters with its PodNetwork's Reproducible, which also checks
+// the interface c enters through.
 func Reproducible(s dataplanetest.Scenario, c dataplanetest.PacketCase) bool {
 	return dataplanetest.HasTag(dataplanetest.TagKernelSafe)(s, c) && network(c.Packet.Protocol) != ""
 }
@@ -290,38 +294,4 @@ func network(p v1.Protocol) string {
 		return "udp"
 	}
 	return ""
-}
-
-// linkName is the name a pod link gets in the node namespace.
-func linkName(d dataplane.LocalDetector, n int) string {
-	if d.Mode == dataplane.LocalModeInterfaceNamePrefix && d.Interface != "" {
-		return fmt.Sprintf("%s%d", d.Interface, n)
-	}
-	return fmt.Sprintf("pod%d", n)
-}
-
-// checkInterface reports whether the lab's link for p's sender is the
-// interface p says it enters through, as far as the detector can tell.
-func (l *lab) checkInterface(p dataplane.Packet) error {
-	if p.Interface == "" {
-		return nil
-	}
-	ok := true
-	switch p.From {
-	case dataplane.FromOutside:
-		ok = p.Interface == outsideLink
-	case dataplane.FromLocalPod:
-		switch l.detector.Mode {
-		case dataplane.LocalModeBridgeInterface:
-			ok = p.Interface == l.detector.Interface
-		case dataplane.LocalModeInterfaceNamePrefix:
-			ok = strings.HasPrefix(p.Interface, l.detector.Interface)
-		}
-	default:
-		ok = false
-	}
-	if !ok {
-		return fmt.Errorf("%w: a %s packet entering through %q", ErrUnreproducible, p.From, p.Interface)
-	}
-	return nil
 }

@@ -88,7 +88,16 @@ func labState(t *testing.T, eps ...string) *dataplane.State {
 
 func TestTraceReadsConnections(t *testing.T) {
 	netns.Require(t, "iptables-restore")
-	h := kerneltest.New(t, kerneltest.Config{New: func(v1.IPFamily) (dataplane.Dataplane, error) {
+	for _, n := range kerneltest.PodNetworks {
+		t.Run(n.String(), func(t *testing.T) {
+			t.Parallel()
+			traceReadsConnections(t, n)
+		})
+	}
+}
+
+func traceReadsConnections(t *testing.T, n kerneltest.PodNetwork) {
+	h := kerneltest.New(t, kerneltest.Config{PodNetwork: n, New: func(v1.IPFamily) (dataplane.Dataplane, error) {
 		return rulesDataplane{rules: handRules}, nil
 	}})
 	if err := h.Sync(t.Context(), labState(t, "10.180.0.1", "10.180.0.2")); err != nil {
@@ -175,5 +184,44 @@ func TestReproducible(t *testing.T) {
 	}
 	if len(got) > 0 {
 		t.Errorf("Reproducible keeps cases a kernel lab cannot send: %v", got)
+	}
+}
+
+func TestPodNetworkReproducible(t *testing.T) {
+	bridge := dataplane.LocalDetector{Mode: dataplane.LocalModeBridgeInterface, Interface: "cbr0"}
+	prefix := dataplane.LocalDetector{Mode: dataplane.LocalModeInterfaceNamePrefix, Interface: "veth"}
+	cidr := dataplane.LocalDetector{Mode: dataplane.LocalModeClusterCIDR}
+	for _, tc := range []struct {
+		name           string
+		detector       dataplane.LocalDetector
+		from           dataplane.Origin
+		iface          string
+		routed, bridge bool
+	}{
+		{"pod through the named bridge", bridge, dataplane.FromLocalPod, "cbr0", false, true},
+		{"pod through another link, bridge detector", bridge, dataplane.FromLocalPod, "veth7", true, false},
+		{"pod through a prefixed link", prefix, dataplane.FromLocalPod, "veth1234", true, true},
+		{"pod through an unprefixed link", prefix, dataplane.FromLocalPod, "eth1", false, false},
+		{"pod, detector blind to links", cidr, dataplane.FromLocalPod, "eth1", true, true},
+		{"pod, no interface", bridge, dataplane.FromLocalPod, "", true, true},
+		{"outside through eth0", bridge, dataplane.FromOutside, "eth0", true, true},
+		{"outside through a pod link", prefix, dataplane.FromOutside, "veth1", false, false},
+		{"node through an interface", cidr, dataplane.FromNode, "eth0", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := dataplanetest.Scenario{Settings: dataplane.Settings{LocalDetector: tc.detector}}
+			c := dataplanetest.PacketCase{
+				Tags:   []string{dataplanetest.TagKernelSafe},
+				Packet: withInterface(dataplanetest.MakePacket(tc.from, "10.0.0.2", "172.30.0.1:80", v1.ProtocolTCP), tc.iface),
+			}
+			got := map[kerneltest.PodNetwork]bool{}
+			for _, n := range kerneltest.PodNetworks {
+				got[n] = n.Reproducible(s, c)
+			}
+			want := map[kerneltest.PodNetwork]bool{kerneltest.PodNetworkRouted: tc.routed, kerneltest.PodNetworkBridge: tc.bridge}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("Reproducible by pod network (-want +got):\n%s", d)
+			}
+		})
 	}
 }

@@ -12,9 +12,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// The node's names and addresses. The gateway is on every node-side link,
-// as a routed CNI (Calico, say) does it; only the sink needs an address of
-// its own, as the node's next hop.
+// The node's names and addresses. The outside and the sink reach the node
+// through linkGateway on their link (a /32, or a link-local address for
+// IPv6); the sink also needs an address of its own, as the node's next
+// hop. Pods have gateways of their own (podnet.go), which only a bridge
+// holds: a routed pod's gateway is no address of the node.
 const (
 	outsideLink = "eth0"
 	sinkLink    = "sink"
@@ -22,8 +24,8 @@ const (
 )
 
 var (
-	gateway4, sinkHop4 = netip.MustParseAddr("169.254.1.1"), netip.MustParseAddr("169.254.1.2")
-	gateway6, sinkHop6 = netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fe80::2")
+	linkGateway4, sinkHop4 = netip.MustParseAddr("169.254.0.1"), netip.MustParseAddr("169.254.0.2")
+	linkGateway6, sinkHop6 = netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fe80::2")
 )
 
 type role int
@@ -46,9 +48,12 @@ type lab struct {
 	t        testing.TB
 	family   v1.IPFamily
 	detector dataplane.LocalDetector
-	node     *host
-	outside  *host
-	sink     *host
+	network  PodNetwork
+	// bridge is the bridge every pod is a port of, in the bridge shape.
+	bridge  string
+	node    *host
+	outside *host
+	sink    *host
 	// holder maps each address placed in the lab to its namespace.
 	holder map[netip.Addr]*host
 	pods   int
@@ -56,16 +61,20 @@ type lab struct {
 	serving map[listenKey]bool
 }
 
-func newLab(t testing.TB, family v1.IPFamily, d dataplane.LocalDetector) (*lab, error) {
-	l := &lab{t: t, family: family, detector: d, holder: map[netip.Addr]*host{}, serving: map[listenKey]bool{}}
+func newLab(t testing.TB, family v1.IPFamily, d dataplane.LocalDetector, n PodNetwork) (*lab, error) {
+	l := &lab{t: t, family: family, detector: d, network: n, holder: map[netip.Addr]*host{}, serving: map[listenKey]bool{}}
 	var err error
 	if l.node, err = l.newHost("node", roleNode); err != nil {
 		return nil, err
 	}
 	// A Reject is seen only if its ICMP error arrives: no rate limit,
 	// and no redirects (sent when the lab hairpins) using up the tokens
-	// the rate limit shares with them.
+	// the rate limit shares with them. Forwarding is all a routed IPv6
+	// pod needs: it routes through its veth's link-local address, which
+	// the node answers for as its own, so no proxy NDP. Link-local
+	// addresses are made from the MAC, as a routed pod expects.
 	if err := writeSysctls(l.node.ns, map[string]string{
+		"/proc/sys/net/ipv6/conf/default/addr_gen_mode":  "0",
 		"/proc/sys/net/ipv4/ip_forward":                  "1",
 		"/proc/sys/net/ipv6/conf/all/forwarding":         "1",
 		"/proc/sys/net/ipv4/icmp_ratelimit":              "0",
@@ -75,22 +84,27 @@ func newLab(t testing.TB, family v1.IPFamily, d dataplane.LocalDetector) (*lab, 
 	}); err != nil {
 		return nil, err
 	}
-	if d.Mode == dataplane.LocalModeBridgeInterface && d.Interface != "" {
-		if err := batch(l.node.ns, "link add "+d.Interface+" type bridge", "link set "+d.Interface+" up",
-			l.gatewayAddr(d.Interface)); err != nil {
+	if n == PodNetworkBridge {
+		l.bridge = bridgeName(d)
+		addr := podGateway4.String() + "/32"
+		if l.v6() {
+			addr = bridgeGateway6.String() + "/64 nodad"
+		}
+		if err := batch(l.node.ns, "link add "+l.bridge+" type bridge", "link set "+l.bridge+" up",
+			"addr add "+addr+" dev "+l.bridge); err != nil {
 			return nil, err
 		}
 	}
 	if l.outside, err = l.newHost("outside", roleOutside); err != nil {
 		return nil, err
 	}
-	if err := l.connect(l.outside, outsideLink, ""); err != nil {
+	if err := l.connect(l.outside, outsideLink); err != nil {
 		return nil, err
 	}
 	if l.sink, err = l.newHost("sink", roleSink); err != nil {
 		return nil, err
 	}
-	if err := l.connect(l.sink, sinkLink, ""); err != nil {
+	if err := l.connect(l.sink, sinkLink); err != nil {
 		return nil, err
 	}
 	hop, dflt := sinkHop4, "0.0.0.0/0"
@@ -142,33 +156,22 @@ func writeSysctls(ns *netns.NS, sysctls map[string]string) error {
 	})
 }
 
-// gatewayAddr is the ip command that puts the gateway on a node link.
-func (l *lab) gatewayAddr(dev string) string {
+// connect links the outside or the sink to the node: nodeLink on the
+// node side, holding the link gateway, peerLink in h, with h's default
+// route through it.
+func (l *lab) connect(h *host, nodeLink string) error {
+	gw, peer := fmt.Sprintf("addr add %s/32 dev %s", linkGateway4, nodeLink), []string{
+		"link set " + peerLink + " up",
+		fmt.Sprintf("route add %s/32 dev %s scope link", linkGateway4, peerLink),
+		fmt.Sprintf("route add 0.0.0.0/0 via %s dev %s", linkGateway4, peerLink),
+	}
 	if l.v6() {
-		return fmt.Sprintf("addr add %s/64 dev %s nodad", gateway6, dev)
+		gw = fmt.Sprintf("addr add %s/64 dev %s nodad", linkGateway6, nodeLink)
+		peer = []string{"link set " + peerLink + " up", fmt.Sprintf("route add ::/0 via %s dev %s", linkGateway6, peerLink)}
 	}
-	return fmt.Sprintf("addr add %s/32 dev %s", gateway4, dev)
-}
-
-// connect links h to the node: nodeLink on the node side (a port of
-// bridge when bridge is not ""), peerLink in h, with h's default route
-// through the node's gateway.
-func (l *lab) connect(h *host, nodeLink, bridge string) error {
-	node := []string{"link add " + nodeLink + " type veth peer name " + peerLink + " netns " + h.ns.Name}
-	if bridge != "" {
-		node = append(node, "link set "+nodeLink+" master "+bridge+" up")
-	} else {
-		node = append(node, "link set "+nodeLink+" up", l.gatewayAddr(nodeLink))
-	}
-	if err := batch(l.node.ns, node...); err != nil {
+	if err := batch(l.node.ns, "link add "+nodeLink+" type veth peer name "+peerLink+" netns "+h.ns.Name,
+		"link set "+nodeLink+" up", gw); err != nil {
 		return err
-	}
-	peer := []string{"link set " + peerLink + " up"}
-	if l.v6() {
-		peer = append(peer, fmt.Sprintf("route add ::/0 via %s dev %s", gateway6, peerLink))
-	} else {
-		peer = append(peer, fmt.Sprintf("route add %s/32 dev %s scope link", gateway4, peerLink),
-			fmt.Sprintf("route add 0.0.0.0/0 via %s dev %s", gateway4, peerLink))
 	}
 	return batch(h.ns, peer...)
 }
@@ -232,17 +235,7 @@ func (l *lab) pod(a netip.Addr) (*host, error) {
 		return nil, err
 	}
 	l.pods++
-	nodeLink, bridge, via := linkName(l.detector, l.pods), "", linkName(l.detector, l.pods)
-	if l.detector.Mode == dataplane.LocalModeBridgeInterface && l.detector.Interface != "" {
-		bridge, via = l.detector.Interface, l.detector.Interface
-	}
-	if err := l.connect(h, nodeLink, bridge); err != nil {
-		return nil, err
-	}
-	if err := l.place(h, a); err != nil {
-		return nil, err
-	}
-	return h, batch(l.node.ns, fmt.Sprintf("route add %s dev %s", a, via))
+	return h, l.attachPod(h, a)
 }
 
 // setNodeIPs places the node's addresses on its outside link.
@@ -292,7 +285,7 @@ func (l *lab) serveDestination(dst netip.AddrPort, nw string) error {
 
 // sender returns the namespace that sends p, holding its source.
 func (l *lab) sender(p dataplane.Packet) (*host, error) {
-	if err := l.checkInterface(p); err != nil {
+	if err := checkInterface(l.network, l.detector, p); err != nil {
 		return nil, err
 	}
 	switch p.From {
