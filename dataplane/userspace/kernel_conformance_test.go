@@ -19,14 +19,26 @@ import (
 
 // TestKernelConformance runs every scenario case a real kernel can
 // reproduce against redirect mode in a node namespace: REDIRECT rules,
-// the forwarders' sockets and real TCP and UDP connections.
+// the forwarders' sockets and real TCP and UDP connections, on a routed
+// pod network (Calico's: pods behind veths without an address).
 func TestKernelConformance(t *testing.T) {
+	kernelConformance(t, kerneltest.PodNetworkRouted)
+}
+
+// TestKernelConformanceBridge is TestKernelConformance with every pod a
+// port of a bridge that holds the pods' gateway (kubenet's cbr0).
+func TestKernelConformanceBridge(t *testing.T) {
+	kernelConformance(t, kerneltest.PodNetworkBridge)
+}
+
+func kernelConformance(t *testing.T, n kerneltest.PodNetwork) {
 	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save")
-	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), kerneltest.Reproducible)
+	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), n.Reproducible)
 	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
 		t.Parallel()
 		var dp *Dataplane
 		return kerneltest.New(t, kerneltest.Config{
+			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
 				dialer, err := dialerHere()
 				if err != nil {
