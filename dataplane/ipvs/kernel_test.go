@@ -63,11 +63,25 @@ func kernelScenarios(t *testing.T) []dataplanetest.Scenario {
 }
 
 // TestKernelConformance runs the suite's reproducible cases through IPVS
-// in a lab's node namespace, with real connections deciding each verdict.
+// in a lab's node namespace, with real connections deciding each verdict,
+// on a routed pod network (Calico's: pods behind veths without an
+// address).
 func TestKernelConformance(t *testing.T) {
+	conformanceIn(t, kerneltest.PodNetworkRouted)
+}
+
+// TestKernelConformanceBridge is TestKernelConformance with every pod a
+// port of a bridge that holds the pods' gateway (kubenet's cbr0).
+func TestKernelConformanceBridge(t *testing.T) {
+	conformanceIn(t, kerneltest.PodNetworkBridge)
+}
+
+func conformanceIn(t *testing.T, n kerneltest.PodNetwork) {
 	requireIPVS(t)
-	dataplanetest.RunScenarios(t, kernelScenarios(t), func(t *testing.T) dataplanetest.Harness {
+	scenarios := dataplanetest.Filter(kernelScenarios(t), n.Reproducible)
+	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
 		return kerneltest.New(t, kerneltest.Config{
+			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
 				return New(Config{Family: family})
 			},

@@ -20,12 +20,13 @@ var ipvsModules = []string{
 // writes.
 var vmTools = []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"}
 
-// vmScenarios are the conformance scenarios the VM runs: the whole suite
-// takes a quarter of an hour under TCG on a busy machine, these two to
-// four minutes: cluster IPs with UDP and hairpins, LoadBalancer VIPs with
-// source ranges, node ports, external IPs under both external traffic
-// policies, services without endpoints, and IPv6. Every reproducible
-// case runs on a host whose kernel has IPVS.
+// vmScenarios are the conformance scenarios the VM runs, in both pod
+// networks (routed and bridge): the whole suite takes a quarter of an
+// hour under TCG on a busy machine, these two to four minutes a shape:
+// cluster IPs with UDP and hairpins, LoadBalancer VIPs with source
+// ranges, node ports, external IPs under both external traffic policies,
+// services without endpoints, and IPv6. Every reproducible case runs on
+// a host whose kernel has IPVS.
 const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-nodeports_disabled|ExternalTrafficPolicyLocal|" +
 	"ExternalTrafficPolicyCluster|NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal"
 
@@ -36,7 +37,7 @@ func TestKernelTestsInVM(t *testing.T) {
 		t.Skip("boots a VM")
 	}
 	vmtest.Run(t, vmtest.Config{
-		Run:     "^TestKernel(GracefulTermination|Conformance)$/^(" + vmScenarios + ")$",
+		Run:     "^TestKernel(GracefulTermination|Conformance|ConformanceBridge)$/^(" + vmScenarios + ")$",
 		Modules: ipvsModules,
 		Tools:   vmTools,
 		Args:    []string{"-test.v"},
