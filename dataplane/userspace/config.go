@@ -98,8 +98,8 @@ type Config struct {
 	// mode.
 	Listen func(Frontend) (netip.AddrPort, bool)
 	// Redirect, if set, selects redirect mode (root): traffic to the
-	// service addresses and node ports is caught by netfilter REDIRECT
-	// rules; see RedirectConfig.
+	// service addresses and node ports is caught by netfilter TPROXY,
+	// REDIRECT and DNAT rules; see RedirectConfig.
 	Redirect *RedirectConfig
 	// Dialer connects to endpoints; nil means a net.Dialer. Keep it
 	// returning *net.TCPConn for TCP: copying between two of them

@@ -15,18 +15,53 @@
 // which the caller must then hold (on a dummy interface, say); node ports
 // listen on every address. No root and no netfilter are needed.
 //
-// Redirect mode (Config.Redirect) is upstream's userspace design: every
-// forwarder listens on a free port of every address, and nat REDIRECT
-// rules in the chains PKU-SERVICES (hooked from PREROUTING and OUTPUT) and
-// PKU-NODEPORTS send the service addresses, and the node ports on the
-// NodePortAddresses of the node, to it; a destination whose service has no
-// endpoints gets a REJECT in the filter chain PKU-REJECT (hooked from
-// INPUT, FORWARD and OUTPUT) instead. The rules are written with the
-// iptables package's Runner, one iptables-restore per Sync, so the node
-// agent's --proxy-mode userspace serves the traffic the other modes serve.
-// The Dataplane is then a dataplane.Reconciler (it lists its three chains
-// and compares them with their listing right after its last write) and a
-// dataplane.KernelWatcher (the service chain's last rule is the canary).
+// Redirect mode (Config.Redirect) needs root and serves a node's service
+// traffic as the other modes do: every forwarder listens on a free port of
+// every address, with a transparent socket (IP_TRANSPARENT), and netfilter
+// rules, written with the iptables package's Runner (one iptables-restore
+// per Sync), send each frontend's traffic there:
+//
+//   - Traffic entering the node (from pods, whatever the shape of their
+//     network, and from outside) to a service address is diverted by
+//     mangle TPROXY rules (chain PKU-TPROXY, hooked from PREROUTING), which
+//     hand the packet to the forwarder's socket without rewriting it and
+//     mark it; a policy route (a routing rule for the mark, RedirectConfig.
+//     TProxyMark, to a table, RouteTable, holding one local route through
+//     the loopback device) delivers marked packets to the node, made over
+//     rtnetlink. The accepted connection still says where the client sent
+//     it, and a UDP service's replies leave from a second transparent
+//     socket bound to the service address and port itself.
+//   - The node's own traffic to a service address is redirected by nat
+//     REDIRECT rules (PKU-SERVICES, hooked from OUTPUT) to the forwarder on
+//     loopback.
+//   - A node port's destination is already the node's: nat DNAT rules that
+//     change only the port (PKU-NODEPORTS, hooked from PREROUTING and, for
+//     local destinations, from PKU-SERVICES) send it to the forwarder on
+//     the address it reached, on NodePortAddresses of the node.
+//   - What the model drops is dropped ahead of all that (mangle
+//     PKU-FIREWALL, hooked from PREROUTING and OUTPUT): packets to a
+//     cluster IP whose internal traffic policy finds no local endpoint,
+//     external packets to a frontend whose external traffic policy finds
+//     none, packets to a LoadBalancer VIP from outside its source ranges.
+//     The client sees a drop, not a connection that never answers.
+//   - A destination whose service has no endpoints gets a filter REJECT
+//     (PKU-REJECT, hooked from INPUT, FORWARD and OUTPUT).
+//
+// Why TPROXY, not REDIRECT, for the traffic entering the node: REDIRECT
+// rewrites a packet's destination to the first address of the interface it
+// came in on, and drops it when that interface has none, as the host side
+// of a pod's veth has none on routed pod networks (Calico's, and Cilium's
+// and kube-router's routed modes: pods reached through /32 routes). TPROXY
+// needs no address, keeps no NAT state for the connection, and leaves the
+// original destination on the socket; upstream's userspace proxier used
+// REDIRECT and served only pods behind a bridge that has an address.
+//
+// The Dataplane is then a dataplane.Reconciler (it lists its chains,
+// compares them with their listing right after its last write and looks
+// for the jumps and the policy route) and a dataplane.KernelWatcher (the
+// chains PKU-SERVICES and PKU-TPROXY and the policy route are its canary).
+// Cleanup removes the chains, the jumps, the routing rule and the route,
+// and nothing else.
 //
 // # Where connections go
 //
@@ -42,10 +77,14 @@
 // A frontend whose service has no endpoints holds no socket in
 // unprivileged mode, so that the kernel refuses its connections at once
 // (a TCP reset, an ICMP port unreachable), as kube-proxy's REJECT does.
-// A connection that policy drops (traffic policy Local without a local
-// endpoint, a source outside loadBalancerSourceRanges) is accepted and
-// never answered, as a userspace proxy completes the TCP handshake before
-// it can decide; a dropped datagram is ignored.
+// In unprivileged mode a connection that policy drops (traffic policy
+// Local without a local endpoint, a source outside
+// loadBalancerSourceRanges) is accepted and never answered, as a userspace
+// proxy completes the TCP handshake before it can decide; a dropped
+// datagram is ignored. Redirect mode drops those in the kernel, before
+// the handshake, except at a destination several service ports claim
+// (two services sharing an external IP and port), where the forwarder
+// decides as in unprivileged mode.
 //
 // # Syncs that cost what changed
 //

@@ -40,6 +40,13 @@ type forwarder struct {
 	// bound is the address the socket got (port 0 resolved).
 	bound netip.AddrPort
 
+	// reply, in redirect mode for a UDP service address, is a socket
+	// bound to the frontend's own address and port: a datagram TPROXY
+	// diverted was not rewritten, so its replies must leave from the
+	// address and port the client sent to, which the listening socket's
+	// free port is not.
+	reply *net.UDPConn
+
 	// sessions are the UDP sessions by client.
 	mu       sync.Mutex
 	sessions map[netip.AddrPort]*udpFlow
@@ -88,13 +95,24 @@ func (e *BindError) Error() string {
 // errSCTP is why SCTP frontends are never served.
 var errSCTP = errors.New("SCTP is not served: Go's net package has no SCTP sockets")
 
-// bind opens f's socket and starts serving it.
+// bind opens f's socket and starts serving it. In redirect mode the
+// sockets are transparent (IP_TRANSPARENT), so that TPROXY may hand them
+// packets for addresses that are not the node's, and of the Dataplane's
+// family only.
 func (d *Dataplane) bind(ctx context.Context, f *forwarder) error {
 	var lc net.ListenConfig
 	addr := f.listen.String()
+	suffix := ""
+	if d.redir != nil {
+		lc.Control = transparent(d.cfg.Family)
+		suffix = "4"
+		if d.cfg.Family == v1.IPv6Protocol {
+			suffix = "6"
+		}
+	}
 	switch f.key.proto {
 	case v1.ProtocolTCP:
-		ln, err := lc.Listen(ctx, "tcp", addr)
+		ln, err := lc.Listen(ctx, "tcp"+suffix, addr)
 		if err != nil {
 			return err
 		}
@@ -103,15 +121,26 @@ func (d *Dataplane) bind(ctx context.Context, f *forwarder) error {
 		d.wg.Add(1)
 		go d.serveTCP(ctx, f, f.tcp)
 	case v1.ProtocolUDP:
-		pc, err := lc.ListenPacket(ctx, "udp", addr)
+		if d.redir != nil && !f.key.nodePort() {
+			rc, err := lc.ListenPacket(ctx, "udp"+suffix, netip.AddrPortFrom(f.key.addr, f.key.port).String())
+			if err != nil {
+				return fmt.Errorf("bind the reply socket: %w", err)
+			}
+			f.reply = rc.(*net.UDPConn)
+		}
+		pc, err := lc.ListenPacket(ctx, "udp"+suffix, addr)
 		if err != nil {
+			if f.reply != nil {
+				f.reply.Close()
+				f.reply = nil
+			}
 			return err
 		}
 		f.udp = pc.(*net.UDPConn)
 		f.bound = f.udp.LocalAddr().(*net.UDPAddr).AddrPort()
 		f.sessions = map[netip.AddrPort]*udpFlow{}
 		d.wg.Add(1)
-		go d.serveUDP(ctx, f, f.udp)
+		go d.serveUDP(ctx, f, f.udp, f.reply)
 	default:
 		return errSCTP
 	}
@@ -128,6 +157,10 @@ func (d *Dataplane) unbind(f *forwarder) {
 	if f.udp != nil {
 		f.udp.Close()
 		f.udp = nil
+		if f.reply != nil {
+			f.reply.Close()
+			f.reply = nil
+		}
 		f.mu.Lock()
 		sessions := f.sessions
 		f.sessions = nil

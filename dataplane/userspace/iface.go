@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // ifaceFinder tells, for the interface-based local-traffic detectors,
@@ -16,7 +17,9 @@ type ifaceFinder struct {
 }
 
 func newIfaceFinder() (*ifaceFinder, error) {
-	h, err := netlink.NewHandle()
+	// rtnetlink only: a handle of every family fails on a kernel without
+	// one of them (xfrm_user, say).
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, err
 	}

@@ -1,19 +1,21 @@
 package userspace
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 
+	"syscall"
+
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
 )
 
 // A UDP socket listening on every address does not say which of them a
 // datagram reached, and its replies leave from whichever address the route
-// back prefers: behind REDIRECT (which rewrites to the address of the
-// incoming interface, or to loopback for the node's own traffic) conntrack
-// then fails to match them, and a client's connected socket drops them.
-// Packet info, asked for on such sockets, tells the address, and replies
-// are sent from it.
+// back prefers: behind a DNAT or REDIRECT conntrack then fails to match
+// them, and a client's connected socket drops them. Packet info, asked for
+// on such sockets, tells the address, and replies are sent from it.
 
 // askPktinfo makes pc report each datagram's destination address. The
 // option of the other family fails harmlessly: Go listens on a wildcard
@@ -57,4 +59,27 @@ func pktinfo(oob []byte) (netip.Addr, []byte) {
 		}
 	}
 	return netip.Addr{}, nil
+}
+
+// transparent returns a net.ListenConfig Control that makes a socket
+// transparent (IP_TRANSPARENT, or IPV6_TRANSPARENT): TPROXY hands packets
+// only to such sockets, and such a socket may bind an address that is not
+// the node's. It needs CAP_NET_ADMIN.
+func transparent(fam v1.IPFamily) func(network, address string, c syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var err error
+		if cerr := c.Control(func(fd uintptr) {
+			if fam == v1.IPv6Protocol {
+				err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TRANSPARENT, 1)
+			} else {
+				err = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TRANSPARENT, 1)
+			}
+		}); cerr != nil {
+			return cerr
+		}
+		if err != nil {
+			return fmt.Errorf("make the socket transparent for TPROXY: %w", err)
+		}
+		return nil
+	}
 }

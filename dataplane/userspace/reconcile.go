@@ -15,11 +15,11 @@ var (
 )
 
 // Reconcile implements dataplane.Reconciler. In redirect mode it lists the
-// three chains and compares each with its listing taken right after the
-// last write, and looks for the jumps into them; anything different
-// rewrites all three chains (a few rules per service) and the jumps. In
-// unprivileged mode nobody else can change the forwarders: it finds
-// nothing.
+// chains and compares each with its listing taken right after the last
+// write, looks for the jumps into them and for the policy route; anything
+// different rewrites every chain (a few rules per service), the jumps and
+// the route. In unprivileged mode nobody else can change the forwarders:
+// it finds nothing.
 func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -27,26 +27,10 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if r == nil || !r.valid || r.listed == nil {
 		return dataplane.Drift{}, nil
 	}
-	got, err := r.list(ctx)
+	repaired, err := r.drift(ctx)
 	if err != nil {
 		r.valid = false
 		return dataplane.Drift{}, fmt.Errorf("userspace: reconcile: %w", err)
-	}
-	var repaired []string
-	for _, c := range r.allChains() {
-		if want := r.listed[c]; !slices.Equal(want, got[c]) {
-			repaired = append(repaired, fmt.Sprintf("%s chain %s: %d rules, want %d", c.table, c.chain, len(got[c]), len(want)))
-		}
-	}
-	for _, j := range r.jumps() {
-		rules, _, err := r.runner.ListChain(ctx, j.Table, j.Chain)
-		if err != nil {
-			r.valid = false
-			return dataplane.Drift{}, fmt.Errorf("userspace: reconcile: %w", err)
-		}
-		if !slices.ContainsFunc(rules, func(s string) bool { return strings.HasSuffix(s, " -j "+j.Rule[len(j.Rule)-1]) }) {
-			repaired = append(repaired, fmt.Sprintf("%s chain %s: no jump to %s", j.Table, j.Chain, j.Rule[len(j.Rule)-1]))
-		}
 	}
 	if len(repaired) == 0 {
 		return dataplane.Drift{}, nil
@@ -58,8 +42,38 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	return dataplane.Drift{Repaired: repaired}, nil
 }
 
+// drift describes how the kernel differs from the last write.
+func (r *redirector) drift(ctx context.Context) ([]string, error) {
+	got, err := r.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range r.allChains() {
+		if want := r.listed[c]; !slices.Equal(want, got[c]) {
+			out = append(out, fmt.Sprintf("%s chain %s: %d rules, want %d", c.table, c.chain, len(got[c]), len(want)))
+		}
+	}
+	for _, j := range r.jumps() {
+		rules, _, err := r.runner.ListChain(ctx, j.Table, j.Chain)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(rules, func(s string) bool { return strings.HasSuffix(s, " -j "+j.Rule[len(j.Rule)-1]) }) {
+			out = append(out, fmt.Sprintf("%s chain %s: no jump to %s", j.Table, j.Chain, j.Rule[len(j.Rule)-1]))
+		}
+	}
+	missing, err := r.routing.Missing(ctx, r.policy)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, missing...), nil
+}
+
 // KernelChanged implements dataplane.KernelWatcher: in redirect mode the
-// service chain's last rule, the jump to node ports, is its canary.
+// chains the node's own traffic and the traffic entering it meet first
+// (a listing of each, as Reconcile makes of every chain) and the policy
+// route are its canary.
 func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -67,21 +81,36 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	if r == nil || r.listed == nil {
 		return false, nil
 	}
-	want := r.listed[tableChain{"nat", r.services}]
-	rules, ok, err := r.runner.ListChain(ctx, "nat", r.services)
+	for _, c := range []tableChain{{"nat", r.services}, {"mangle", r.divert}} {
+		want := r.listed[c]
+		rules, ok, err := r.runner.ListChain(ctx, c.table, c.chain)
+		if err != nil {
+			return false, fmt.Errorf("userspace: canary: %w", err)
+		}
+		if !ok || !slices.Equal(rules, want) {
+			return true, nil
+		}
+	}
+	missing, err := r.routing.Missing(ctx, r.policy)
 	if err != nil {
 		return false, fmt.Errorf("userspace: canary: %w", err)
 	}
-	return !ok || len(rules) == 0 || len(want) == 0 || rules[len(rules)-1] != want[len(want)-1], nil
+	return len(missing) > 0, nil
 }
 
 type tableChain struct{ table, chain string }
 
 func (r *redirector) allChains() []tableChain {
-	return []tableChain{{"nat", r.services}, {"nat", r.nodePorts}, {"filter", r.reject}}
+	var out []tableChain
+	for _, table := range redirectTables {
+		for _, c := range r.chains(table) {
+			out = append(out, tableChain{table, c})
+		}
+	}
+	return out
 }
 
-// list returns the rules of the three chains as "iptables -S" prints them.
+// list returns the rules of the chains as "iptables -S" prints them.
 func (r *redirector) list(ctx context.Context) (map[tableChain][]string, error) {
 	out := map[tableChain][]string{}
 	for _, c := range r.allChains() {

@@ -1,6 +1,7 @@
 package userspace
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	v1 "k8s.io/api/core/v1"
 )
@@ -20,43 +22,89 @@ import (
 // iptables dataplane's "PK-", so that both can run on one node.
 const DefaultRedirectChainPrefix = "PKU-"
 
-// RedirectConfig configures redirect mode: kube-proxy's userspace design.
-// Every forwarder listens on a free port of every node address, and nat
-// REDIRECT rules send each service address and node port there; a
-// destination whose service has no endpoints gets a filter REJECT rule
-// instead. The rules go through the iptables package's Runner (one
-// iptables-restore per Sync), so redirect mode needs root.
+// Defaults of the RedirectConfig fields whose zero value means "the
+// default".
+const (
+	// DefaultTProxyMark is the fwmark bit TPROXY sets: none of those
+	// kube-proxy (0x4000, 0x8000), Calico (0xffff0000) or Cilium (0x0f00)
+	// use.
+	DefaultTProxyMark uint32 = 0x2000
+	// DefaultRouteTable is the routing table of the local route marked
+	// packets take ("PK" in ASCII).
+	DefaultRouteTable = 0x504b
+	// DefaultRulePriority is the priority of the routing rule that sends
+	// marked packets to DefaultRouteTable: ahead of the main table's
+	// 32766.
+	DefaultRulePriority = 1000
+)
+
+// RedirectConfig configures redirect mode: the node's service traffic is
+// caught by netfilter rules and sent to the forwarders, which listen on a
+// free port of every node address. Traffic entering the node (from pods,
+// whatever their network's shape, and from outside) is diverted with
+// mangle TPROXY rules, which hand a packet to a local socket without
+// rewriting it, plus a policy route that delivers marked packets locally;
+// the node's own traffic is redirected with nat REDIRECT rules. A
+// destination whose service has no endpoints gets a filter REJECT rule,
+// and one that policy drops a mangle DROP rule. The rules go through the
+// iptables package's Runner (one iptables-restore per Sync), the policy
+// route through netlink, so redirect mode needs root.
 //
-// The zero value writes IPv4 rules with the iptables binaries on PATH,
-// in chains prefixed "PKU-".
+// The zero value writes IPv4 rules with the iptables binaries on PATH, in
+// chains prefixed "PKU-", with the policy route of DefaultTProxyMark,
+// DefaultRouteTable and DefaultRulePriority made over netlink in the
+// network namespace New is called in.
 type RedirectConfig struct {
 	// Runner writes the rules; nil means an iptables.ExecRunner for the
 	// Dataplane's family. An iptables.FakeRunner records them instead.
 	Runner iptables.Runner
+	// Routing installs the policy route; nil means a NetlinkRouting
+	// opened in the network namespace of the thread calling New. Tests
+	// over an iptables.FakeRunner pass a *FakePolicyRouting, so that
+	// nothing reaches the machine's routing.
+	Routing PolicyRouting
 	// ChainPrefix prefixes the chains; "" means
 	// DefaultRedirectChainPrefix. At most 16 characters of A-Z, 0-9, '-'
 	// and '_'.
 	ChainPrefix string
+	// TProxyMark is the fwmark bits TPROXY sets and the routing rule
+	// matches; 0 means DefaultTProxyMark. Choose bits no other program of
+	// the node uses.
+	TProxyMark uint32
+	// RouteTable is the routing table holding the local route; 0 means
+	// DefaultRouteTable. Not 253, 254 or 255 (the kernel's own).
+	RouteTable int
+	// RulePriority is the routing rule's priority; 0 means
+	// DefaultRulePriority. It must come before the main table's (32766).
+	RulePriority int
 }
 
 var validRedirectPrefix = regexp.MustCompile(`^[A-Z0-9_-]{1,16}$`)
 
-// redirector keeps the REDIRECT and REJECT rules of the forwarders.
+// redirector keeps the rules and the policy route of the forwarders.
 type redirector struct {
-	runner iptables.Runner
-	ipv6   bool
+	runner  iptables.Runner
+	routing PolicyRouting
+	policy  PolicyRoute
+	// closeRouting closes a routing the redirector opened itself.
+	closeRouting func()
+	ipv6         bool
 	// services is the nat chain of service addresses (hooked from
-	// PREROUTING and OUTPUT), ending in the jump to nodePorts for local
-	// destinations; reject is the filter chain (hooked from INPUT,
-	// FORWARD and OUTPUT).
-	services, nodePorts, reject string
+	// OUTPUT: the node's own traffic), ending in the jump to nodePorts
+	// for local destinations; nodePorts is also hooked from PREROUTING
+	// for local destinations. divert is the mangle chain diverting
+	// traffic that enters the node for service addresses (hooked from
+	// PREROUTING), firewall the mangle chain of drops (hooked from
+	// PREROUTING and OUTPUT, ahead of divert); reject is the filter chain
+	// (hooked from INPUT, FORWARD and OUTPUT).
+	services, nodePorts, divert, firewall, reject string
 	// programmed is each destination's rules as written ("-A CHAIN
 	// spec" of their table), nil when none; valid is false until a full
 	// write succeeded and after any failure.
 	programmed map[destKey][]rule
 	valid      bool
-	// listed is the three chains as listed right after the last write,
-	// what Reconcile compares the kernel with; nil before the first.
+	// listed is the chains as listed right after the last write, what
+	// Reconcile compares the kernel with; nil before the first.
 	listed map[tableChain][]string
 }
 
@@ -66,7 +114,11 @@ type rule struct {
 	spec  string
 }
 
-func newRedirector(cfg RedirectConfig, family v1.IPFamily, log logr.Logger) (*redirector, error) {
+// redirectTables are the tables redirect mode writes, in the order of its
+// restores.
+var redirectTables = [...]string{"nat", "mangle", "filter"}
+
+func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redirector, error) {
 	prefix := cfg.ChainPrefix
 	if prefix == "" {
 		prefix = DefaultRedirectChainPrefix
@@ -74,39 +126,77 @@ func newRedirector(cfg RedirectConfig, family v1.IPFamily, log logr.Logger) (*re
 	if !validRedirectPrefix.MatchString(prefix) {
 		return nil, fmt.Errorf("userspace: RedirectConfig.ChainPrefix %q: want at most 16 characters of A-Z, 0-9, '-' and '_'", prefix)
 	}
+	policy := PolicyRoute{Family: fam, Mark: cmp.Or(cfg.TProxyMark, DefaultTProxyMark),
+		Table: cmp.Or(cfg.RouteTable, DefaultRouteTable), Priority: cmp.Or(cfg.RulePriority, DefaultRulePriority)}
+	switch {
+	case policy.Table < 0 || policy.Table >= 253 && policy.Table <= 255:
+		return nil, fmt.Errorf("userspace: RedirectConfig.RouteTable %d: want a table of its own, not 253-255 (the kernel's)", policy.Table)
+	case policy.Priority < 0 || policy.Priority >= 32766:
+		return nil, fmt.Errorf("userspace: RedirectConfig.RulePriority %d: want 1 to 32765, ahead of the main table's rule", policy.Priority)
+	}
 	r := &redirector{
-		runner:     cfg.Runner,
-		ipv6:       family == v1.IPv6Protocol,
-		services:   prefix + "SERVICES",
-		nodePorts:  prefix + "NODEPORTS",
-		reject:     prefix + "REJECT",
-		programmed: map[destKey][]rule{},
+		runner:       cfg.Runner,
+		routing:      cfg.Routing,
+		policy:       policy,
+		ipv6:         fam == v1.IPv6Protocol,
+		services:     prefix + "SERVICES",
+		nodePorts:    prefix + "NODEPORTS",
+		divert:       prefix + "TPROXY",
+		firewall:     prefix + "FIREWALL",
+		reject:       prefix + "REJECT",
+		programmed:   map[destKey][]rule{},
+		closeRouting: func() {},
 	}
 	if r.runner == nil {
-		er, err := iptables.NewExecRunner(iptables.ExecConfig{Family: family})
+		er, err := iptables.NewExecRunner(iptables.ExecConfig{Family: fam})
 		if err != nil {
 			return nil, fmt.Errorf("userspace: redirect mode: %w", err)
 		}
 		log.V(2).Info("Found iptables", "version", er.Version())
 		r.runner = er
 	}
+	if r.routing == nil {
+		nr, err := OpenNetlinkRouting()
+		if err != nil {
+			return nil, fmt.Errorf("userspace: redirect mode: %w", err)
+		}
+		r.routing, r.closeRouting = nr, nr.Close
+	}
 	return r, nil
 }
 
 func (r *redirector) jumps() []iptables.Jump {
-	j := func(table, chain, target string) iptables.Jump {
-		return iptables.Jump{Table: table, Chain: chain, Rule: []string{
-			"-m", "comment", "--comment", "proxykit userspace redirects", "-j", target}}
+	j := func(table, chain, target string, match ...string) iptables.Jump {
+		return iptables.Jump{Table: table, Chain: chain, Rule: append(match,
+			"-m", "comment", "--comment", "proxykit userspace redirects", "-j", target)}
 	}
+	// Each jump is inserted first in its chain: the firewall's after the
+	// diversion's, so that it runs ahead of it.
 	return []iptables.Jump{
-		j("nat", "PREROUTING", r.services), j("nat", "OUTPUT", r.services),
+		j("nat", "OUTPUT", r.services), j("nat", "PREROUTING", r.nodePorts, "-m", "addrtype", "--dst-type", "LOCAL"),
+		j("mangle", "PREROUTING", r.divert), j("mangle", "PREROUTING", r.firewall), j("mangle", "OUTPUT", r.firewall),
 		j("filter", "INPUT", r.reject), j("filter", "FORWARD", r.reject), j("filter", "OUTPUT", r.reject),
 	}
 }
 
-// rulesOf returns the rules f needs: REDIRECT to its socket while it
-// listens, REJECT while nothing of it has endpoints, none otherwise (a
-// socket that could not bind yet).
+// legacyJumps are the jumps earlier versions made and this one does not:
+// removed at every full write, so that an upgraded node leaves the
+// traffic entering it to TPROXY.
+func (r *redirector) legacyJumps() []iptables.Jump {
+	return []iptables.Jump{{Table: "nat", Chain: "PREROUTING", Rule: []string{
+		"-m", "comment", "--comment", "proxykit userspace redirects", "-j", r.services}}}
+}
+
+// rulesOf returns the rules f needs: while it listens, those sending its
+// traffic to its socket and the drops its policy makes; REJECT while
+// nothing of it has endpoints; none otherwise (a socket that could not
+// bind yet).
+//
+// A service address is not the node's: a packet entering the node for it
+// is diverted by TPROXY, untouched, to the socket, and the node's own
+// packet is redirected to it on loopback. A node port's destination is
+// the node's already: a DNAT of the port alone, keeping the address, sends
+// it to the socket whichever interface it came through.
 func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 	proto := strings.ToLower(string(f.key.proto))
 	claims := rt.dests[f.key]
@@ -118,11 +208,21 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 	bound, ok := f.boundAddr()
 	switch {
 	case ok && !f.key.nodePort():
-		return []rule{{"nat", r.services, fmt.Sprintf("%s -d %s %s -j REDIRECT --to-ports %d", comment, host(f.key.addr), match, bound.Port())}}
+		dst := "-d " + host(f.key.addr)
+		out := r.drops(claims, rt, comment, []string{dst}, match)
+		return append(out,
+			rule{"nat", r.services, join(comment, dst, match, fmt.Sprintf("-j REDIRECT --to-ports %d", bound.Port()))},
+			rule{"mangle", r.divert, join(comment, dst, match,
+				fmt.Sprintf("-j TPROXY --on-port %d --tproxy-mark %#x/%#x", bound.Port(), r.policy.Mark, r.policy.Mark))})
 	case ok:
-		var out []rule
-		for _, dst := range r.nodePortDests(rt) {
-			out = append(out, rule{"nat", r.nodePorts, fmt.Sprintf("%s%s %s -j REDIRECT --to-ports %d", comment, dst, match, bound.Port())})
+		dsts := r.nodePortDests(rt)
+		local := make([]string, len(dsts))
+		for i, dst := range dsts {
+			local[i] = join(dst, "-m addrtype --dst-type LOCAL")
+		}
+		out := r.drops(claims, rt, comment, local, match)
+		for _, dst := range dsts {
+			out = append(out, rule{"nat", r.nodePorts, join(comment, dst, match, fmt.Sprintf("-j DNAT --to-destination :%d", bound.Port()))})
 		}
 		return out
 	case !f.want && !f.key.nodePort():
@@ -133,8 +233,81 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 	return nil
 }
 
-// nodePortDests are the destination matches of node port rules (after
-// the jump's "--dst-type LOCAL"): NodePortAddresses' CIDRs of the family,
+// join joins the non-empty parts of a rule with spaces.
+func join(parts ...string) string {
+	return strings.Join(slices.DeleteFunc(parts, func(s string) bool { return s == "" }), " ")
+}
+
+// drops returns the rules of the firewall chain that drop, ahead of any
+// diversion, what the policy of a destination's only claimant drops
+// (State.Lookup): every packet to a cluster IP whose internal traffic
+// policy finds no local endpoint; external packets (neither from a pod the
+// local-traffic detector knows nor from the node) to a frontend whose
+// external traffic policy finds none; and packets to a LoadBalancer VIP
+// from outside its source ranges. A destination several service ports
+// claim is left to its forwarder, which holds such connections
+// unanswered.
+func (r *redirector) drops(claims []claim, rt *routes, comment string, dsts []string, match string) []rule {
+	if len(claims) != 1 {
+		return nil
+	}
+	cl := claims[0]
+	v := cl.view
+	var out []rule
+	add := func(cond, target string) {
+		for _, dst := range dsts {
+			out = append(out, rule{"mangle", r.firewall, join(comment, dst, match, cond, target)})
+		}
+	}
+	if cl.kind == ClusterIP {
+		if !v.hasInternal {
+			add("", "-j DROP")
+		}
+		return out
+	}
+	if !v.hasExternal {
+		add(join(r.notLocalPod(rt), "-m addrtype ! --src-type LOCAL"), "-j DROP")
+	}
+	if cl.kind == LoadBalancerIP && v.usesFirewall {
+		// The ranges are let through to what follows; the rest dropped.
+		for _, p := range v.sp.LoadBalancerSourceRanges {
+			if p.Addr().Is6() == r.ipv6 {
+				add("-s "+p.Masked().String(), "-j RETURN")
+			}
+		}
+		for _, vip := range v.sp.LoadBalancerVIPs {
+			if vip.Is6() == r.ipv6 && rt.allowedBySourceRanges(v.sp, vip) {
+				add("-s "+host(vip), "-j RETURN")
+			}
+		}
+		add("", "-j DROP")
+	}
+	return out
+}
+
+// notLocalPod is the match of packets the local-traffic detector does not
+// take for pod traffic, "" without a detector.
+func (r *redirector) notLocalPod(rt *routes) string {
+	d := rt.set.LocalDetector
+	switch d.Mode {
+	case dataplane.LocalModeClusterCIDR, dataplane.LocalModeNodeCIDR:
+		if rt.hasDetect {
+			return "! -s " + rt.detect.Masked().String()
+		}
+	case dataplane.LocalModeBridgeInterface:
+		if d.Interface != "" {
+			return "! -i " + d.Interface
+		}
+	case dataplane.LocalModeInterfaceNamePrefix:
+		if d.Interface != "" {
+			return "! -i " + d.Interface + "+"
+		}
+	}
+	return ""
+}
+
+// nodePortDests are the destination matches of node port rules (behind
+// the jumps' "--dst-type LOCAL"): NodePortAddresses' CIDRs of the family,
 // or every local address.
 func (r *redirector) nodePortDests(rt *routes) []string {
 	var cidrs []string
@@ -145,7 +318,7 @@ func (r *redirector) nodePortDests(rt *routes) []string {
 		if p.Bits() == 0 {
 			return []string{""}
 		}
-		cidrs = append(cidrs, " -d "+p.Masked().String())
+		cidrs = append(cidrs, "-d "+p.Masked().String())
 	}
 	if len(cidrs) == 0 {
 		return []string{""}
@@ -169,10 +342,10 @@ func (r *redirector) loopbackReturn(rt *routes) string {
 func host(a netip.Addr) string { return netip.PrefixFrom(a, a.BitLen()).String() }
 
 // sync writes the rules of the forwarders of keys (every forwarder when
-// full, or when the last write failed) in one restore.
+// full, or when the last write failed) in one restore; a full write also
+// hooks the chains in and makes sure of the policy route.
 func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys []destKey, rt *routes, full bool) (int, error) {
 	full = full || !r.valid
-	var b strings.Builder
 	want := map[destKey][]rule{}
 	if full {
 		keys = slices.Collect(maps.Keys(fwds))
@@ -182,50 +355,10 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 			want[k] = r.rulesOf(f, rt)
 		}
 	}
-	tables := [2]string{"nat", "filter"}
-	for _, table := range tables {
-		var body strings.Builder
-		if full {
-			for _, c := range r.chains(table) {
-				fmt.Fprintf(&body, ":%s - [0:0]\n", c)
-			}
-			if table == "nat" {
-				fmt.Fprintf(&body, "-A %s -m addrtype --dst-type LOCAL -j %s\n", r.services, r.nodePorts)
-				if ret := r.loopbackReturn(rt); ret != "" {
-					fmt.Fprintf(&body, "-A %s %s\n", r.nodePorts, ret)
-				}
-			}
-		} else {
-			for _, k := range keys {
-				if slices.Equal(r.programmed[k], want[k]) {
-					continue
-				}
-				for _, ru := range r.programmed[k] {
-					if ru.table == table {
-						fmt.Fprintf(&body, "-D %s %s\n", ru.chain, ru.spec)
-					}
-				}
-			}
-		}
-		for _, k := range sortedKeys(want) {
-			if !full && slices.Equal(r.programmed[k], want[k]) {
-				continue
-			}
-			for _, ru := range want[k] {
-				if ru.table != table {
-					continue
-				}
-				// Service rules go first, ahead of the chain's last rule,
-				// the jump to node ports.
-				op := "-A " + ru.chain
-				if ru.chain == r.services {
-					op = "-I " + ru.chain + " 1"
-				}
-				fmt.Fprintf(&body, "%s %s\n", op, ru.spec)
-			}
-		}
-		if body.Len() > 0 {
-			fmt.Fprintf(&b, "*%s\n%sCOMMIT\n", table, body.String())
+	var b strings.Builder
+	for _, table := range redirectTables {
+		if body := r.render(table, keys, want, rt, full); body != "" {
+			fmt.Fprintf(&b, "*%s\n%sCOMMIT\n", table, body)
 		}
 	}
 	if b.Len() > 0 {
@@ -241,11 +374,9 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 		r.listed = listed
 	}
 	if full {
-		for _, j := range r.jumps() {
-			if err := r.runner.EnsureJump(ctx, j); err != nil {
-				r.valid = false
-				return 0, fmt.Errorf("userspace: hook redirect rules: %w", err)
-			}
+		if err := r.hook(ctx); err != nil {
+			r.valid = false
+			return 0, err
 		}
 		clear(r.programmed)
 	}
@@ -260,9 +391,83 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 	return b.Len(), nil
 }
 
+// render returns the restore lines of one table: the whole of its chains
+// when full, else the removal and addition of the rules of keys that
+// changed.
+func (r *redirector) render(table string, keys []destKey, want map[destKey][]rule, rt *routes, full bool) string {
+	var body strings.Builder
+	if full {
+		for _, c := range r.chains(table) {
+			fmt.Fprintf(&body, ":%s - [0:0]\n", c)
+		}
+		if table == "nat" {
+			fmt.Fprintf(&body, "-A %s -m addrtype --dst-type LOCAL -j %s\n", r.services, r.nodePorts)
+			if ret := r.loopbackReturn(rt); ret != "" {
+				fmt.Fprintf(&body, "-A %s %s\n", r.nodePorts, ret)
+			}
+		}
+	} else {
+		for _, k := range keys {
+			if slices.Equal(r.programmed[k], want[k]) {
+				continue
+			}
+			for _, ru := range r.programmed[k] {
+				if ru.table == table {
+					fmt.Fprintf(&body, "-D %s %s\n", ru.chain, ru.spec)
+				}
+			}
+		}
+	}
+	for _, k := range sortedKeys(want) {
+		if !full && slices.Equal(r.programmed[k], want[k]) {
+			continue
+		}
+		var ahead []string
+		for _, ru := range want[k] {
+			switch {
+			case ru.table != table:
+			case ru.chain == r.services:
+				ahead = append(ahead, ru.spec)
+			default:
+				fmt.Fprintf(&body, "-A %s %s\n", ru.chain, ru.spec)
+			}
+		}
+		// Service rules go first, ahead of the chain's last rule (the jump
+		// to node ports), each inserted at the top: the last first, so
+		// that they keep their order.
+		for _, spec := range slices.Backward(ahead) {
+			fmt.Fprintf(&body, "-I %s 1 %s\n", r.services, spec)
+		}
+	}
+	return body.String()
+}
+
+// hook inserts the jumps into the chains, removes those of earlier
+// versions and makes sure of the policy route.
+func (r *redirector) hook(ctx context.Context) error {
+	for _, j := range r.jumps() {
+		if err := r.runner.EnsureJump(ctx, j); err != nil {
+			return fmt.Errorf("userspace: hook redirect rules: %w", err)
+		}
+	}
+	for _, j := range r.legacyJumps() {
+		if err := r.runner.DeleteJump(ctx, j); err != nil {
+			return fmt.Errorf("userspace: unhook an earlier version's redirect rules: %w", err)
+		}
+	}
+	if err := r.routing.Ensure(ctx, r.policy); err != nil {
+		return fmt.Errorf("userspace: %w", err)
+	}
+	return nil
+}
+
+// chains are the chains of table, the head first.
 func (r *redirector) chains(table string) []string {
-	if table == "nat" {
+	switch table {
+	case "nat":
 		return []string{r.services, r.nodePorts}
+	case "mangle":
+		return []string{r.divert, r.firewall}
 	}
 	return []string{r.reject}
 }
@@ -281,16 +486,17 @@ func sortedKeys(m map[destKey][]rule) []destKey {
 	return keys
 }
 
-// cleanup unhooks and deletes the chains, whether or not they exist.
+// cleanup unhooks and deletes the chains and the policy route, whether
+// or not they exist.
 func (r *redirector) cleanup(ctx context.Context) error {
 	var errs []error
-	for _, j := range r.jumps() {
+	for _, j := range append(r.jumps(), r.legacyJumps()...) {
 		if err := r.runner.DeleteJump(ctx, j); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	var b strings.Builder
-	for _, table := range []string{"nat", "filter"} {
+	for _, table := range redirectTables {
 		fmt.Fprintf(&b, "*%s\n", table)
 		for _, c := range r.chains(table) {
 			fmt.Fprintf(&b, ":%s - [0:0]\n", c)
@@ -301,6 +507,9 @@ func (r *redirector) cleanup(ctx context.Context) error {
 		b.WriteString("COMMIT\n")
 	}
 	if err := r.runner.Restore(ctx, iptables.RestoreBytes(b.String())); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.routing.Remove(ctx, r.policy); err != nil {
 		errs = append(errs, err)
 	}
 	clear(r.programmed)

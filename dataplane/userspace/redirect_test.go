@@ -1,6 +1,8 @@
 package userspace
 
 import (
+	"fmt"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,23 +13,24 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-var redirectPort = regexp.MustCompile(`--to-ports \d+`)
+var redirectPort = regexp.MustCompile(`(--to-ports |--on-port |--to-destination :)\d+`)
 
 // restores returns the restore inputs fake received after the first
 // skip, with the forwarders' ports blanked.
 func restores(fake *iptables.FakeRunner, skip int) []string {
 	var out []string
 	for _, r := range fake.Restores()[skip:] {
-		out = append(out, redirectPort.ReplaceAllString(string(r), "--to-ports P"))
+		out = append(out, redirectPort.ReplaceAllString(string(r), "${1}P"))
 	}
 	return out
 }
 
 // TestRedirectSyncWritesOnlyChanges checks the rules of redirect mode: a
 // first Sync writes the chains, an endpoint change writes nothing, a
-// service losing its endpoints swaps its REDIRECT for a REJECT, and a
+// service losing its endpoints swaps its diversions for a REJECT, and a
 // removed service takes its rule along.
 func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
+	requireTransparent(t)
 	bk := newBackends(t)
 	c := newCluster()
 	web := c.service("web", "10.96.0.10", func(s *v1.Service) {
@@ -38,7 +41,8 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 	c.service("dns", "10.96.0.11", nil, "dns/UDP/53")
 	c.endpoints("dns", []string{"10.0.0.1"}, "dns/UDP/53")
 	fake := iptables.NewFakeRunner()
-	d := newDataplane(t, bk, Config{Redirect: &RedirectConfig{Runner: fake}})
+	routing := &FakePolicyRouting{}
+	d := newDataplane(t, bk, Config{Redirect: &RedirectConfig{Runner: fake, Routing: routing}})
 
 	steps := []struct {
 		name   string
@@ -52,9 +56,15 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			":PKU-NODEPORTS - [0:0]\n" +
 			"-A PKU-SERVICES -m addrtype --dst-type LOCAL -j PKU-NODEPORTS\n" +
 			"-A PKU-NODEPORTS -d 127.0.0.0/8 -j RETURN\n" +
-			`-A PKU-NODEPORTS -m comment --comment "ns/web:http node port" -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports P` + "\n" +
+			`-A PKU-NODEPORTS -m comment --comment "ns/web:http node port" -p tcp -m tcp --dport 30080 -j DNAT --to-destination :P` + "\n" +
 			`-I PKU-SERVICES 1 -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports P` + "\n" +
 			`-I PKU-SERVICES 1 -m comment --comment "ns/dns:dns cluster IP" -d 10.96.0.11/32 -p udp -m udp --dport 53 -j REDIRECT --to-ports P` + "\n" +
+			"COMMIT\n" +
+			"*mangle\n" +
+			":PKU-TPROXY - [0:0]\n" +
+			":PKU-FIREWALL - [0:0]\n" +
+			`-A PKU-TPROXY -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port P --tproxy-mark 0x2000/0x2000` + "\n" +
+			`-A PKU-TPROXY -m comment --comment "ns/dns:dns cluster IP" -d 10.96.0.11/32 -p udp -m udp --dport 53 -j TPROXY --on-port P --tproxy-mark 0x2000/0x2000` + "\n" +
 			"COMMIT\n" +
 			"*filter\n" +
 			":PKU-REJECT - [0:0]\n" +
@@ -66,8 +76,11 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 		name:   "no endpoints",
 		change: func() { c.endpoints("web", nil, "http/TCP/8080") },
 		want: []string{"*nat\n" +
-			`-D PKU-NODEPORTS -m comment --comment "ns/web:http node port" -p tcp -m tcp --dport 30080 -j REDIRECT --to-ports P` + "\n" +
+			`-D PKU-NODEPORTS -m comment --comment "ns/web:http node port" -p tcp -m tcp --dport 30080 -j DNAT --to-destination :P` + "\n" +
 			`-D PKU-SERVICES -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports P` + "\n" +
+			"COMMIT\n" +
+			"*mangle\n" +
+			`-D PKU-TPROXY -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port P --tproxy-mark 0x2000/0x2000` + "\n" +
 			"COMMIT\n" +
 			"*filter\n" +
 			`-A PKU-REJECT -m comment --comment "ns/web:http node port" -m addrtype --dst-type LOCAL -p tcp -m tcp --dport 30080 -j REJECT` + "\n" +
@@ -97,10 +110,17 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 		}
 	}
 
+	want := []PolicyRoute{{Family: v1.IPv4Protocol, Mark: DefaultTProxyMark, Table: DefaultRouteTable, Priority: DefaultRulePriority}}
+	if diff := cmp.Diff(want, routing.Installed()); diff != "" {
+		t.Errorf("policy routes (-want +got):\n%s", diff)
+	}
 	if err := d.Cleanup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	for _, table := range []string{"nat", "filter"} {
+	if got := routing.Installed(); len(got) > 0 {
+		t.Errorf("after Cleanup, policy routes %v", got)
+	}
+	for _, table := range []string{"nat", "mangle", "filter"} {
 		save, err := fake.Save(t.Context(), table)
 		if err != nil {
 			t.Fatal(err)
@@ -130,4 +150,60 @@ func sortRuleLines(in string) string {
 	}
 	flush()
 	return strings.Join(out, "\n")
+}
+
+// requireTransparent skips t without CAP_NET_ADMIN, which redirect mode's
+// transparent sockets need.
+func requireTransparent(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("redirect mode's sockets are transparent (IP_TRANSPARENT), which needs CAP_NET_ADMIN: run as root")
+	}
+}
+
+// TestRedirectDrops checks that redirect mode drops in the kernel what
+// the model drops, ahead of any diversion: a cluster IP whose internal
+// traffic policy finds no local endpoint, external traffic to a Local
+// service without local endpoints (pods of the cluster CIDR and the node
+// itself are served), and sources outside a VIP's source ranges.
+func TestRedirectDrops(t *testing.T) {
+	requireTransparent(t)
+	c := newCluster()
+	local := v1.ServiceInternalTrafficPolicyLocal
+	c.service("itp", "10.96.0.20", func(s *v1.Service) { s.Spec.InternalTrafficPolicy = &local }, "http/TCP/80")
+	c.endpoints("itp", []string{"10.0.0.1"}, "http/TCP/8080")
+	c.service("lb", "10.96.0.21", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.Ports[0].NodePort = 30081
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24", "2001:db8::/64"}
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "203.0.113.7"}}
+	}, "http/TCP/80")
+	c.endpoints("lb", []string{"10.0.0.1"}, "http/TCP/8080")
+	fake := iptables.NewFakeRunner()
+	d := newDataplane(t, newBackends(t), Config{Redirect: &RedirectConfig{Runner: fake, Routing: &FakePolicyRouting{}}})
+	s := c.build()
+	mustSync(t, d, s)
+
+	cidr, _ := s.DetectionCIDR()
+	external := fmt.Sprintf("! -s %s -m addrtype ! --src-type LOCAL -j DROP", cidr)
+	want := []string{
+		`-m comment --comment "ns/itp:http cluster IP" -d 10.96.0.20/32 -p tcp -m tcp --dport 80 -j DROP`,
+		`-m comment --comment "ns/lb:http load balancer IP" -d 203.0.113.7/32 -p tcp -m tcp --dport 80 ` + external,
+		`-m comment --comment "ns/lb:http load balancer IP" -d 203.0.113.7/32 -p tcp -m tcp --dport 80 -s 192.0.2.0/24 -j RETURN`,
+		`-m comment --comment "ns/lb:http load balancer IP" -d 203.0.113.7/32 -p tcp -m tcp --dport 80 -j DROP`,
+		`-m comment --comment "ns/lb:http node port" -m addrtype --dst-type LOCAL -p tcp -m tcp --dport 30081 ` + external,
+	}
+	rules, _, err := fake.ListChain(t.Context(), "mangle", "PKU-FIREWALL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rules {
+		rules[i] = strings.TrimPrefix(rules[i], "-A PKU-FIREWALL ")
+	}
+	slices.Sort(want)
+	slices.Sort(rules)
+	if diff := cmp.Diff(want, rules); diff != "" {
+		t.Errorf("PKU-FIREWALL (-want +got):\n%s", diff)
+	}
 }

@@ -260,8 +260,8 @@ func (d *Dataplane) placeForwarder(k destKey) {
 		f = &forwarder{key: k, fe: fe}
 		f.listen, f.served = d.listenAddr(fe)
 		// Listening on every address, a node port forwarder sees where a
-		// connection went; behind REDIRECT it sees only the rewrite,
-		// and the rules have already chosen the addresses.
+		// connection went; in redirect mode the rules have already
+		// chosen the addresses.
 		f.localDst = k.nodePort() && d.redir == nil && f.listen.Addr().IsUnspecified()
 		d.fwds[k] = f
 	}

@@ -17,8 +17,10 @@ import (
 const maxDatagram = 64 << 10
 
 // serveUDP reads datagrams from clients until pc is closed, forwarding
-// each through its client's session.
-func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn) {
+// each through its client's session. reply, when not nil, is the socket
+// bound to the frontend's address that answers the datagrams TPROXY
+// diverted (they reach pc still addressed to the frontend).
+func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn, reply *net.UDPConn) {
 	defer d.wg.Done()
 	buf := make([]byte, maxDatagram)
 	var oob []byte
@@ -38,8 +40,12 @@ func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn)
 			continue
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		local, reply := pktinfo(oob[:oobn])
-		s := d.session(ctx, f, pc, from, local, reply)
+		local, oobReply := pktinfo(oob[:oobn])
+		out, outOOB := pc, oobReply
+		if reply != nil && local == f.key.addr {
+			out, outOOB = reply, nil
+		}
+		s := d.session(ctx, f, out, from, local, outOOB)
 		if s == nil {
 			continue
 		}
@@ -52,8 +58,8 @@ func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn)
 
 // session returns the session of client on f, opening one if there is
 // none; nil when the datagram is not forwarded. local is the address the
-// datagram reached, when known, and reply the control message that sends
-// from it.
+// datagram reached, when known; pc and reply are the socket and the
+// control message that send replies from where the client sent to.
 func (d *Dataplane) session(ctx context.Context, f *forwarder, pc *net.UDPConn, client netip.AddrPort, local netip.Addr, reply []byte) *udpFlow {
 	f.mu.Lock()
 	s := f.sessions[client]

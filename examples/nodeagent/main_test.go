@@ -377,6 +377,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"--kubeconfig", "a", "--manifests", "b"}, exitUsage, "--kubeconfig and --master are exclusive with --manifests"},
 		{[]string{"--master", "https://10.0.0.1:6443", "--manifests", "b"}, exitUsage, "--kubeconfig and --master are exclusive with --manifests"},
 		{[]string{"--once", "--cleanup"}, exitUsage, "--once and --cleanup are exclusive"},
+		{[]string{"--proxy-mode", "userspace", "--once"}, exitUsage, "--once cannot run --proxy-mode userspace: its forwarders live in the agent's process"},
 		{[]string{"--iptables-sync-period", "0s"}, exitUsage, "--iptables-sync-period: Invalid value: \"0s\": must be greater than 0"},
 		{[]string{"--iptables-min-sync-period", "2m"}, exitUsage, "--iptables-sync-period: Invalid value: \"30s\": must be greater than or equal to iptables.minSyncPeriod (2m0s)"},
 		{[]string{"--iptables-min-sync-period", "soon"}, exitUsage, `invalid argument "soon" for "--iptables-min-sync-period" flag`},

@@ -211,7 +211,7 @@ func newFlagSet(o *options, from *string, out io.Writer) *pflag.FlagSet {
 	fs = g.group("Agent (not kube-proxy's)")
 	fs.StringVar(&o.manifests, "manifests", "", "watch a file or folder of Service, EndpointSlice and Node YAML instead of a cluster")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be programmed (the iptables-restore input, or the nft script) and touch nothing; needs no privileges")
-	fs.BoolVar(&o.once, "once", false, "sync once and exit: 0 on success, 1 with the reason on failure")
+	fs.BoolVar(&o.once, "once", false, "sync once and exit: 0 on success, 1 with the reason on failure (not in --proxy-mode userspace, whose forwarders live in the agent's process)")
 	fs.BoolVar(&o.kubeProxyMetrics, "kube-proxy-metrics", true, "export the metrics under kube-proxy's names (kubeproxy_*) too, beside proxykit_*")
 	fs.StringVar(from, "from", "", "explain: where the packet comes from: pod (a pod on this node), node (a process on this node) or outside; default inferred from SRC")
 	addTroubleshootFlags(fs, o)
@@ -259,6 +259,11 @@ func parse(args []string, out io.Writer) (*options, error) {
 	}
 	if o.once && o.cleanup {
 		return nil, usagef("--once and --cleanup are exclusive")
+	}
+	if o.once && o.proxyMode == "userspace" {
+		// Its rules lead to sockets of this process: left behind by a
+		// process that exits, they would refuse every connection.
+		return nil, usagef("--once cannot run --proxy-mode userspace: its forwarders live in the agent's process, so the agent must stay up to serve what its rules redirect")
 	}
 	switch {
 	case len(operands) == 0:

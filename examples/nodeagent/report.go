@@ -102,18 +102,25 @@ func anyCounted(kv []any) bool {
 }
 
 // chainsOwned describes, for --cleanup, the chains of prefix that r's
-// tables hold.
-func chainsOwned(r iptables.Runner, prefix string) func(ctx context.Context) (string, []any, error) {
+// tables (filter and nat, or those given) hold.
+func chainsOwned(r iptables.Runner, prefix string, tables ...string) func(ctx context.Context) (string, []any, error) {
+	if len(tables) == 0 {
+		tables = []string{"filter", "nat"}
+	}
 	return func(ctx context.Context) (string, []any, error) {
-		counts, err := ownedChains(ctx, r, prefix)
-		return "no " + prefix + " chains found", []any{"filterChains", counts["filter"], "natChains", counts["nat"]}, err
+		counts, err := ownedChains(ctx, r, prefix, tables)
+		var kv []any
+		for _, table := range tables {
+			kv = append(kv, table+"Chains", counts[table])
+		}
+		return "no " + prefix + " chains found", kv, err
 	}
 }
 
-// ownedChains counts the chains of prefix in the filter and nat tables.
-func ownedChains(ctx context.Context, r iptables.Runner, prefix string) (map[string]int, error) {
+// ownedChains counts the chains of prefix in tables.
+func ownedChains(ctx context.Context, r iptables.Runner, prefix string, tables []string) (map[string]int, error) {
 	counts := map[string]int{}
-	for _, table := range []string{"filter", "nat"} {
+	for _, table := range tables {
 		saved, err := r.Save(ctx, table)
 		if err != nil {
 			return nil, err

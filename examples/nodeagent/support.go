@@ -76,7 +76,7 @@ var kubeProxyFlags = []support{
 	{"pod-bridge-interface", supported, ""},
 	{"pod-interface-name-prefix", supported, ""},
 	{"profiling", supported, "/debug/pprof on the metrics server"},
-	{"proxy-mode", differs, "iptables; nftables (tables ip proxykit and ip6 proxykit; node ports on the primary node IPs unless --nodeport-addresses says otherwise, as kube-proxy); or userspace: Go forwarders behind REDIRECT rules (chains PKU-; no --dry-run, the forwarders live in the agent's process); or ipvs: virtual servers through netlink, addresses on the dummy link proxykit-ipvs0, ipsets and chains PKV- (node ports only on the node addresses --nodeport-addresses selects, never on loopback; externalTrafficPolicy Local applies to pods and the node too; exits at start on a kernel without the ip_vs module)"},
+	{"proxy-mode", differs, "iptables; nftables (tables ip proxykit and ip6 proxykit; node ports on the primary node IPs unless --nodeport-addresses says otherwise, as kube-proxy); or userspace: Go forwarders behind TPROXY rules for traffic entering the node and REDIRECT rules for its own (chains PKU- in the nat, mangle and filter tables, a policy route of fwmark 0x2000 to table 20555; no --dry-run nor --once, the forwarders live in the agent's process; the client's address is not kept); or ipvs: virtual servers through netlink, addresses on the dummy link proxykit-ipvs0, ipsets and chains PKV- (node ports only on the node addresses --nodeport-addresses selects, never on loopback; externalTrafficPolicy Local applies to pods and the node too; exits at start on a kernel without the ip_vs module)"},
 	{"show-hidden-metrics-for-version", ignored, "the agent hides no metrics"},
 	{"v", supported, ""},
 	{"version", differs, "prints the agent's version"},

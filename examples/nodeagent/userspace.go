@@ -13,8 +13,9 @@ import (
 )
 
 // userspacePlanes returns one userspace dataplane in redirect mode per IP
-// family: Go forwarders on free ports, behind REDIRECT rules written with
-// the family's iptables Runner. IPv6 is added when ip6tables works.
+// family: Go forwarders on free ports, behind TPROXY and REDIRECT rules
+// written with the family's iptables Runner and a policy route made over
+// rtnetlink. IPv6 is added when ip6tables works.
 func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Registerer) ([]plane, error) {
 	if o.dryRun {
 		// Its rules name the ports its forwarders listen on, and a dry
@@ -41,7 +42,7 @@ func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Regist
 			return nil, err
 		}
 		rec := &recordedUserspace{Dataplane: d}
-		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, owned: chainsOwned(r, userspace.DefaultRedirectChainPrefix)})
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, owned: chainsOwned(r, userspace.DefaultRedirectChainPrefix, "filter", "nat", "mangle")})
 	}
 	return planes, nil
 }
