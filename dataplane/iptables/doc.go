@@ -114,9 +114,12 @@
 // it can send becoming TCP or UDP connections in network namespaces, and
 // the model's fuzz corpora are replayed into a real iptables-restore.
 //
-// ParseSave reads iptables-save output, everyone's rules, into a Ruleset
-// for the same Trace: that is how a troubleshooting tool tells what the
-// kernel does. A REDIRECT is a DNAT to the node itself; a "-m set" match
+// ParseSave reads iptables-save output (nat, filter and mangle), everyone's
+// rules, into a Ruleset for the same Trace: that is how a troubleshooting
+// tool tells what the kernel does. Trace crosses mangle before nat, where a
+// DROP is the verdict; a REDIRECT, or a TPROXY in mangle PREROUTING, is a
+// DNAT to the node itself (to the unspecified address at the port a
+// socket of the node gets the connection on); a "-m set" match
 // is followed when the Ruleset has the node's ipsets (SetIPSets), and
 // never matches without them.
 //

@@ -25,6 +25,7 @@ type Rule struct {
 	inNeg                bool
 	dport                int
 	srcLocal, dstLocal   bool
+	srcNeg, dstNeg       bool
 	ctstates             []string
 	ctNeg                bool
 	markVal, markMask    uint32
@@ -49,6 +50,19 @@ type Rule struct {
 	// evaluates against the Ruleset's ipsets (SetIPSets); without them a
 	// rule with one never matches.
 	matchSet string
+	// tproxy holds a TPROXY target's options.
+	tproxy tproxyTarget
+}
+
+// tproxyTarget is what a TPROXY target takes: the socket of the node the
+// packet goes to (onIP unset or unspecified: any of its addresses) and
+// the mark it sets (mark = mark&^markMask ^ markVal).
+type tproxyTarget struct {
+	onPort            int
+	hasOnPort         bool
+	onIP              netip.Addr
+	markVal, markMask uint32
+	hasMark           bool
 }
 
 func parseAddr(s string) (netip.Prefix, error) {
@@ -175,12 +189,12 @@ func parseRule(words []string) (*Rule, error) {
 			}
 		case "--src-type", "--dst-type":
 			if v, err = arg(); err == nil {
-				if v != "LOCAL" || neg {
+				if v != "LOCAL" {
 					err = fmt.Errorf("unsupported %s %s", w, v)
 				} else if w == "--src-type" {
-					r.srcLocal = true
+					r.srcLocal, r.srcNeg = true, neg
 				} else {
-					r.dstLocal = true
+					r.dstLocal, r.dstNeg = true, neg
 				}
 			}
 		case "--ctstate":
@@ -209,6 +223,10 @@ func parseRule(words []string) (*Rule, error) {
 		case "--mask":
 			if v, err = arg(); err == nil {
 				r.recentMask = v
+			}
+		case "--on-port", "--on-ip", "--tproxy-mark":
+			if v, err = arg(); err == nil {
+				err = r.tproxy.option(w, v)
 			}
 		case "--random-fully":
 			r.randomFully = true
@@ -284,7 +302,7 @@ func parseRule(words []string) (*Rule, error) {
 		if err != nil {
 			return nil, err
 		}
-		if neg && w != "-s" && w != "-d" && w != "-i" && w != "--ctstate" && w != "--mark" && w != "--match-set" {
+		if neg && !negatable(w) {
 			return nil, fmt.Errorf("%s cannot be negated", w)
 		}
 		neg = false
@@ -301,8 +319,77 @@ func parseRule(words []string) (*Rule, error) {
 	if r.dport != 0 && r.proto == "" {
 		return nil, fmt.Errorf("--dport needs -p")
 	}
+	if err := r.checkTproxy(); err != nil {
+		return nil, err
+	}
 	r.Text = strings.Join(text, " ")
 	return r, nil
+}
+
+// negatable reports whether the option opt may follow a "!".
+func negatable(opt string) bool {
+	switch opt {
+	case "-s", "-d", "-i", "--ctstate", "--mark", "--match-set", "--src-type", "--dst-type":
+		return true
+	}
+	return false
+}
+
+// option parses one of TPROXY's options, opt with value v.
+func (t *tproxyTarget) option(opt, v string) error {
+	var err error
+	switch opt {
+	case "--on-port":
+		// 0 is the packet's own destination port.
+		var n uint64
+		if n, err = strconv.ParseUint(v, 10, 16); err == nil {
+			t.onPort, t.hasOnPort = int(n), true
+		}
+	case "--on-ip":
+		t.onIP, err = netip.ParseAddr(v)
+	case "--tproxy-mark":
+		t.markVal, t.markMask, err = parseMark(v)
+		t.hasMark = true
+	}
+	if err != nil {
+		return fmt.Errorf("bad %s %q: %w", opt, v, err)
+	}
+	return nil
+}
+
+// checkTproxy checks what the kernel's TPROXY target requires of a rule,
+// and that no other target was given its options.
+func (r *Rule) checkTproxy() error {
+	tp := r.tproxy
+	if r.Target != "TPROXY" {
+		if tp.hasOnPort || tp.onIP.IsValid() || tp.hasMark {
+			return fmt.Errorf("only TPROXY takes --on-port, --on-ip and --tproxy-mark")
+		}
+		return nil
+	}
+	if !tp.hasOnPort {
+		return fmt.Errorf("TPROXY needs --on-port")
+	}
+	if p := protoFromString(r.proto); p != v1.ProtocolTCP && p != v1.ProtocolUDP {
+		return fmt.Errorf("TPROXY needs -p tcp or -p udp")
+	}
+	for _, m := range []*addrMatch{r.src, r.dst} {
+		if m != nil && tp.onIP.IsValid() && m.prefix.Addr().Is4() != tp.onIP.Is4() {
+			return fmt.Errorf("--on-ip %s is not of the rule's family", tp.onIP)
+		}
+	}
+	return nil
+}
+
+// key is what the target does, as Rule.Key spells it: no --on-ip is the
+// unspecified address and no --tproxy-mark is 0/0, as iptables-save lists
+// them.
+func (t tproxyTarget) key() string {
+	ip := ""
+	if t.onIP.IsValid() && !t.onIP.IsUnspecified() {
+		ip = t.onIP.String()
+	}
+	return fmt.Sprintf("%d,%s,%#x/%#x", t.onPort, ip, t.markVal, t.markMask)
 }
 
 func protoFromString(s string) v1.Protocol {
@@ -353,7 +440,9 @@ func (r *Rule) Key() string {
 	}
 	num("dport", int64(r.dport))
 	flag("src-local", r.srcLocal)
+	flag("!src-local", r.srcNeg)
 	flag("dst-local", r.dstLocal)
+	flag("!dst-local", r.dstNeg)
 	if len(r.ctstates) > 0 {
 		flag("!ctstate", r.ctNeg)
 		str("ctstate", strings.Join(slices.Sorted(slices.Values(r.ctstates)), ","))
@@ -391,6 +480,9 @@ func (r *Rule) Key() string {
 		num("xor-mark", int64(r.xorMark))
 	}
 	flag("random-fully", r.randomFully)
+	if r.Target == "TPROXY" {
+		str("tproxy", r.tproxy.key())
+	}
 	if r.Target == "REJECT" {
 		// Each family's default reason is what a restore gets without one.
 		if with := r.rejectWith; with != "" && with != "icmp-port-unreachable" && with != "icmp6-port-unreachable" {

@@ -11,12 +11,12 @@ import (
 	"strings"
 )
 
-// Ruleset is an in-memory model of the filter and nat tables: what
+// Ruleset is an in-memory model of the filter, nat and mangle tables: what
 // iptables-restore --noflush would leave in the kernel. FakeRunner keeps
 // one, and Trace follows packets through one. It checks what the kernel
 // checks that matters here (jumps to missing chains, deleting a referenced
-// or missing chain or rule, insert positions) and rejects options it does
-// not model, so a test catches rules the renderer should never write.
+// or missing chain or rule, insert positions, where a TPROXY may be) and
+// rejects options it does not model, so a test catches rules the renderer should never write.
 type Ruleset struct {
 	tables map[string]*rtable
 	// ipsets are the sets "-m set" matches look in; nil: none is known.
@@ -38,6 +38,7 @@ type IPSet struct {
 func (rs *Ruleset) SetIPSets(sets map[string]IPSet) { rs.ipsets = sets }
 
 type rtable struct {
+	name   string
 	chains map[string]*rchain
 }
 
@@ -50,19 +51,21 @@ type rchain struct {
 var builtinChains = map[string][]string{
 	"filter": {"INPUT", "FORWARD", "OUTPUT"},
 	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	"mangle": {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
 }
 
 // builtinTargets are the targets that are not chains.
 var builtinTargets = map[string]bool{
 	"ACCEPT": true, "DROP": true, "REJECT": true, "RETURN": true,
 	"DNAT": true, "SNAT": true, "MASQUERADE": true, "MARK": true, "REDIRECT": true,
+	"TPROXY": true,
 }
 
-// NewRuleset returns empty filter and nat tables.
+// NewRuleset returns empty filter, nat and mangle tables.
 func NewRuleset() *Ruleset {
 	rs := &Ruleset{tables: map[string]*rtable{}}
 	for t, chains := range builtinChains {
-		tb := &rtable{chains: map[string]*rchain{}}
+		tb := &rtable{name: t, chains: map[string]*rchain{}}
 		for _, c := range chains {
 			tb.chains[c] = &rchain{builtin: true}
 		}
@@ -72,7 +75,7 @@ func NewRuleset() *Ruleset {
 }
 
 func (t *rtable) clone() *rtable {
-	c := &rtable{chains: make(map[string]*rchain, len(t.chains))}
+	c := &rtable{name: t.name, chains: make(map[string]*rchain, len(t.chains))}
 	for name, ch := range t.chains {
 		c.chains[name] = &rchain{builtin: ch.builtin, rules: slices.Clone(ch.rules)}
 	}
@@ -223,7 +226,7 @@ func (t *rtable) command(line string) error {
 	case "-F":
 		ch.rules = nil
 	case "-A":
-		r, err := parseRule(rest)
+		r, err := t.parseRule(rest)
 		if err != nil {
 			return err
 		}
@@ -238,7 +241,7 @@ func (t *rtable) command(line string) error {
 		if pos < 1 || pos > len(ch.rules)+1 {
 			return fmt.Errorf("index of insertion too big: %d in %s of %d rules", pos, name, len(ch.rules))
 		}
-		r, err := parseRule(rest)
+		r, err := t.parseRule(rest)
 		if err != nil {
 			return err
 		}
@@ -268,7 +271,18 @@ func (t *rtable) command(line string) error {
 	return nil
 }
 
-// checkJumps requires every jump to name a chain or a built-in target.
+// parseRule is parseRule for a rule of t: the kernel takes a TPROXY
+// target in the mangle table only.
+func (t *rtable) parseRule(words []string) (*Rule, error) {
+	r, err := parseRule(words)
+	if err == nil && r.Target == "TPROXY" && t.name != "mangle" {
+		return nil, fmt.Errorf("TPROXY is only valid in the mangle table, not %s", t.name)
+	}
+	return r, err
+}
+
+// checkJumps requires every jump to name a chain or a built-in target,
+// and a TPROXY to be reached from PREROUTING only, as the kernel does.
 func (t *rtable) checkJumps() error {
 	for _, name := range slices.Sorted(maps.Keys(t.chains)) {
 		for _, r := range t.chains[name].rules {
@@ -279,7 +293,39 @@ func (t *rtable) checkJumps() error {
 			}
 		}
 	}
+	for _, hook := range builtinChains[t.name] {
+		if hook == "PREROUTING" {
+			continue
+		}
+		if chain := t.reachedTarget(hook, "TPROXY", map[string]bool{}); chain != "" {
+			return fmt.Errorf("TPROXY in %s is reached from %s; it is only valid from PREROUTING", chain, hook)
+		}
+	}
 	return nil
+}
+
+// reachedTarget returns a chain reached from chain (itself included) that
+// has a rule jumping to target, "" if none. Jumps are resolved (checkJumps)
+// and seen stops loops.
+func (t *rtable) reachedTarget(chain, target string, seen map[string]bool) string {
+	if seen[chain] {
+		return ""
+	}
+	seen[chain] = true
+	ch := t.chains[chain]
+	for _, r := range ch.rules {
+		if r.Target == target {
+			return chain
+		}
+	}
+	for _, r := range ch.rules {
+		if _, ok := t.chains[r.Target]; ok {
+			if c := t.reachedTarget(r.Target, target, seen); c != "" {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 // Chains returns the names of table's chains, sorted.

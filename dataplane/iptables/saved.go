@@ -26,10 +26,10 @@ func (s SkippedRule) String() string {
 	return fmt.Sprintf("%s %s: %s: %v", s.Table, s.Chain, s.Rule, s.Err)
 }
 
-// ParseSave reads what iptables-save (or ip6tables-save) printed of the nat
-// and filter tables into a Ruleset that Trace can follow: the kernel's
-// rules, everyone's, rather than what a Dataplane meant to write. Other
-// tables are ignored. Unlike Apply it never fails on what it does not
+// ParseSave reads what iptables-save (or ip6tables-save) printed of the nat,
+// filter and mangle tables into a Ruleset that Trace can follow: the
+// kernel's rules, everyone's, rather than what a Dataplane meant to write.
+// Other tables are ignored. Unlike Apply it never fails on what it does not
 // model: such rules are left out and returned, so that a caller can say
 // that a trace may miss them; a jump to a chain that is not listed falls
 // through, as Trace treats missing chains.
@@ -63,7 +63,7 @@ func ParseSave(data []byte) (*Ruleset, []SkippedRule) {
 			words, err := splitWords(rest)
 			var r *Rule
 			if err == nil {
-				r, err = parseRule(words)
+				r, err = cur.parseRule(words)
 			}
 			if err != nil {
 				skipped = append(skipped, SkippedRule{Table: table, Chain: chain, Rule: rest, Err: err})

@@ -18,13 +18,22 @@ import (
 const maxTraceDepth = 32
 
 // Trace follows the first packet of a connection through rs and returns
-// the verdict in the shape State.Lookup gives: nat PREROUTING (or OUTPUT for
-// packets from the node), then the filter hooks the packet crosses, then
-// nat POSTROUTING for the masquerade. nodeIPs are the addresses that count
-// as the node's own, with loopback, for "--src-type/--dst-type LOCAL".
+// the verdict in the shape State.Lookup gives: mangle then nat PREROUTING
+// (mangle then nat OUTPUT for packets from the node), then the filter
+// hooks the packet crosses, then nat POSTROUTING for the masquerade.
+// nodeIPs are the addresses that count as the node's own, with loopback,
+// for "--src-type/--dst-type LOCAL". A DROP or REJECT in mangle or filter
+// is the verdict, naming the service its rule's comment names.
 //
 // A REDIRECT is a DNAT to the node itself: to the unspecified address at
 // its --to-ports, the port a socket of the node gets the connection on.
+// A TPROXY in mangle PREROUTING gives the same verdict without rewriting
+// the packet: to its --on-ip (unspecified when not given, any of the
+// node's addresses) at its --on-port (the packet's own port when 0); nat
+// PREROUTING is not consulted, conntrack sees no DNAT, and the packet is
+// delivered locally (filter INPUT), unmasqueraded. The trace assumes the
+// policy routing that delivers the packets of --tproxy-mark locally, and
+// a transparent socket on the port.
 // A statistic match is taken both ways, so every endpoint the packet may
 // reach is reported; "recent --rcheck" never matches (there is no history)
 // but marks the verdict as pinned by affinity. Conntrack state is NEW, plus
@@ -46,14 +55,20 @@ func (rs *Ruleset) trace(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Ve
 	t := &tracer{rs: rs, p: p, nodeIPs: nodeIPs, src: p.Src, dst: p.Dst.Addr(), dport: int(p.Dst.Port()),
 		proto: strings.ToLower(string(p.Protocol))}
 
-	natHook := "PREROUTING"
+	hook := "PREROUTING"
 	if p.From == dataplane.FromNode {
-		natHook = "OUTPUT"
+		hook = "OUTPUT"
 	}
-	t.run("nat", natHook, 0)
+	t.run("mangle", hook, 0)
+	if v, ok := t.tableVerdict(); ok {
+		return v, t.steps
+	}
+	if len(t.outcomes) == 0 {
+		// A TPROXY's packet is not NATed: nat does not see it.
+		t.run("nat", hook, 0)
+	}
 
-	var v dataplane.Verdict
-	if len(t.outcomes) > 0 {
+	if len(t.outcomes) > 0 && !t.outcomes[0].tproxy {
 		// The filter table sees the rewritten packet; any candidate will
 		// do, as the filter rules never match endpoint addresses.
 		t.dst, t.dport = t.outcomes[0].ep.Addr(), int(t.outcomes[0].ep.Port())
@@ -70,26 +85,19 @@ func (rs *Ruleset) trace(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Ve
 		}
 	}
 	for _, h := range hooks {
-		t.filterVerdict, t.filterRule = "", nil
+		t.verdict, t.verdictRule = "", nil
 		t.run("filter", h, 0)
-		switch t.filterVerdict {
-		case "DROP", "REJECT":
-			v.Action = dataplane.Drop
-			if t.filterVerdict == "REJECT" {
-				v.Action = dataplane.Reject
-			}
-			v.Service = t.filterRule.service()
+		if v, ok := t.tableVerdict(); ok {
 			return v, t.steps
-		case "ACCEPT":
-			if t.filterRule.hcAccept() && len(t.outcomes) == 0 {
-				return dataplane.Verdict{Action: dataplane.Accept, Service: t.filterRule.service()}, t.steps
-			}
+		}
+		if t.verdict == "ACCEPT" && t.verdictRule.hcAccept() && len(t.outcomes) == 0 {
+			return dataplane.Verdict{Action: dataplane.Accept, Service: t.verdictRule.service()}, t.steps
 		}
 	}
 	if len(t.outcomes) == 0 {
 		return dataplane.Verdict{Action: dataplane.NotAService}, t.steps
 	}
-	v = dataplane.Verdict{Action: dataplane.DNAT, Service: t.service, Affinity: t.affinity, Masquerade: true}
+	v := dataplane.Verdict{Action: dataplane.DNAT, Service: t.service, Affinity: t.affinity, Masquerade: true}
 	for _, o := range t.outcomes {
 		if slices.Contains(v.Endpoints, o.ep) {
 			continue
@@ -98,7 +106,10 @@ func (rs *Ruleset) trace(p dataplane.Packet, nodeIPs []netip.Addr) (dataplane.Ve
 		t.mark = o.mark
 		t.masq = false
 		steps := len(t.steps)
-		t.run("nat", "POSTROUTING", 0)
+		if !o.tproxy {
+			// A TPROXY's packet is delivered from PREROUTING.
+			t.run("nat", "POSTROUTING", 0)
+		}
 		if len(v.Endpoints) > 1 {
 			// Every candidate crosses the same rules; name them once.
 			t.steps = t.steps[:steps]
@@ -119,9 +130,12 @@ type outcome struct {
 	ep      netip.AddrPort
 	mark    uint32
 	hairpin bool
-	// redirect is a REDIRECT: ep is the unspecified address at the port
-	// a socket of the node gets the connection on.
+	// redirect is a REDIRECT or a TPROXY: ep is the socket of the node
+	// that gets the connection (the unspecified address: any of its
+	// addresses).
 	redirect bool
+	// tproxy is a TPROXY: the packet is not rewritten.
+	tproxy bool
 }
 
 type tracer struct {
@@ -139,9 +153,11 @@ type tracer struct {
 	service  servicemodel.PortName
 	affinity bool
 
-	filterVerdict string
-	filterRule    *Rule
-	masq          bool
+	// verdict is how the last run of mangle or filter ended (ACCEPT,
+	// DROP, REJECT or ""), by verdictRule.
+	verdict     string
+	verdictRule *Rule
+	masq        bool
 
 	steps []string
 }
@@ -161,6 +177,32 @@ func (t *tracer) redirectTo(ports string) netip.AddrPort {
 		any = netip.IPv6Unspecified()
 	}
 	return netip.AddrPortFrom(any, port)
+}
+
+// tproxyTo is where a TPROXY sends the packet: a socket of the node at
+// --on-ip, or any of its addresses (as redirectTo), and at --on-port, or
+// the packet's own port for 0.
+func (t *tracer) tproxyTo(tp tproxyTarget) netip.AddrPort {
+	ep := t.redirectTo("")
+	if tp.onPort != 0 {
+		ep = netip.AddrPortFrom(ep.Addr(), uint16(tp.onPort))
+	}
+	if tp.onIP.IsValid() && !tp.onIP.IsUnspecified() {
+		ep = netip.AddrPortFrom(tp.onIP, ep.Port())
+	}
+	return ep
+}
+
+// tableVerdict is the verdict of a DROP or REJECT the last run of mangle
+// or filter ended with.
+func (t *tracer) tableVerdict() (dataplane.Verdict, bool) {
+	switch t.verdict {
+	case "DROP":
+		return dataplane.Verdict{Action: dataplane.Drop, Service: t.verdictRule.service()}, true
+	case "REJECT":
+		return dataplane.Verdict{Action: dataplane.Reject, Service: t.verdictRule.service()}, true
+	}
+	return dataplane.Verdict{}, false
 }
 
 func (t *tracer) isLocal(a netip.Addr) bool {
@@ -203,8 +245,8 @@ func (t *tracer) run(table, chain string, depth int) chainResult {
 		case "":
 			continue
 		case "ACCEPT", "DROP", "REJECT":
-			if table == "filter" {
-				t.filterVerdict, t.filterRule = r.Target, r
+			if table != "nat" {
+				t.verdict, t.verdictRule = r.Target, r
 			}
 			return terminated
 		case "RETURN":
@@ -234,11 +276,23 @@ func (t *tracer) run(table, chain string, depth int) chainResult {
 			}
 			t.outcomes = append(t.outcomes, outcome{ep: t.redirectTo(r.toPorts), mark: t.mark, redirect: true})
 			return terminated
+		case "TPROXY":
+			// Valid from mangle PREROUTING only, which packets from the
+			// node do not cross first.
+			if table != "mangle" || t.p.From == dataplane.FromNode {
+				continue
+			}
+			if t.service == (servicemodel.PortName{}) && len(t.outcomes) == 0 {
+				t.service = r.service()
+			}
+			t.mark = t.mark&^r.tproxy.markMask ^ r.tproxy.markVal
+			t.outcomes = append(t.outcomes, outcome{ep: t.tproxyTo(r.tproxy), mark: t.mark, redirect: true, tproxy: true})
+			return terminated
 		}
 		// A jump to a user chain: remember which service the packet is
 		// for from the first rule that names one, and explore it.
 		before, saveMark := len(t.outcomes), t.mark
-		setService := table == "nat" && t.service == (servicemodel.PortName{}) && len(t.outcomes) == 0
+		setService := table != "filter" && t.service == (servicemodel.PortName{}) && len(t.outcomes) == 0
 		if setService {
 			t.service = r.service()
 		}
@@ -290,9 +344,9 @@ func (t *tracer) matches(r *Rule) bool {
 		return false
 	case r.dst != nil && !r.dst.matches(t.dst):
 		return false
-	case r.srcLocal && !(t.p.From == dataplane.FromNode || t.isLocal(t.src)):
+	case r.srcLocal && (t.p.From == dataplane.FromNode || t.isLocal(t.src)) == r.srcNeg:
 		return false
-	case r.dstLocal && !t.isLocal(t.dst):
+	case r.dstLocal && t.isLocal(t.dst) == r.dstNeg:
 		return false
 	case r.hasMark && (t.mark&r.markMask == r.markVal) == r.markNeg:
 		return false
@@ -328,8 +382,16 @@ func (t *tracer) inSet(match string) bool {
 	return err == nil && in != neg
 }
 
-// inIface is "-i name" (ruleport.EntersVia).
-func (t *tracer) inIface(name string) bool { return ruleport.EntersVia(t.p, name) }
+// inIface is "-i name" (ruleport.EntersVia), except that a packet said
+// to enter through no interface in particular did not enter through
+// loopback: the rules that let the node's own looped-back packets by
+// with "-i lo" must not let a pod's by.
+func (t *tracer) inIface(name string) bool {
+	if name == "lo" && t.p.Interface == "" {
+		return false
+	}
+	return ruleport.EntersVia(t.p, name)
+}
 
 // service reads the service port a rule belongs to from its comment
 // ("ns/name:port ...") and protocol.
