@@ -21,6 +21,7 @@ const (
 :PKU-FIREWALL - [0:0]
 :PKU-TPROXY - [0:0]
 :PKU-TPROXY-NODEPORTS - [0:0]
+:PKU-XSVC - [0:0]
 -A PREROUTING -j PKU-FIREWALL
 -A PREROUTING -j PKU-TPROXY
 -A OUTPUT -j PKU-FIREWALL
@@ -34,9 +35,11 @@ const (
 -A PKU-TPROXY -m comment --comment "ns/int:http external IP" -d 5.6.7.8/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port 41236 --tproxy-mark 0x200000/0x200000
 -A PKU-TPROXY -m comment --comment "ns/blocked:http cluster IP" -d 10.96.0.40/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port 41237 --tproxy-mark 0x200000/0x200000
 -A PKU-TPROXY -m comment --comment "ns/dns:dns node port" -m addrtype --dst-type LOCAL -p udp -m udp --dport 30053 -j TPROXY --on-port 41235 --tproxy-mark 0x200000/0x200000
+-A PKU-TPROXY -m comment --comment "ns/svc:p cluster IP" -d 10.96.0.50/32 -p tcp -m tcp --dport 80 -j PKU-XSVC
 -A PKU-TPROXY -m addrtype --dst-type LOCAL -j PKU-TPROXY-NODEPORTS
 -A PKU-TPROXY-NODEPORTS -d 127.0.0.0/8 -j RETURN
 -A PKU-TPROXY-NODEPORTS -m comment --comment "ns/web:http node port" -p tcp -m tcp --dport 30080 -j TPROXY --on-port 0 --tproxy-mark 0x200000/0x200000
+-A PKU-XSVC -p tcp -m tcp --dport 80 -j TPROXY --on-port 41238
 COMMIT
 *nat
 :PKU-SERVICES - [0:0]
@@ -62,6 +65,7 @@ COMMIT
 :PKU-FIREWALL - [0:0]
 :PKU-TPROXY - [0:0]
 :PKU-TPROXY-NODEPORTS - [0:0]
+:PKU-XSVC - [0:0]
 -A PREROUTING -j PKU-FIREWALL
 -A PREROUTING -j PKU-TPROXY
 -A OUTPUT -j PKU-FIREWALL
@@ -75,9 +79,11 @@ COMMIT
 -A PKU-TPROXY -d 5.6.7.8/32 -p tcp -m comment --comment "ns/int:http external IP" -m tcp --dport 80 -j TPROXY --on-port 41236 --on-ip 0.0.0.0 --tproxy-mark 0x200000/0x200000
 -A PKU-TPROXY -d 10.96.0.40/32 -p tcp -m comment --comment "ns/blocked:http cluster IP" -m tcp --dport 80 -j TPROXY --on-port 41237 --on-ip 0.0.0.0 --tproxy-mark 0x200000/0x200000
 -A PKU-TPROXY -p udp -m comment --comment "ns/dns:dns node port" -m addrtype --dst-type LOCAL -m udp --dport 30053 -j TPROXY --on-port 41235 --on-ip 0.0.0.0 --tproxy-mark 0x200000/0x200000
+-A PKU-TPROXY -d 10.96.0.50/32 -p tcp -m comment --comment "ns/svc:p cluster IP" -m tcp --dport 80 -j PKU-XSVC
 -A PKU-TPROXY -m addrtype --dst-type LOCAL -j PKU-TPROXY-NODEPORTS
 -A PKU-TPROXY-NODEPORTS -d 127.0.0.0/8 -j RETURN
 -A PKU-TPROXY-NODEPORTS -p tcp -m comment --comment "ns/web:http node port" -m tcp --dport 30080 -j TPROXY --on-port 0 --on-ip 0.0.0.0 --tproxy-mark 0x200000/0x200000
+-A PKU-XSVC -p tcp -m tcp --dport 80 -j TPROXY --on-port 41238 --on-ip 0.0.0.0 --tproxy-mark 0x0/0x0
 COMMIT
 `
 	tproxyMangle6 = `*mangle
@@ -286,6 +292,10 @@ func TestTraceMangle(t *testing.T) {
 		name: "node port in the sub-chain, --on-port 0: the packet's own", rules: tproxyMangle4,
 		p:    pkt(dataplane.FromOutside, "203.0.113.7", "192.168.0.2:30080", tcp),
 		want: redirect(web, "0.0.0.0:30080"),
+	}, {
+		name: "the service named by the jump", rules: tproxyMangle4,
+		p:    pkt(dataplane.FromLocalPod, "10.244.1.5", "10.96.0.50:80", tcp),
+		want: redirect(dataplanetest.PortName("ns", "svc", "p", tcp), "0.0.0.0:41238"),
 	}, {
 		name: "node port on loopback returns", rules: tproxyMangle4,
 		p:    pkt(dataplane.FromLocalPod, "10.244.1.5", "127.0.0.1:30080", tcp),
