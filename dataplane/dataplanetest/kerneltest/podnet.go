@@ -138,17 +138,14 @@ func checkInterface(n PodNetwork, d dataplane.LocalDetector, p dataplane.Packet)
 // a, its address, to it.
 func (l *lab) attachPod(h *host, a netip.Addr) error {
 	nodeLink := linkName(l.detector, l.pods)
-	node := []string{}
-	if l.network == PodNetworkBridge {
-		// Hairpin mode, as kubenet and the bridge plugin set it: with
-		// br_netfilter a DNAT to an address on the bridge is bridged,
-		// back out of the port it came in on when a pod reaches itself.
-		node = append(node, "link add "+nodeLink+" type veth peer name "+peerLink+" netns "+h.ns.Name,
-			"link set "+nodeLink+" master "+l.bridge+" up",
-			"link set dev "+nodeLink+" type bridge_slave hairpin on")
-	} else {
-		node = append(node, "link add "+nodeLink+" address "+routedMAC+" type veth peer name "+peerLink+" netns "+h.ns.Name,
-			"link set "+nodeLink+" up")
+	peer := " type veth peer name " + peerLink + " netns " + h.ns.Name
+	// Hairpin mode, as kubenet and the bridge plugin set it: with
+	// br_netfilter a DNAT to an address on the bridge is bridged, back out
+	// of the port it came in on when a pod reaches itself.
+	node := []string{"link add " + nodeLink + peer, "link set " + nodeLink + " master " + l.bridge + " up",
+		"link set dev " + nodeLink + " type bridge_slave hairpin on"}
+	if l.network == PodNetworkRouted {
+		node = []string{"link add " + nodeLink + " address " + routedMAC + peer, "link set " + nodeLink + " up"}
 	}
 	if err := batch(l.node.ns, node...); err != nil {
 		return err
