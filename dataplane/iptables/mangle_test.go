@@ -43,7 +43,11 @@ const (
 COMMIT
 *nat
 :PKU-SERVICES - [0:0]
+:PKU-NODEPORTS - [0:0]
 -A OUTPUT -j PKU-SERVICES
+-A PREROUTING -m comment --comment "proxykit userspace redirects" -m addrtype --dst-type LOCAL -j PKU-NODEPORTS
+-A PREROUTING -d 10.96.0.60/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination :8080
+-A PKU-NODEPORTS -m comment --comment "ns/web:http node port" -p tcp -m tcp --dport 30081 -j DNAT --to-destination :41239
 -A PKU-SERVICES -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 41234
 COMMIT
 *filter
@@ -198,7 +202,9 @@ func TestMangleRoundTrip(t *testing.T) {
 }
 
 // TestTproxyRejected: what iptables-restore refuses of TPROXY and its
-// options, the fake refuses.
+// options and of a DNAT of the port alone, the fake refuses; it also
+// refuses port 0 and 65536, which iptables 1.8.9 takes silently (65536
+// as 0), as no renderer should write them.
 func TestTproxyRejected(t *testing.T) {
 	mangle := func(rules ...string) string {
 		return "*mangle\n:X - [0:0]\n" + strings.Join(rules, "\n") + "\nCOMMIT\n"
@@ -234,6 +240,10 @@ func TestTproxyRejected(t *testing.T) {
 			&ParseError{Line: 5, Msg: "TPROXY in X is reached from OUTPUT; it is only valid from PREROUTING"}},
 		{"in INPUT", mangle("-A INPUT " + cip + "-p udp -j TPROXY --on-port 1"),
 			&ParseError{Line: 4, Msg: "TPROXY in INPUT is reached from INPUT; it is only valid from PREROUTING"}},
+		{"DNAT to port 0", "*nat\n-A PREROUTING -p tcp -j DNAT --to-destination :0\nCOMMIT\n",
+			&ParseError{Line: 2, Msg: `bad port in --to-destination ":0"`}},
+		{"DNAT to no port", "*nat\n-A PREROUTING -p tcp -j DNAT --to-destination :\nCOMMIT\n",
+			&ParseError{Line: 2, Msg: `bad port in --to-destination ":"`}},
 		{"negated protocol", mangle("-A X " + cip + "! -p tcp -j TPROXY --on-port 1"),
 			&ParseError{Line: 3, Msg: "-p cannot be negated"}},
 	} {
@@ -296,6 +306,14 @@ func TestTraceMangle(t *testing.T) {
 		name: "the service named by the jump", rules: tproxyMangle4,
 		p:    pkt(dataplane.FromLocalPod, "10.244.1.5", "10.96.0.50:80", tcp),
 		want: redirect(dataplanetest.PortName("ns", "svc", "p", tcp), "0.0.0.0:41238"),
+	}, {
+		name: "node port DNATed by port alone", rules: tproxyMangle4,
+		p:    pkt(dataplane.FromOutside, "203.0.113.7", "192.168.0.2:30081", tcp),
+		want: redirect(web, "0.0.0.0:41239"),
+	}, {
+		name: "a remote destination DNATed by port alone", rules: tproxyMangle4,
+		p:    pkt(dataplane.FromOutside, "203.0.113.7", "10.96.0.60:80", tcp),
+		want: dataplane.Verdict{Action: dataplane.DNAT, Endpoints: dataplanetest.AddrPorts("10.96.0.60:8080")},
 	}, {
 		name: "node port on loopback returns", rules: tproxyMangle4,
 		p:    pkt(dataplane.FromLocalPod, "10.244.1.5", "127.0.0.1:30080", tcp),

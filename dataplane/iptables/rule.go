@@ -258,7 +258,7 @@ func parseRule(words []string) (*Rule, error) {
 			}
 		case "--to-destination":
 			if v, err = arg(); err == nil {
-				_, err = netip.ParseAddrPort(v)
+				err = checkToDestination(v)
 				r.toDestination = v
 			}
 		case "--to-ports":
@@ -324,6 +324,20 @@ func parseRule(words []string) (*Rule, error) {
 	}
 	r.Text = strings.Join(text, " ")
 	return r, nil
+}
+
+// checkToDestination checks a DNAT's --to-destination: an address and
+// port, or a port alone (":PORT"), which keeps the packet's address.
+func checkToDestination(v string) error {
+	port, ok := strings.CutPrefix(v, ":")
+	if !ok {
+		_, err := netip.ParseAddrPort(v)
+		return err
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("bad port in --to-destination %q", v)
+	}
+	return nil
 }
 
 // negatable reports whether the option opt may follow a "!".

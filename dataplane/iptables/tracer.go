@@ -27,6 +27,8 @@ const maxTraceDepth = 32
 //
 // A REDIRECT is a DNAT to the node itself: to the unspecified address at
 // its --to-ports, the port a socket of the node gets the connection on.
+// So is a DNAT of the port alone ("--to-destination :PORT") of a packet
+// for an address of the node.
 // A TPROXY in mangle PREROUTING gives the same verdict without rewriting
 // the packet: to its --on-ip (unspecified when not given, any of the
 // node's addresses) at its --on-port (the packet's own port when 0); nat
@@ -179,6 +181,22 @@ func (t *tracer) redirectTo(ports string) netip.AddrPort {
 	return netip.AddrPortFrom(any, port)
 }
 
+// dnatTo is the outcome of a DNAT to dest. One of the port alone keeps
+// the packet's address; to an address of the node, it is a REDIRECT's
+// (the unspecified address at that port), whichever of them it was.
+func (t *tracer) dnatTo(dest string, hairpin bool) outcome {
+	port, ok := strings.CutPrefix(dest, ":")
+	if !ok {
+		ep, _ := netip.ParseAddrPort(dest)
+		return outcome{ep: ep, mark: t.mark, hairpin: hairpin}
+	}
+	if t.isLocal(t.dst) {
+		return outcome{ep: t.redirectTo(port), mark: t.mark, redirect: true}
+	}
+	n, _ := strconv.ParseUint(port, 10, 16)
+	return outcome{ep: netip.AddrPortFrom(t.dst, uint16(n)), mark: t.mark, hairpin: hairpin}
+}
+
 // tproxyTo is where a TPROXY sends the packet: a socket of the node at
 // --on-ip, or any of its addresses (as redirectTo), and at --on-port, or
 // the packet's own port for 0.
@@ -264,8 +282,11 @@ func (t *tracer) run(table, chain string, depth int) chainResult {
 			t.masq = true
 			return terminated
 		case "DNAT":
-			ep, _ := netip.ParseAddrPort(r.toDestination)
-			t.outcomes = append(t.outcomes, outcome{ep: ep, mark: t.mark, hairpin: localMark})
+			o := t.dnatTo(r.toDestination, localMark)
+			if o.redirect && t.service == (servicemodel.PortName{}) && len(t.outcomes) == 0 {
+				t.service = r.service()
+			}
+			t.outcomes = append(t.outcomes, o)
 			return terminated
 		case "REDIRECT":
 			if table != "nat" {
