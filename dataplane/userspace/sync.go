@@ -88,7 +88,9 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		d.placeForwarder(k)
 	}
 	bindErr, rebound := d.retryBinds(d.life)
-	keys := append(slices.Collect(maps.Keys(w.touched)), rebound...)
+	// A touched forwarder that wants a socket is bound by retryBinds:
+	// once in keys, or its old rules would be deleted twice.
+	keys := append(slices.Collect(maps.Keys(w.touched)), slices.DeleteFunc(rebound, func(k destKey) bool { return w.touched[k] })...)
 	n, err := d.redirectSync(ctx, keys, !ok)
 	if err != nil {
 		// The next Sync looks at everything again.
