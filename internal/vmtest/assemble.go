@@ -68,7 +68,7 @@ func assemble(im *image, h host, cfg Config, testBin, pkg string) error {
 		im.file(lib, lib)
 	}
 
-	if err := addModules(im, h.modules, cfg.Modules); err != nil {
+	if err := addModules(im, h.modules, cfg.Modules, cfg.Omit); err != nil {
 		return err
 	}
 
@@ -132,8 +132,9 @@ var onDemand = []string{
 }
 
 // addModules adds the modules under onDemand and the ones named, with
-// everything they depend on, and the index files modprobe reads.
-func addModules(im *image, dir string, named []string) error {
+// everything they depend on, but none of omit, and the index files
+// modprobe reads.
+func addModules(im *image, dir string, named, omit []string) error {
 	deps, err := readModulesDep(filepath.Join(dir, "modules.dep"))
 	if err != nil {
 		return err
@@ -142,10 +143,14 @@ func addModules(im *image, dir string, named []string) error {
 	for m := range deps {
 		byName[moduleName(m)] = m
 	}
+	omitted := map[string]bool{}
+	for _, n := range omit {
+		omitted[strings.ReplaceAll(n, "-", "_")] = true
+	}
 	want := map[string]bool{}
 	var add func(string)
 	add = func(m string) {
-		if want[m] {
+		if want[m] || omitted[moduleName(m)] {
 			return
 		}
 		want[m] = true
@@ -161,6 +166,9 @@ func addModules(im *image, dir string, named []string) error {
 		}
 	}
 	for _, n := range named {
+		if omitted[strings.ReplaceAll(n, "-", "_")] {
+			return fmt.Errorf("vmtest: kernel module %q is both loaded and omitted", n)
+		}
 		m, ok := byName[strings.ReplaceAll(n, "-", "_")]
 		if !ok {
 			if builtin(dir, n) {

@@ -11,7 +11,8 @@
 // PROXYKIT_IN_VM=1 and PROXYKIT_REQUIRE_KERNEL=1, so a missing feature
 // fails them rather than skipping them. The kernel tests themselves are
 // ordinary tests: they create namespaces with internal/netns and skip on
-// a host kernel without the feature.
+// a host kernel without the feature. Config.Omit leaves modules out, for
+// a test of a kernel that lacks them.
 //
 //	func TestIPVSInVM(t *testing.T) {
 //		vmtest.Run(t, vmtest.Config{

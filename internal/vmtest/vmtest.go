@@ -41,6 +41,10 @@ type Config struct {
 	// macvlan and ipvlan drivers) is in the image anyway and loads on
 	// demand, as the kernel asks modprobe for it.
 	Modules []string
+	// Omit are modules left out of the image, on-demand ones included, so
+	// that the tests see a kernel without them (a node without xfrm_user,
+	// say). Naming one in Modules too is an error.
+	Omit []string
 	// Tools are programs found on the host's PATH, copied into the VM's
 	// /usr/sbin with the shared libraries they load (and the xtables
 	// extensions, for the iptables family). "ip" is always included.

@@ -3,6 +3,7 @@ package vmtest
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,5 +96,33 @@ func TestCPIO(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a", "a/c", "a/b", "TRAILER!!!"}, names); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+}
+
+// TestOmitModules: an omitted module stays out of the image even when it
+// loads on demand or another module depends on it; one both loaded and
+// omitted is an error.
+func TestOmitModules(t *testing.T) {
+	dir := t.TempDir()
+	dep := "kernel/net/xfrm/xfrm_user.ko:\nkernel/net/key/af_key.ko: kernel/net/xfrm/xfrm_user.ko\nkernel/drivers/net/dummy.ko:\nkernel/fs/other.ko:\n"
+	if err := os.WriteFile(dir+"/modules.dep", []byte(dep), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	im := newImage()
+	if err := addModules(im, dir, nil, []string{"xfrm_user"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for p := range im.files {
+		if strings.HasSuffix(p, ".ko") {
+			got = append(got, p[strings.Index(p, "/kernel/")+1:])
+		}
+	}
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"kernel/drivers/net/dummy.ko", "kernel/net/key/af_key.ko"}, got); diff != "" {
+		t.Errorf("modules in the image (-want +got):\n%s", diff)
+	}
+	if err := addModules(newImage(), dir, []string{"xfrm-user"}, []string{"xfrm_user"}); err == nil {
+		t.Error("a module both loaded and omitted was accepted")
 	}
 }
