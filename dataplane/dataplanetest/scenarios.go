@@ -20,7 +20,8 @@ import (
 // TestInternalTrafficPolicy, TestTerminatingEndpointsTrafficPolicyLocal
 // and Cluster, TestInternalExternalMasquerade in its four configurations),
 // with upstream's names and expectations, plus cases of ours for hairpins,
-// session affinity, each local-traffic detector and IPv6. Each call
+// session affinity, each local-traffic detector, externalTrafficPolicy
+// Local without local endpoints and IPv6. Each call
 // returns new values, so callers may modify them.
 //
 // Where upstream's own case is mistaken the table corrects it:
@@ -378,6 +379,11 @@ func externalTrafficPolicy() []Scenario {
 		ReadyEndpoint("10.180.0.1", ""), ReadyEndpoint("10.180.2.1", NodeName))}
 	both := []string{"10.180.0.1:80", "10.180.2.1:80"}
 	local := "10.180.2.1:80"
+	// Without a local endpoint, internal traffic still reaches every
+	// endpoint; only outside traffic has nowhere to go.
+	remoteOnly := []*discovery.EndpointSlice{oneSlice("ns1", "svc1", SlicePort("p80", v1.ProtocolTCP, 80),
+		ReadyEndpoint("10.180.0.1", ""), ReadyEndpoint("10.180.1.1", "remote"))}
+	remote := []string{"10.180.0.1:80", "10.180.1.1:80"}
 	return []Scenario{
 		{
 			Name:     "ExternalTrafficPolicyLocal",
@@ -397,6 +403,26 @@ func externalTrafficPolicy() []Scenario {
 				pkt("node to NodePort hits both endpoints, masqueraded", node, NodeIP, NodeIP+":3001", dnat(svc, true, both...)),
 				pkt("external to NodePort on the secondary node IP hits only local endpoint", outside, ExternalClient, NodeIPAlt+":3001", dnat(svc, false, local)),
 				pkt("external to HealthCheckNodePort", outside, ExternalClient, NodeIP+":30000", accept(svc)),
+			},
+		},
+		{
+			Name:     "ExternalTrafficPolicyLocal without local endpoints",
+			Services: []*v1.Service{service(true)},
+			Slices:   remoteOnly,
+			Node:     TestNode(nil),
+			Settings: DefaultSettings(),
+			Packets: []PacketCase{
+				pkt("pod to external IP hits every endpoint, unmasqueraded", pod, "10.0.0.2", ExternalIP+":80", dnat(svc, false, remote...)),
+				pkt("pod to LB IP hits every endpoint, unmasqueraded", pod, "10.0.0.2", "1.2.3.4:80", dnat(svc, false, remote...)),
+				pkt("pod to NodePort hits every endpoint, unmasqueraded", pod, "10.0.0.2", NodeIP+":3001", dnat(svc, false, remote...)),
+				pkt("pod to NodePort on the secondary node IP hits every endpoint", pod, "10.0.0.2", NodeIPAlt+":3001", dnat(svc, false, remote...)),
+				pkt("node to external IP hits every endpoint, masqueraded", node, NodeIP, ExternalIP+":80", dnat(svc, true, remote...)),
+				pkt("node to LB IP hits every endpoint, masqueraded", node, NodeIP, "1.2.3.4:80", dnat(svc, true, remote...)),
+				pkt("node to NodePort hits every endpoint, masqueraded", node, NodeIP, NodeIP+":3001", dnat(svc, true, remote...)),
+				pkt("external to external IP is dropped", outside, ExternalClient, ExternalIP+":80", drop(svc)),
+				pkt("external to LB IP is dropped", outside, ExternalClient, "1.2.3.4:80", drop(svc)),
+				pkt("external to NodePort is dropped", outside, ExternalClient, NodeIP+":3001", drop(svc)),
+				pkt("external to NodePort on the secondary node IP is dropped", outside, ExternalClient, NodeIPAlt+":3001", drop(svc)),
 			},
 		},
 		{
