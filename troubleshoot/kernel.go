@@ -157,14 +157,19 @@ type IPVS struct {
 	// loopback and the link's addresses; State.Node.IPs.
 	NodeIPs []netip.Addr
 	names   map[Frontend]servicemodel.PortName
+	// nodePorts are the model's node ports, with no address.
+	nodePorts map[Frontend]bool
 }
 
 // NewIPVS reads r against s, the State of r's family the dataplane was
 // given, which names the frontends.
 func NewIPVS(r *ipvs.Reading, s *dataplane.State) *IPVS {
-	k := &IPVS{Reading: r, NodeIPs: s.Node.IPs, names: map[Frontend]servicemodel.PortName{}}
+	k := &IPVS{Reading: r, NodeIPs: s.Node.IPs, names: map[Frontend]servicemodel.PortName{}, nodePorts: map[Frontend]bool{}}
 	for sp, fe := range modelFrontends(s) {
 		k.names[fe] = sp.Name
+		if sp.NodePort != 0 {
+			k.nodePorts[Frontend{netip.AddrPortFrom(netip.Addr{}, sp.NodePort), sp.Protocol}] = true
+		}
 	}
 	loopback := netip.MustParseAddr("127.0.0.1")
 	if s.Family == v1.IPv6Protocol {
@@ -209,11 +214,18 @@ func (k *IPVS) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, erro
 	return k.Reading.Trace(p, k.NodeIPs, k.name)
 }
 
-// Frontends implements FrontendLister: the virtual servers' addresses.
+// Frontends implements FrontendLister: the virtual servers' addresses,
+// but for the model's node ports on node addresses the State does not
+// list: the dataplane serves node ports on every address the kernel gives
+// the node.
 func (k *IPVS) Frontends() []Frontend {
-	out := make([]Frontend, len(k.Reading.VirtualServers))
-	for i, vs := range k.Reading.VirtualServers {
-		out[i] = Frontend{vs.Address, vs.Protocol}
+	var out []Frontend
+	for _, vs := range k.Reading.VirtualServers {
+		_, bound := slices.BinarySearchFunc(k.Reading.LinkAddresses, vs.Address.Addr(), netip.Addr.Compare)
+		if !bound && k.nodePorts[Frontend{netip.AddrPortFrom(netip.Addr{}, vs.Address.Port()), vs.Protocol}] {
+			continue
+		}
+		out = append(out, Frontend{vs.Address, vs.Protocol})
 	}
 	return out
 }

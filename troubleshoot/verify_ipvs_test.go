@@ -3,6 +3,7 @@ package troubleshoot
 import (
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -28,6 +29,8 @@ type ipvsFakes struct {
 func programmedIPVS(t *testing.T, s *dataplane.State) ipvsFakes {
 	t.Helper()
 	f := ipvsFakes{ipvs: ipvs.NewFakeIPVS(), nl: ipvs.NewFakeNetlink(), runner: iptables.NewFakeRunner()}
+	// The kernel holds the node's addresses, which node ports follow.
+	f.nl.SetLinkAddrs("eth0", s.Node.IPs...)
 	d, err := ipvs.New(ipvs.Config{IPVS: f.ipvs, Netlink: f.nl, Runner: f.runner})
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +114,17 @@ func TestVerifyIPVS(t *testing.T) {
 		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Shadowed, Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7",
 			Model: "DNAT to 10.1.0.30:5432 (masquerade)", Kernel: "drop",
 			Detail: "a rule that is not the proxy's decides first: drop"}},
+	}, {
+		name: "node ports on an address the Node object does not list",
+		edit: func(t *testing.T, f ipvsFakes) {
+			f.nl.SetLinkAddrs("eth1", netip.MustParseAddr("10.50.0.2"))
+			if _, err := f.dp.Reconcile(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(f.ipvs.Dump(), "TCP 10.50.0.2:30080 rr") {
+				t.Fatalf("no node port on the new address:\n%s", f.ipvs.Dump())
+			}
+		},
 	}, {
 		name:  "a virtual server of a service the model no longer has",
 		model: build(t, web(lbWeb), webSlice(eps...))[0],

@@ -174,10 +174,12 @@ func (cfg *Config) flags() uint32 {
 	return f
 }
 
-// names are the dataplane's chains and sets.
+// names are the dataplane's chains and sets. internal holds the one
+// per-service part of the rules (see addInternal); the other chains only
+// match sets.
 type names struct {
-	services, markMasq, postrouting, filter, forward, sourceRanges string
-	set                                                            map[setID]string
+	services, markMasq, postrouting, internal, filter, forward, sourceRanges string
+	set                                                                      map[setID]string
 }
 
 func newNames(prefix string, ipv6 bool) names {
@@ -189,6 +191,7 @@ func newNames(prefix string, ipv6 bool) names {
 		services:     prefix + "-SERVICES",
 		markMasq:     prefix + "-MARK-MASQ",
 		postrouting:  prefix + "-POSTROUTING",
+		internal:     prefix + "-INTERNAL",
 		filter:       prefix + "-FILTER",
 		forward:      prefix + "-FORWARD",
 		sourceRanges: prefix + "-SOURCE-RANGES",

@@ -37,6 +37,8 @@ func (h *fakeHarness) Sync(ctx context.Context, s *dataplane.State) error {
 		}
 		h.dp = d
 	}
+	// The kernel holds the node's addresses, which node ports follow.
+	h.nl.SetLinkAddrs("eth0", s.Node.IPs...)
 	h.st = s
 	return h.dp.Sync(ctx, s)
 }
@@ -52,8 +54,8 @@ func (h *fakeHarness) Trace(_ context.Context, p dataplane.Packet) (dataplane.Ve
 	if h.dp == nil {
 		return dataplane.Verdict{Action: dataplane.NotAService}, nil
 	}
-	t := &tracer{d: h.dp, ipvs: h.ipvs, nl: h.nl, st: h.st}
-	return t.trace(p), nil
+	t := &tracer{d: h.dp, ipvs: h.ipvs, nl: h.nl, runner: h.runner, st: h.st}
+	return t.trace(p)
 }
 
 func TestConformance(t *testing.T) {
@@ -93,12 +95,12 @@ func ipvsDiffers(st *dataplane.State, p dataplane.Packet) string {
 			continue
 		}
 		nodePort := sp.NodePort != 0 && port == sp.NodePort && local
-		if nodePort && !slices.Contains(nodePortIPs(st, st.Family == v1.IPv6Protocol), dst) {
+		if nodePort && !slices.Contains(nodeAddrsOf(st, st.Node.IPs, st.Family == v1.IPv6Protocol).nodePort, dst) {
 			return "node ports are served only on the addresses nodePortAddresses selects"
 		}
 		external := nodePort || port == sp.Port && slices.Contains(addrs[1:], dst)
-		if external && sp.ExternalPolicyLocal && (p.From != dataplane.FromOutside || srcLocal) {
-			return "externalTrafficPolicy Local applies to pods and the node too"
+		if external && sp.ExternalPolicyLocal && sp.InternalPolicyLocal && (p.From != dataplane.FromOutside || srcLocal) {
+			return "internal traffic to an external destination of a service with both policies Local reaches its cluster IP's (local) endpoints"
 		}
 	}
 	return ""
@@ -108,8 +110,11 @@ func (h *fakeHarness) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	return h.dp.Reconcile(ctx)
 }
 
-func (h *fakeHarness) KernelChanged(context.Context) (bool, error) {
-	return false, dataplanetest.ErrNotImplemented
+func (h *fakeHarness) KernelChanged(ctx context.Context) (bool, error) {
+	if h.dp == nil {
+		return false, nil
+	}
+	return h.dp.KernelChanged(ctx)
 }
 
 // Disturb: FlushAll is "ipvsadm -C" plus the link's addresses removed;

@@ -51,6 +51,9 @@ type program struct {
 	vss   []virtualServer
 	sets  []setEntry
 	binds []netip.Addr
+	// internal are rules of the INTERNAL chain, as iptables -S prints
+	// them, each ending in a newline.
+	internal []string
 }
 
 func protoNumber(p string) uint16 {
@@ -81,42 +84,16 @@ func sortEntries(es []entry) {
 	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.String(), b.String()) })
 }
 
-// nodePortIPs returns the node addresses that serve node ports: those
-// NodePortAddresses selects (every one when it selects all), never
-// loopback, which IPVS cannot serve.
-func nodePortIPs(s *dataplane.State, ipv6 bool) []netip.Addr {
-	var cidrs []netip.Prefix
-	all := false
-	for _, p := range s.Settings.NodePortAddresses {
-		if !p.IsValid() || p.Addr().Is6() != ipv6 {
-			continue
-		}
-		all = all || p.Bits() == 0
-		cidrs = append(cidrs, p)
-	}
-	var out []netip.Addr
-	for _, ip := range s.Node.IPs {
-		if !ruleport.OfFamily(ip, ipv6) || ip.IsLoopback() {
-			continue
-		}
-		if all || len(cidrs) == 0 || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-			out = append(out, ip)
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
-}
-
 // programOf returns what service nn of s needs; nil when it has no usable
 // port.
-func (d *Dataplane) programOf(s *dataplane.State, nn types.NamespacedName, npIPs []netip.Addr) *program {
+func (d *Dataplane) programOf(s *dataplane.State, nn types.NamespacedName, addrs nodeAddrs) *program {
 	ports := s.Services.Service(nn)
 	if len(ports) == 0 {
 		return nil
 	}
 	pr := &program{}
 	for _, sp := range ports {
-		d.addPort(pr, s, sp, npIPs)
+		d.addPort(pr, s, sp, addrs)
 	}
 	if len(pr.vss) == 0 {
 		return nil
@@ -132,16 +109,22 @@ func (d *Dataplane) programOf(s *dataplane.State, nn types.NamespacedName, npIPs
 		return strings.Compare(a.e.String(), b.e.String())
 	})
 	pr.sets = slices.Compact(pr.sets)
+	slices.Sort(pr.internal)
+	pr.internal = slices.Compact(pr.internal)
 	return pr
 }
 
-func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.ServicePort, npIPs []netip.Addr) {
+func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.ServicePort, addrs nodeAddrs) {
 	rp, reason := ruleport.Check(sp, d.ipv6, d.skip)
 	if reason != "" {
 		d.skip(reason)
 		return
 	}
-	proto := protoNumber(rp.Proto)
+	pp := &portProgram{program: pr, rp: rp, proto: protoNumber(rp.Proto), flags: d.cfg.flags()}
+	if rp.AffinitySeconds > 0 {
+		pp.flags |= flagPersistent
+		pp.timeout = uint32(rp.AffinitySeconds)
+	}
 	sel := s.Select(sp)
 	pol := sp.Policy()
 	usable := func(eps []*endpoints.Endpoint) []netip.AddrPort {
@@ -161,57 +144,82 @@ func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.Se
 	if pol.ExternalLocal {
 		external = usable(sel.Local)
 	}
-	hasAny := sel.HasAny
-	flags := d.cfg.flags()
-	var timeout uint32
-	if rp.AffinitySeconds > 0 {
-		flags |= flagPersistent
-		timeout = uint32(rp.AffinitySeconds)
-	}
-	vs := func(addr netip.Addr, port uint16, dests []netip.AddrPort) {
-		pr.vss = append(pr.vss, virtualServer{key: vsKey{addr, proto, port}, port: sp.Name, flags: flags, timeout: timeout, dests: dests})
-		for _, ep := range dests {
-			pr.sets = append(pr.sets, setEntry{setLoopBack, entry{ip: ep.Addr(), proto: uint8(proto), port: ep.Port(), ip2: ep.Addr()}})
-		}
-	}
-	ipPort := func(set setID, a netip.Addr, port uint16) {
-		pr.sets = append(pr.sets, setEntry{set, entry{ip: a, proto: uint8(proto), port: port}})
-	}
 
 	// Cluster IP.
 	pr.binds = append(pr.binds, sp.ClusterIP)
 	switch {
-	case hasAny && len(internal) > 0:
-		vs(sp.ClusterIP, sp.Port, internal)
-		ipPort(setClusterIP, sp.ClusterIP, sp.Port)
-	case hasAny:
-		vs(sp.ClusterIP, sp.Port, nil)
-		ipPort(setDrop, sp.ClusterIP, sp.Port)
+	case sel.HasAny && len(internal) > 0:
+		pp.vs(sp.ClusterIP, sp.Port, internal)
+		pp.ipPort(setClusterIP, sp.ClusterIP, sp.Port)
+	case sel.HasAny:
+		pp.vs(sp.ClusterIP, sp.Port, nil)
+		pp.ipPort(setDrop, sp.ClusterIP, sp.Port)
 	default:
-		vs(sp.ClusterIP, sp.Port, nil)
+		pp.vs(sp.ClusterIP, sp.Port, nil)
 	}
+	d.addExternal(pp, s, sel.HasAny, external, addrs.nodePort)
+	if pol.ExternalLocal && sel.HasAny {
+		d.addInternal(pp)
+	}
+	if sp.HealthCheckNodePort != 0 {
+		// On every local address: the node's and loopback's.
+		lo := netip.IPv6Loopback()
+		if !d.ipv6 {
+			lo = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		}
+		for _, ip := range append([]netip.Addr{lo}, addrs.local...) {
+			pr.sets = append(pr.sets, setEntry{setHealthCheck, entry{ip: ip, proto: unix.IPPROTO_TCP, port: sp.HealthCheckNodePort}})
+		}
+	}
+}
 
-	// External destinations share the external endpoints.
+// portProgram adds the virtual servers and set members of one service
+// port to a program.
+type portProgram struct {
+	*program
+	rp             *ruleport.Port
+	proto          uint16
+	flags, timeout uint32
+}
+
+func (pp *portProgram) vs(addr netip.Addr, port uint16, dests []netip.AddrPort) {
+	pp.vss = append(pp.vss, virtualServer{key: vsKey{addr, pp.proto, port}, port: pp.rp.SP.Name, flags: pp.flags, timeout: pp.timeout, dests: dests})
+	for _, ep := range dests {
+		pp.sets = append(pp.sets, setEntry{setLoopBack, entry{ip: ep.Addr(), proto: uint8(pp.proto), port: ep.Port(), ip2: ep.Addr()}})
+	}
+}
+
+func (pp *portProgram) ipPort(set setID, a netip.Addr, port uint16) {
+	pp.sets = append(pp.sets, setEntry{set, entry{ip: a, proto: uint8(pp.proto), port: port}})
+}
+
+// addExternal adds the external IPs, LoadBalancer VIPs and node ports
+// (on nodePort) of a port, which share its external endpoints.
+func (d *Dataplane) addExternal(pp *portProgram, s *dataplane.State, hasAny bool, external []netip.AddrPort, nodePort []netip.Addr) {
+	sp, rp := pp.rp.SP, pp.rp
 	extSet, npSet := setExternal, setNodePort
-	if pol.ExternalLocal {
+	if sp.Policy().ExternalLocal {
 		extSet, npSet = setExternalLocal, setNodePortLocal
 	}
 	hasExternal := hasAny && len(external) > 0
 	external1 := func(a netip.Addr, port uint16, set setID, bind bool) {
 		if bind {
-			pr.binds = append(pr.binds, a)
+			pp.binds = append(pp.binds, a)
 		}
 		switch {
 		case hasExternal:
-			vs(a, port, external)
+			pp.vs(a, port, external)
 		case hasAny:
-			vs(a, port, nil)
-			ipPort(setDrop, a, port)
+			pp.vs(a, port, nil)
+			pp.ipPort(setDrop, a, port)
 		default:
-			vs(a, port, nil)
+			pp.vs(a, port, nil)
 		}
-		if hasExternal || set == setNodePort || set == setNodePortLocal {
-			ipPort(set, a, port)
+		// Local-policy destinations are there for internal traffic even
+		// without local endpoints; node ports always, as they say which
+		// virtual servers on node addresses are the dataplane's.
+		if hasExternal || set == setExternalLocal && hasAny || set == setNodePort || set == setNodePortLocal {
+			pp.ipPort(set, a, port)
 		}
 	}
 	for _, a := range rp.ExternalIPs {
@@ -222,38 +230,57 @@ func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.Se
 		if !hasAny || len(rp.SourceRanges) == 0 {
 			continue
 		}
-		ipPort(setFirewall, a, sp.Port)
+		pp.ipPort(setFirewall, a, sp.Port)
 		for _, r := range rp.SourceRanges {
-			pr.sets = append(pr.sets, setEntry{setSourceCIDR, entry{ip: a, proto: uint8(proto), port: sp.Port, ip2: r.Addr(), bits2: uint8(r.Bits())}})
+			pp.sets = append(pp.sets, setEntry{setSourceCIDR, entry{ip: a, proto: uint8(pp.proto), port: sp.Port, ip2: r.Addr(), bits2: uint8(r.Bits())}})
 		}
 		if slices.ContainsFunc(s.Node.IPs, func(ip netip.Addr) bool {
 			return slices.ContainsFunc(rp.SourceRanges, func(r netip.Prefix) bool { return r.Contains(ip) })
 		}) {
 			for _, vip := range rp.LBVIPs {
-				pr.sets = append(pr.sets, setEntry{setSourceIP, entry{ip: a, proto: uint8(proto), port: sp.Port, ip2: vip}})
+				pp.sets = append(pp.sets, setEntry{setSourceIP, entry{ip: a, proto: uint8(pp.proto), port: sp.Port, ip2: vip}})
 			}
 		}
 	}
 	if sp.NodePort != 0 {
-		for _, ip := range npIPs {
+		for _, ip := range nodePort {
 			external1(ip, sp.NodePort, npSet, false)
 		}
 	}
-	if sp.HealthCheckNodePort != 0 {
-		// On every local address: the node's and loopback's.
-		local := []netip.Addr{netip.IPv6Loopback()}
-		if !d.ipv6 {
-			local[0] = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+}
+
+// addInternal adds the INTERNAL chain's rules of an externalTrafficPolicy
+// Local port: traffic from the node and from local pods to its external
+// destinations goes to its cluster IP, whose virtual server has every
+// endpoint, before IPVS sees the destination, whose virtual server has
+// only the local ones. A VIP with loadBalancerSourceRanges is redirected
+// only for the sources they admit (its SOURCE-CIDR or SOURCE-IP members);
+// others meet its firewall as before.
+func (d *Dataplane) addInternal(pp *portProgram) {
+	sp, rp := pp.rp.SP, pp.rp
+	to := netip.AddrPortFrom(sp.ClusterIP, sp.Port)
+	dst := func(a netip.Addr) string { return "-d " + netip.PrefixFrom(a, a.BitLen()).String() + " " }
+	for _, a := range rp.ExternalIPs {
+		pp.internal = append(pp.internal, d.dnatRule(dst(a), rp.Proto, sp.Port, "", to))
+	}
+	for _, a := range rp.LBVIPs {
+		if len(rp.SourceRanges) == 0 {
+			pp.internal = append(pp.internal, d.dnatRule(dst(a), rp.Proto, sp.Port, "", to))
+			continue
 		}
-		for _, ip := range s.Node.IPs {
-			if ruleport.OfFamily(ip, d.ipv6) {
-				local = append(local, ip)
-			}
-		}
-		for _, ip := range local {
-			pr.sets = append(pr.sets, setEntry{setHealthCheck, entry{ip: ip, proto: unix.IPPROTO_TCP, port: sp.HealthCheckNodePort}})
+		for _, id := range []setID{setSourceCIDR, setSourceIP} {
+			pp.internal = append(pp.internal, d.dnatRule(dst(a), rp.Proto, sp.Port, " -m set --match-set "+d.names.set[id]+" dst,dst,src", to))
 		}
 	}
+	if sp.NodePort != 0 {
+		pp.internal = append(pp.internal, d.dnatRule("", rp.Proto, sp.NodePort, " -m set --match-set "+d.names.set[setNodePortLocal]+" dst,dst", to))
+	}
+}
+
+// dnatRule is one rule of the INTERNAL chain, as iptables -S prints it:
+// dst is "-d ADDR " or "", match follows the port match.
+func (d *Dataplane) dnatRule(dst, proto string, port uint16, match string, to netip.AddrPort) string {
+	return fmt.Sprintf("-A %s %s-p %s -m %s --dport %d%s -j DNAT --to-destination %s\n", d.names.internal, dst, proto, proto, port, match, to)
 }
 
 func (d *Dataplane) skip(reason string) {

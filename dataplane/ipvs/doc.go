@@ -11,8 +11,14 @@
 //
 // For each service port of the State's family: a virtual server on the
 // cluster IP, on each external IP and LoadBalancer VIP, and, for node
-// ports, on each node address Settings.NodePortAddresses selects (loopback
-// never: IPVS cannot serve it). Each has the Config's scheduler and
+// ports, on each of the node's addresses, as kube-proxy's IPVS mode picks
+// them: the addresses the kernel has on every link but the dummy link,
+// loopback ones never (IPVS cannot serve them); all of them (IPv6
+// link-local ones aside) when Settings.NodePortAddresses is empty or holds
+// a /0 of the family, else those its CIDRs hold. The Node object's
+// addresses do not count: a second NIC's address serves node ports too.
+// Health-check node ports are accepted on every one of the node's
+// addresses and on loopback. Each has the Config's scheduler and
 // scheduler flags (mh always gets flag-2, hashing the source port too, as
 // in kube-proxy), ClientIP affinity as persistence with the service's
 // timeout, and real servers in NAT mode, weight 1: the internal-policy
@@ -40,16 +46,33 @@
 // once and change only with the settings (masqueradeAll, the local
 // traffic detector).
 //
+// One chain holds rules per service: PKV-INTERNAL, where PKV-SERVICES
+// sends traffic from the node (source type LOCAL) and from local pods (as
+// the local-traffic detector tells them) to the external destinations of
+// externalTrafficPolicy Local services (EXTERNAL-LOCAL, NODE-PORT-LOCAL).
+// Its rules DNAT each such external IP, VIP and node port to the service's
+// cluster IP, whose virtual server has every endpoint, before IPVS sees
+// the packet: internal traffic reaches the whole service, as the Service
+// API and State.Lookup say, while outside traffic meets the external
+// virtual server (local endpoints only) or the DROP set, as before. A VIP
+// with loadBalancerSourceRanges is redirected only for the sources they
+// admit. The chain changes only when such a destination comes or goes.
+//
 // # Syncs that cost what changed
 //
 // The first Sync, a Sync after a failure and a Sync whose State cannot
 // say what changed diff against the kernel: one dump of the virtual
-// servers, one of the link's addresses, one per ipset and one of the real
-// servers of each wanted virtual server, then one call per difference, so
-// that a restarted dataplane changes nothing that is right. Every other
-// Sync looks only at the services State.ChangedSince names, and of their
-// virtual servers only at those whose options or endpoints changed: one
-// dump of its real servers and one call per difference. Removing or
+// servers, one of the family's addresses (the link's and the node's), one
+// per ipset and one of the real servers of each wanted virtual server,
+// then one call per difference, so that a restarted dataplane changes
+// nothing that is right. Every other Sync looks only at the services
+// State.ChangedSince names, and of their virtual servers only at those
+// whose options or endpoints changed: one dump of its real servers and
+// one call per difference, plus one restore of PKV-INTERNAL when its
+// rules changed. It reads no addresses: a dump lists every address bound
+// to the link, one per service, which would make every change cost the
+// size of the cluster; the node's addresses of the last full sync serve,
+// and the canary notices when they change. Removing or
 // moving one endpoint costs the same number of netlink calls in a cluster
 // of 1,000 or 10,000 services (measured on the fakes: 4 calls to remove
 // an endpoint of a ClusterIP service, 12 to move one of a NodePort service
@@ -61,6 +84,18 @@
 // 10,000 services 232 s; a one-endpoint change 28 ms at 1,000 and 15 ms at
 // 10,000 services. The iptables dataplane on the same 1,000 services in
 // the same VM (iptables-nft): 92 s and 371 ms.
+//
+// # The canary
+//
+// The Dataplane is a dataplane.Reconciler and a dataplane.KernelWatcher.
+// KernelChanged dumps the family's addresses once and reports a change
+// when the node gained or lost an address that serves node ports or
+// accepts health checks, when an address the dataplane bound is gone from
+// its link, or when the link is gone. The proxy then reconciles, which
+// programs node ports on the new addresses and deletes those on the gone
+// ones. Virtual servers deleted by hand ("ipvsadm -C") are not seen there
+// (a dump of them all would cost what a Reconcile does) but by the
+// periodic Reconcile.
 //
 // # Graceful termination
 //
@@ -128,10 +163,19 @@
 //
 // New needs the kernel's IPVS (Probe tells whether there is one:
 // github.com/moby/ipvs silently does nothing without the ip_vs module).
+// OpenKernel opens only the netlink families the dataplane uses, route
+// and netfilter, so a node without xfrm_user (say) runs it. The modules it
+// needs are ip_vs (and the scheduler's, ip_vs_rr by default), ip_set with
+// ip_set_hash_ip, ip_set_hash_ipport, ip_set_hash_ipportip and
+// ip_set_hash_ipportnet, dummy and, for the rules, xt_set; an error for a
+// missing one names it with the modprobe line that loads it. The
+// conntrack cleanup the proxykit package runs after syncs needs
+// nf_conntrack_netlink.
 // FakeIPVS and FakeNetlink stand in for both handles, with an
 // iptables.FakeRunner for the rules: the fakes answer as the kernel does,
 // count every call (one netlink round trip each) and let a test set a
-// real server's connection counts.
+// real server's connection counts and the node's addresses
+// (FakeNetlink.SetLinkAddrs), which node ports follow.
 //
 // # Differences from kube-proxy's iptables mode
 //
@@ -144,11 +188,16 @@
 //   - Node ports are served only on the addresses NodePortAddresses
 //     selects, never on loopback (no localhost node ports); elsewhere the
 //     node's stack answers.
-//   - externalTrafficPolicy Local applies to traffic from pods and from
-//     the node too (IPVS sees no source before choosing a real server):
-//     they reach the local endpoints, or are dropped when there are none.
-//     Unlike kube-proxy (which then uses every endpoint), a Local policy
-//     without local endpoints drops, as the Service API says.
+//   - A service whose internal and external traffic policies are both
+//     Local: internal traffic to its external destinations goes to its
+//     cluster IP's virtual server, so reaches the local endpoints only
+//     (and is dropped without any), where State.Lookup has it reach every
+//     endpoint. With an externalTrafficPolicy Local alone, internal
+//     traffic reaches every endpoint, as in State.Lookup and unlike
+//     kube-proxy's IPVS mode (whose virtual server has only the local
+//     endpoints when there are some); outside traffic reaches the local
+//     endpoints, or is dropped without any, as the Service API says
+//     (kube-proxy then sends it to every endpoint).
 //
 // The conformance tests run the shared suite without exactly those cases.
 package ipvs

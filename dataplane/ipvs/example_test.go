@@ -33,6 +33,9 @@ func Example() {
 		}),
 	}
 	fakeIPVS, fakeNetlink := ipvs.NewFakeIPVS(), ipvs.NewFakeNetlink()
+	// The node's own address, as the kernel holds it: node ports follow
+	// the kernel's addresses.
+	fakeNetlink.SetLinkAddrs("eth0", netip.MustParseAddr("192.168.0.2"))
 	dp, err := ipvs.New(ipvs.Config{IPVS: fakeIPVS, Netlink: fakeNetlink, Runner: iptables.NewFakeRunner()})
 	if err != nil {
 		panic(err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
@@ -30,19 +31,25 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 		return nil, report, err
 	}
 
+	ka, err := d.readAddrs(link.Attrs().Index)
+	if err != nil {
+		return nil, report, err
+	}
+	addrs := nodeAddrsOf(s, ka.local, d.ipv6)
+
 	// What s wants: the first service by name claims a virtual server.
 	progs := map[types.NamespacedName]*program{}
 	owner := map[vsKey]types.NamespacedName{}
 	binds := map[netip.Addr]int{}
 	entries := map[setEntry]int{}
-	npIPs := nodePortIPs(s, d.ipv6)
+	internal := map[string]int{}
 	var names []types.NamespacedName
 	for nn := range s.Services.Services() {
 		names = append(names, nn)
 	}
 	slices.SortFunc(names, compareNames)
 	for _, nn := range names {
-		pr := d.programOf(s, nn, npIPs)
+		pr := d.programOf(s, nn, addrs)
 		if pr == nil {
 			continue
 		}
@@ -54,7 +61,7 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 			owner[vs.key] = nn
 		}
 		progs[nn] = pr
-		count(binds, entries, pr, 1)
+		count(binds, entries, internal, pr, 1)
 	}
 	report.Services = len(progs)
 	want := map[setEntry]int{}
@@ -68,12 +75,8 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 	var changes []string
 	// Addresses: unbind what we bound and no longer need first, so that
 	// the set of our addresses never misses one on the link.
-	addrs, err := d.nl.AddrList(link, d.addrFamily())
-	if err != nil {
-		return nil, report, fmt.Errorf("list the addresses of %s: %w", d.cfg.Link, err)
-	}
 	onLink := map[netip.Addr]bool{}
-	for _, a := range addrs {
+	for _, a := range ka.link {
 		ip, _ := netip.AddrFromSlice(a.IP)
 		ip = ip.Unmap()
 		onLink[ip] = true
@@ -135,13 +138,14 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 		changes = append(changes, fmt.Sprintf("virtual server %s: deleted", k))
 	}
 
-	n, more, err := d.syncRules(ctx, s)
+	n, more, err := d.syncRules(ctx, s, internalText(internal))
 	changes = append(changes, more...)
 	if err != nil {
 		return changes, report, err
 	}
 	report.Bytes = n
-	d.progs, d.owner, d.binds, d.entries = progs, owner, binds, entries
+	d.progs, d.owner, d.binds, d.entries, d.internal = progs, owner, binds, entries, internal
+	d.addrs = addrs
 	return changes, report, nil
 }
 
@@ -181,11 +185,17 @@ func (d *Dataplane) bind(link netlink.Link, a netip.Addr) error {
 	return nil
 }
 
-// count adds pr's addresses and set members to the counts, n times (-1 to
-// remove them).
-func count(binds map[netip.Addr]int, entries map[setEntry]int, pr *program, n int) {
+// count adds pr's addresses, set members and INTERNAL rules to the
+// counts, n times (-1 to remove them).
+func count(binds map[netip.Addr]int, entries map[setEntry]int, internal map[string]int, pr *program, n int) {
 	if pr == nil {
 		return
+	}
+	for _, r := range pr.internal {
+		internal[r] += n
+		if internal[r] == 0 {
+			delete(internal, r)
+		}
 	}
 	for _, a := range pr.binds {
 		binds[a] += n
@@ -201,21 +211,26 @@ func count(binds map[netip.Addr]int, entries map[setEntry]int, pr *program, n in
 	}
 }
 
+// internalText is the INTERNAL chain's rules, sorted.
+func internalText(internal map[string]int) string {
+	return strings.Join(slices.Sorted(mapKeys(internal)), "")
+}
+
 // partialSync reprograms the services in changed: for each virtual server
 // that differs from what was programmed, one dump of its real servers and
 // one call per difference; for each address or set member that appears or
 // goes, one call.
-func (d *Dataplane) partialSync(s *dataplane.State, changed []types.NamespacedName) (dataplane.SyncReport, error) {
+func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, changed []types.NamespacedName) (dataplane.SyncReport, error) {
 	report := dataplane.SyncReport{}
 	link, err := d.prepare()
 	if err != nil {
 		return report, err
 	}
-	npIPs := nodePortIPs(s, d.ipv6)
 	next := map[types.NamespacedName]*program{}
 	for _, nn := range changed {
-		next[nn] = d.programOf(s, nn, npIPs)
+		next[nn] = d.programOf(s, nn, d.addrs)
 	}
+	rulesChanged := false
 	// Release the virtual servers services give up before others claim
 	// them.
 	for _, nn := range changed {
@@ -242,9 +257,11 @@ func (d *Dataplane) partialSync(s *dataplane.State, changed []types.NamespacedNa
 				return taken && o != nn
 			})
 		}
-		if err := d.applyAddrsAndSets(link, old, pr); err != nil {
+		more, err := d.applyAddrsAndSets(link, old, pr)
+		if err != nil {
 			return report, err
 		}
+		rulesChanged = rulesChanged || more
 		wrote := false
 		if pr != nil {
 			for i := range pr.vss {
@@ -276,12 +293,20 @@ func (d *Dataplane) partialSync(s *dataplane.State, changed []types.NamespacedNa
 			report.Services++
 		}
 	}
+	if rulesChanged {
+		n, err := d.syncInternal(ctx)
+		if err != nil {
+			return report, err
+		}
+		report.Bytes = n
+	}
 	return report, nil
 }
 
 // applyAddrsAndSets moves the link's addresses and the set members from
-// what old needed to what pr needs.
-func (d *Dataplane) applyAddrsAndSets(link netlink.Link, old, pr *program) error {
+// what old needed to what pr needs, and counts the INTERNAL rules; it
+// reports whether the chain must be rewritten.
+func (d *Dataplane) applyAddrsAndSets(link netlink.Link, old, pr *program) (bool, error) {
 	before := map[netip.Addr]int{}
 	beforeSets := map[setEntry]int{}
 	for _, a := range oldBinds(old) {
@@ -290,47 +315,59 @@ func (d *Dataplane) applyAddrsAndSets(link netlink.Link, old, pr *program) error
 	for _, se := range oldSets(old) {
 		beforeSets[se] = d.entries[se]
 	}
-	count(d.binds, d.entries, old, -1)
-	count(d.binds, d.entries, pr, 1)
+	beforeRules := map[string]int{}
+	for _, p := range []*program{old, pr} {
+		if p != nil {
+			for _, r := range p.internal {
+				beforeRules[r] = d.internal[r]
+			}
+		}
+	}
+	count(d.binds, d.entries, d.internal, old, -1)
+	count(d.binds, d.entries, d.internal, pr, 1)
+	rulesChanged := false
+	for r, n := range beforeRules {
+		rulesChanged = rulesChanged || (n == 0) != (d.internal[r] == 0)
+	}
 	// Gone first: unbind, then forget the address.
 	for a := range before {
 		if d.binds[a] == 0 {
 			if err := d.nl.AddrDel(link, hostAddr(a)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-				return fmt.Errorf("unbind %s from %s: %w", a, d.cfg.Link, err)
+				return false, fmt.Errorf("unbind %s from %s: %w", a, d.cfg.Link, err)
 			}
 			if err := d.delEntry(setEntry{setIPs, entry{ip: a}}); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 	for se := range beforeSets {
 		if d.entries[se] == 0 {
 			if err := d.delEntry(se); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 	if pr == nil {
-		return nil
+		return rulesChanged, nil
 	}
 	for _, se := range pr.sets {
 		if d.entries[se] == 1 && beforeSets[se] == 0 {
 			if err := d.addEntry(se); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 	for _, a := range pr.binds {
 		if d.binds[a] == 1 && before[a] == 0 {
 			if err := d.addEntry(setEntry{setIPs, entry{ip: a}}); err != nil {
-				return err
+				return false, err
 			}
 			if err := d.bind(link, a); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
-	return nil
+	return rulesChanged, nil
 }
 
 func oldBinds(p *program) []netip.Addr {

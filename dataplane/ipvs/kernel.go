@@ -3,9 +3,13 @@ package ipvs
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 // IPVS is the part of github.com/moby/ipvs's *Handle the dataplane uses:
@@ -60,7 +64,11 @@ func Probe() error {
 
 // OpenKernel opens IPVS and netlink handles in the calling thread's
 // network namespace: moby/ipvs's handle (which tries "modprobe ip_vs"),
-// then Probe, so that a kernel without IPVS fails with ErrNoIPVS.
+// then Probe, so that a kernel without IPVS fails with ErrNoIPVS, then a
+// netlink handle of the two families the dataplane uses, route (its link
+// and addresses) and netfilter (its ipsets), and only those: a kernel
+// without xfrm_user, say, does not stop it. A missing module is named in
+// the error, with the modprobe line that loads it.
 func OpenKernel() (*mobyipvs.Handle, *netlink.Handle, error) {
 	h, err := mobyipvs.New("")
 	if err != nil {
@@ -70,10 +78,38 @@ func OpenKernel() (*mobyipvs.Handle, *netlink.Handle, error) {
 		h.Close()
 		return nil, nil, err
 	}
-	nl, err := netlink.NewHandle()
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER)
 	if err != nil {
 		h.Close()
-		return nil, nil, fmt.Errorf("open netlink: %w", err)
+		if errors.Is(err, unix.EPROTONOSUPPORT) {
+			// Route netlink is always there: netfilter's is nfnetlink, a
+			// dependency of ip_set.
+			return nil, nil, fmt.Errorf("open netlink (route and netfilter): %w: the kernel has no netfilter netlink; load it with modprobe ip_set", err)
+		}
+		return nil, nil, fmt.Errorf("open netlink (route and netfilter): %w", err)
+	}
+	if _, _, err := nl.IpsetProtocol(); err != nil {
+		h.Close()
+		nl.Close()
+		return nil, nil, fmt.Errorf("ask ipset its protocol version: %w: the kernel has no ipset; load it with modprobe ip_set", err)
 	}
 	return h, nl, nil
+}
+
+// withModuleHint adds to err, a kernel's answer to what needed module
+// (one of the modules of the package documentation's "Without a kernel")
+// does, the module and the modprobe line that loads it, when err says it
+// is missing.
+func withModuleHint(err error, module string) error {
+	switch {
+	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EPROTONOSUPPORT), errors.Is(err, syscall.Errno(nl.IPSET_ERR_FIND_TYPE)):
+		return fmt.Errorf("%w: the kernel lacks %s; load it with modprobe %s", err, module, module)
+	}
+	return err
+}
+
+// setTypeModule is the module of an ipset type: "hash:ip,port" is
+// ip_set_hash_ipport.
+func setTypeModule(typ string) string {
+	return "ip_set_" + strings.ReplaceAll(strings.ReplaceAll(typ, ":", "_"), ",", "")
 }

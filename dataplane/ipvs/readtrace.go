@@ -31,26 +31,26 @@ var ErrUnknownRule = errors.New("a rule Trace cannot follow")
 // follows the kernel's order: the nat hooks (where the dataplane's rules
 // mark what to masquerade), then, for a local destination, the filter
 // INPUT hook (drops, source ranges, health-check ports), then IPVS, which
-// only sees local destinations, then the nat POSTROUTING hook for each
-// real server. The node's addresses (State.Node.IPs), loopback and the
+// only sees local destinations (after a DNAT of the nat hooks, the
+// cluster IP it leads to), then the nat POSTROUTING hook for each real
+// server. The node's addresses (State.Node.IPs), loopback and the
 // link's addresses are local. name, if not nil, names the service of the
 // destination. IPVS mode's semantics are those of the package
 // documentation.
 func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (dataplane.Verdict, []string, error) {
-	src, dst := p.Src.Unmap(), p.Dst.Addr().Unmap()
+	src, sent := p.Src.Unmap(), p.Dst.Addr().Unmap()
 	proto := protoNumber(string(p.Protocol))
 	isLocal := func(a netip.Addr) bool {
 		_, bound := slices.BinarySearchFunc(r.LinkAddresses, a, netip.Addr.Compare)
 		return bound || a.IsLoopback() || slices.Contains(nodeIPs, a)
 	}
-	_, bound := slices.BinarySearchFunc(r.LinkAddresses, dst, netip.Addr.Compare)
-	t := &ruleTracer{r: r, p: p, proto: proto, src: src, dst: dst, dport: p.Dst.Port(),
-		srcLocal: p.From == dataplane.FromNode || isLocal(src), dstLocal: isLocal(dst)}
+	t := &ruleTracer{r: r, p: p, proto: proto, src: src, dst: sent, dport: p.Dst.Port(),
+		srcLocal: p.From == dataplane.FromNode || isLocal(src), dstLocal: isLocal(sent)}
 	named := func() servicemodel.PortName {
 		if name == nil {
 			return servicemodel.PortName{}
 		}
-		return name(p.Protocol, netip.AddrPortFrom(dst, p.Dst.Port()))
+		return name(p.Protocol, netip.AddrPortFrom(sent, p.Dst.Port()))
 	}
 	hook := "PREROUTING"
 	if p.From == dataplane.FromNode {
@@ -59,6 +59,10 @@ func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (d
 	if _, err := t.run("nat", hook, 0); err != nil {
 		return dataplane.Verdict{}, t.steps, err
 	}
+	// A DNAT (to a cluster IP) changed what the rest of the path sees.
+	dst, dport := t.dst, t.dport
+	t.dstLocal = isLocal(dst)
+	_, bound := slices.BinarySearchFunc(r.LinkAddresses, dst, netip.Addr.Compare)
 	mark := t.mark
 	accepted := false
 	if t.dstLocal {
@@ -73,7 +77,7 @@ func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (d
 			accepted = true
 		}
 	}
-	vs, ok := r.find(vsKey{dst, proto, p.Dst.Port()})
+	vs, ok := r.find(vsKey{dst, proto, dport})
 	switch {
 	case ok && !t.dstLocal:
 		t.steps = append(t.steps, "ipvs: virtual server "+vs.String()+" is not seen: its address is not local (not on "+r.Link+")")
@@ -181,6 +185,9 @@ func (t *ruleTracer) run(table, chain string, depth int) (string, error) {
 			return "", nil
 		case "ACCEPT", "DROP", "MASQUERADE":
 			return ru.target, nil
+		case "DNAT":
+			t.dst, t.dport = ru.to.Addr(), ru.to.Port()
+			return ru.target, nil
 		case "MARK":
 			t.mark = t.mark&^ru.markMask ^ ru.markVal
 		default:
@@ -219,7 +226,11 @@ type rule struct {
 	markVal, markMask uint32
 	ctstates          []string
 	ctNeg             bool
-	target            string
+	// dport is the port match's (-m tcp --dport), 0 for none.
+	dport  uint16
+	target string
+	// to is a DNAT target's --to-destination.
+	to netip.AddrPort
 }
 
 func parseRuleText(text string) (*rule, error) {
@@ -285,6 +296,16 @@ func parseRuleText(text string) (*rule, error) {
 			}
 		case "--ctstate":
 			r.ctstates, r.ctNeg = strings.Split(v, ","), neg
+		case "--dport":
+			port, err := strconv.ParseUint(v, 10, 16)
+			if err != nil || neg {
+				return nil, fmt.Errorf("port match %q: %w", v, ErrUnknownRule)
+			}
+			r.dport = uint16(port)
+		case "--to-destination":
+			if r.to, err = netip.ParseAddrPort(v); err != nil {
+				return nil, fmt.Errorf("DNAT to %q: %w", v, ErrUnknownRule)
+			}
 		case "-j":
 			r.target = v
 		case "--or-mark", "--xor-mark", "--set-xmark", "--set-mark":
@@ -378,6 +399,8 @@ func (t *ruleTracer) matches(r *rule) (bool, error) {
 		return false, nil
 	case r.ctstates != nil && slices.Contains(r.ctstates, "NEW") == r.ctNeg:
 		// Trace follows first packets only.
+		return false, nil
+	case r.dport != 0 && r.dport != t.dport:
 		return false, nil
 	}
 	for _, at := range []struct {

@@ -15,8 +15,9 @@ import (
 )
 
 // rulesText is the iptables-restore input of the dataplane's chains for
-// s. Every per-service fact is in the ipsets, so the rules change only
-// with the settings.
+// s, the INTERNAL chain declared but without its rules (withInternal adds
+// them). Every other per-service fact is in the ipsets, so these rules
+// change only with the settings.
 func (d *Dataplane) rulesText(s *dataplane.State) string {
 	n, set := &d.names, d.names.set
 	mark := fmt.Sprintf("%#x", uint32(1)<<d.cfg.MasqueradeBit)
@@ -25,7 +26,7 @@ func (d *Dataplane) rulesText(s *dataplane.State) string {
 	match := func(id setID, flags string) string { return "-m set --match-set " + set[id] + " " + flags }
 
 	line("*nat")
-	for _, c := range []string{n.services, n.markMasq, n.postrouting} {
+	for _, c := range []string{n.services, n.markMasq, n.postrouting, n.internal} {
 		line(":%s - [0:0]", c)
 	}
 	if cluster, ok := d.clusterMasquerade(s); ok {
@@ -39,6 +40,14 @@ func (d *Dataplane) rulesText(s *dataplane.State) string {
 	line("-A %s %s -j %s", n.services, match(setNodePort, "dst,dst"), n.markMasq)
 	line("-A %s %s -m addrtype --src-type LOCAL -j %s", n.services, match(setExternalLocal, "dst,dst"), n.markMasq)
 	line("-A %s %s -m addrtype --src-type LOCAL -j %s", n.services, match(setNodePortLocal, "dst,dst"), n.markMasq)
+	// Internal traffic to externalTrafficPolicy Local destinations: the
+	// node's, and the local pods' as the detector tells them.
+	for _, id := range []setID{setExternalLocal, setNodePortLocal} {
+		line("-A %s %s -m addrtype --src-type LOCAL -j %s", n.services, match(id, "dst,dst"), n.internal)
+		if pod, ok := podMatch(s); ok {
+			line("-A %s %s%s -j %s", n.services, match(id, "dst,dst"), pod, n.internal)
+		}
+	}
 	line("-A %s -j MARK --or-mark %s", n.markMasq, mark)
 	line("-A %s %s -j MASQUERADE", n.postrouting, match(setLoopBack, "dst,dst,src"))
 	line("-A %s -m mark ! --mark %s/%s -j RETURN", n.postrouting, mark, mark)
@@ -68,19 +77,28 @@ func (d *Dataplane) clusterMasquerade(s *dataplane.State) (string, bool) {
 	if s.Settings.MasqueradeAll {
 		return "", true
 	}
+	if pod, ok := podMatch(s); ok {
+		return " !" + pod, true
+	}
+	return "", false
+}
+
+// podMatch returns the match of the local-traffic detector (" -s CIDR",
+// " -i IFACE"), and false when there is none.
+func podMatch(s *dataplane.State) (string, bool) {
 	det := s.Settings.LocalDetector
 	switch det.Mode {
 	case dataplane.LocalModeClusterCIDR, dataplane.LocalModeNodeCIDR:
 		if cidr, ok := s.DetectionCIDR(); ok {
-			return " ! -s " + cidr.String(), true
+			return " -s " + cidr.String(), true
 		}
 	case dataplane.LocalModeBridgeInterface:
 		if det.Interface != "" {
-			return " ! -i " + det.Interface, true
+			return " -i " + det.Interface, true
 		}
 	case dataplane.LocalModeInterfaceNamePrefix:
 		if det.Interface != "" {
-			return " ! -i " + det.Interface + "+", true
+			return " -i " + det.Interface + "+", true
 		}
 	}
 	return "", false
@@ -102,22 +120,30 @@ func (d *Dataplane) jumps() []iptables.Jump {
 func (d *Dataplane) chains() [][2]string {
 	n := &d.names
 	return [][2]string{
-		{"nat", n.services}, {"nat", n.markMasq}, {"nat", n.postrouting},
+		{"nat", n.services}, {"nat", n.markMasq}, {"nat", n.postrouting}, {"nat", n.internal},
 		{"filter", n.filter}, {"filter", n.sourceRanges}, {"filter", n.forward},
 	}
 }
 
-// syncRules writes the chains when they differ from what s needs or from
-// their listing after the last write, and hooks them in. It returns the
-// bytes written and what it repaired.
-func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State) (int, []string, error) {
-	text := d.rulesText(s)
+// withInternal is the restore input of static (rulesText) with internal
+// as the INTERNAL chain's rules, in the nat table static writes first.
+func withInternal(static, internal string) string {
+	nat, rest, _ := strings.Cut(static, "COMMIT\n")
+	return nat + internal + "COMMIT\n" + rest
+}
+
+// syncRules writes the chains, with internal as the INTERNAL chain's
+// rules, when they differ from what s needs or from their listing after
+// the last write, and hooks them in. It returns the bytes written and
+// what it repaired.
+func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State, internal string) (int, []string, error) {
+	static := d.rulesText(s)
 	listed, err := d.listRules(ctx)
 	if err != nil {
 		return 0, nil, err
 	}
 	var changes []string
-	if text == d.rules && d.listed != nil {
+	if static == d.rules && internal == d.internalText && d.listed != nil {
 		for _, c := range d.chains() {
 			if !slices.Equal(listed[c[1]], d.listed[c[1]]) {
 				changes = append(changes, fmt.Sprintf("%s chain %s: %d rules, want %d", c[0], c[1], len(listed[c[1]]), len(d.listed[c[1]])))
@@ -128,6 +154,7 @@ func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State) (int, []s
 	}
 	n := 0
 	if len(changes) > 0 {
+		text := withInternal(static, internal)
 		if err := d.runner.Restore(ctx, iptables.RestoreBytes(text)); err != nil {
 			return 0, nil, fmt.Errorf("write iptables rules: %w", err)
 		}
@@ -141,8 +168,29 @@ func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State) (int, []s
 			return 0, nil, fmt.Errorf("hook iptables rules: %w", err)
 		}
 	}
-	d.rules, d.listed = text, listed
+	d.rules, d.internalText, d.listed = static, internal, listed
 	return n, changes, nil
+}
+
+// syncInternal rewrites the INTERNAL chain alone when its rules changed,
+// as a partial sync needs: one restore and one listing of that chain. It
+// returns the bytes written.
+func (d *Dataplane) syncInternal(ctx context.Context) (int, error) {
+	internal := internalText(d.internal)
+	if internal == d.internalText {
+		return 0, nil
+	}
+	text := "*nat\n:" + d.names.internal + " - [0:0]\n" + internal + "COMMIT\n"
+	if err := d.runner.Restore(ctx, iptables.RestoreBytes(text)); err != nil {
+		return 0, fmt.Errorf("write iptables chain %s: %w", d.names.internal, err)
+	}
+	rules, _, err := d.runner.ListChain(ctx, "nat", d.names.internal)
+	if err != nil {
+		return 0, fmt.Errorf("list iptables rules: %w", err)
+	}
+	d.internalText = internal
+	d.listed[d.names.internal] = rules
+	return len(text), nil
 }
 
 func (d *Dataplane) listRules(ctx context.Context) (map[string][]string, error) {

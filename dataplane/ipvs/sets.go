@@ -153,7 +153,7 @@ func (d *Dataplane) ensureSets() (map[setID]map[entry]bool, error) {
 				opts.Family = unix.AF_INET6
 			}
 			if cerr := d.nl.IpsetCreate(name, spec.typ, opts); cerr != nil && !errors.Is(cerr, unix.EEXIST) {
-				return nil, fmt.Errorf("create ipset %s: %w", name, cerr)
+				return nil, fmt.Errorf("create ipset %s of type %s: %w", name, spec.typ, withModuleHint(cerr, setTypeModule(spec.typ)))
 			}
 			out[id] = map[entry]bool{}
 			continue

@@ -44,18 +44,25 @@ type Dataplane struct {
 	progs map[types.NamespacedName]*program
 	// owner is the service each programmed virtual server belongs to.
 	owner map[vsKey]types.NamespacedName
-	// binds and entries count the services that need each address on the
-	// link and each set member.
-	binds   map[netip.Addr]int
-	entries map[setEntry]int
+	// binds, entries and internal count the services that need each
+	// address on the link, each set member and each rule of the INTERNAL
+	// chain.
+	binds    map[netip.Addr]int
+	entries  map[setEntry]int
+	internal map[string]int
+	// addrs are the node's addresses the last full sync read; partial
+	// syncs use them, and KernelChanged compares the kernel's with them.
+	addrs nodeAddrs
 	// draining holds the deadline of each real server at weight 0.
 	draining map[drainKey]time.Time
-	// rules is the iptables input last written; listed is the chains as
-	// listed right after.
-	rules    string
-	listed   map[string][]string
-	prepared bool
-	report   dataplane.SyncReport
+	// rules is the iptables input last written but the INTERNAL chain's
+	// rules, internalText those; listed is the chains as listed right
+	// after.
+	rules        string
+	internalText string
+	listed       map[string][]string
+	prepared     bool
+	report       dataplane.SyncReport
 }
 
 type drainKey struct {
@@ -115,7 +122,9 @@ func (d *Dataplane) reset() {
 	d.owner = map[vsKey]types.NamespacedName{}
 	d.binds = map[netip.Addr]int{}
 	d.entries = map[setEntry]int{}
-	d.rules, d.listed = "", nil
+	d.internal = map[string]int{}
+	d.addrs = nodeAddrs{}
+	d.rules, d.internalText, d.listed = "", "", nil
 }
 
 // Name implements dataplane.Dataplane.
@@ -149,7 +158,8 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	d.drain()
 	var changed []types.NamespacedName
 	full := !d.valid || d.last == nil || d.last.Settings.MasqueradeAll != s.Settings.MasqueradeAll ||
-		d.last.Settings.LocalDetector.Mode != s.Settings.LocalDetector.Mode
+		d.last.Settings.LocalDetector.Mode != s.Settings.LocalDetector.Mode ||
+		!slices.Equal(d.last.Settings.NodePortAddresses, s.Settings.NodePortAddresses)
 	if !full {
 		full = d.rulesText(s) != d.rules
 	}
@@ -163,7 +173,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if full {
 		_, report, err = d.fullSync(ctx, s)
 	} else {
-		report, err = d.partialSync(s, changed)
+		report, err = d.partialSync(ctx, s, changed)
 	}
 	if err != nil {
 		d.valid = false
@@ -220,7 +230,7 @@ func (d *Dataplane) prepare() (netlink.Link, error) {
 	}
 	link = &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: d.cfg.Link}}
 	if err := d.nl.LinkAdd(link); err != nil && !errors.Is(err, unix.EEXIST) {
-		return nil, fmt.Errorf("create dummy link %s: %w", d.cfg.Link, err)
+		return nil, fmt.Errorf("create dummy link %s: %w", d.cfg.Link, withModuleHint(err, "dummy"))
 	}
 	if link, err = d.nl.LinkByName(d.cfg.Link); err != nil {
 		return nil, fmt.Errorf("find link %s: %w", d.cfg.Link, err)

@@ -94,6 +94,12 @@ func (f fakes) calls() int { return f.ipvs.Calls() + f.nl.Calls() }
 func newFakeDataplane(t testing.TB, cfg Config) (*Dataplane, fakes) {
 	t.Helper()
 	f := fakes{NewFakeIPVS(), NewFakeNetlink(), iptables.NewFakeRunner()}
+	// The test node's addresses, on which node ports are served.
+	var ips []netip.Addr
+	for _, ip := range []string{dataplanetest.NodeIP, dataplanetest.NodeIPAlt, dataplanetest.NodeIPv6, dataplanetest.NodeIPv6Alt} {
+		ips = append(ips, netip.MustParseAddr(ip))
+	}
+	f.nl.SetLinkAddrs("eth0", ips...)
 	cfg.IPVS, cfg.Netlink, cfg.Runner = f.ipvs, f.nl, f.runner
 	d, err := New(cfg)
 	if err != nil {
@@ -390,7 +396,7 @@ func TestLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 4 cluster IPs, one NodePort service on two node addresses.
-	if diff := cmp.Diff(Leftovers{VirtualServers: 6, Addresses: 4, Sets: int(numSets), Chains: 6}, got); diff != "" {
+	if diff := cmp.Diff(Leftovers{VirtualServers: 6, Addresses: 4, Sets: int(numSets), Chains: 7}, got); diff != "" {
 		t.Errorf("Leftovers after Sync (-want +got):\n%s", diff)
 	}
 	if err := d.Cleanup(ctx); err != nil {

@@ -1,11 +1,13 @@
 package ipvs
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/servicemodel"
 )
 
@@ -14,11 +16,12 @@ import (
 // at LOCAL_IN, whose DNAT the nat chains' marks masquerade. The service
 // names come from the dataplane's memory, as the kernel has none.
 type tracer struct {
-	d    *Dataplane
-	ipvs *FakeIPVS
-	nl   *FakeNetlink
-	st   *dataplane.State
-	sets map[string][]string
+	d      *Dataplane
+	ipvs   *FakeIPVS
+	nl     *FakeNetlink
+	runner *iptables.FakeRunner
+	st     *dataplane.State
+	sets   map[string][]string
 }
 
 func (t *tracer) in(id setID, e entry) bool {
@@ -57,39 +60,47 @@ func (t *tracer) portName(k vsKey) servicemodel.PortName {
 	return servicemodel.PortName{}
 }
 
-func (t *tracer) trace(p dataplane.Packet) dataplane.Verdict {
+func (t *tracer) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	t.sets = t.nl.Sets()
-	src, dst := p.Src, p.Dst.Addr()
-	k := vsKey{dst, protoNumber(string(p.Protocol)), p.Dst.Port()}
-	e := entry{ip: dst, proto: uint8(k.proto), port: k.port}
+	src, sent := p.Src, p.Dst.Addr()
+	proto := protoNumber(string(p.Protocol))
+	// e is the destination as sent, which the masquerade rules match.
+	e := entry{ip: sent, proto: uint8(proto), port: p.Dst.Port()}
 	nodeIPs := t.st.Node.IPs
-	bound := t.in(setIPs, entry{ip: dst})
-	local := bound || dst.IsLoopback() || slices.Contains(nodeIPs, dst)
 	srcLocal := p.From == dataplane.FromNode || src.IsLoopback() || slices.Contains(nodeIPs, src) || t.in(setIPs, entry{ip: src})
+	name := t.portName(vsKey{sent, proto, p.Dst.Port()})
+	// Internal traffic to a Local-policy destination may be DNATed to a
+	// cluster IP first; the filter rules and IPVS see where it goes.
+	k, err := t.internalDNAT(p, e, srcLocal)
+	if err != nil {
+		return dataplane.Verdict{}, err
+	}
+	de := entry{ip: k.addr, proto: uint8(k.proto), port: k.port}
+	bound := t.in(setIPs, entry{ip: k.addr})
+	local := bound || k.addr.IsLoopback() || slices.Contains(nodeIPs, k.addr)
 	vs, ok := t.ipvs.lookup(k)
-	name := t.portName(k)
 
 	if local {
-		if t.in(setDrop, e) {
-			return dataplane.Verdict{Action: dataplane.Drop, Service: name}
+		if t.in(setDrop, de) {
+			return dataplane.Verdict{Action: dataplane.Drop, Service: name}, nil
 		}
-		if t.in(setFirewall, e) && !t.inNet(setSourceCIDR, e, src) && !t.inNet(setSourceIP, e, src) {
-			return dataplane.Verdict{Action: dataplane.Drop, Service: name}
+		if t.in(setFirewall, de) && !t.inNet(setSourceCIDR, de, src) && !t.inNet(setSourceIP, de, src) {
+			return dataplane.Verdict{Action: dataplane.Drop, Service: name}, nil
 		}
 	}
 	if !ok {
 		if t.in(setHealthCheck, e) {
 			for sp := range t.st.Services.All() {
 				if sp.HealthCheckNodePort == k.port {
-					return dataplane.Verdict{Action: dataplane.Accept, Service: sp.Name}
+					return dataplane.Verdict{Action: dataplane.Accept, Service: sp.Name}, nil
 				}
 			}
 		}
 		if bound {
 			// The address is the node's: the local stack refuses.
-			return dataplane.Verdict{Action: dataplane.Reject}
+			return dataplane.Verdict{Action: dataplane.Reject}, nil
 		}
-		return dataplane.Verdict{Action: dataplane.NotAService}
+		return dataplane.Verdict{Action: dataplane.NotAService}, nil
 	}
 	var eps []netip.AddrPort
 	for _, d := range vs.dests {
@@ -98,7 +109,7 @@ func (t *tracer) trace(p dataplane.Packet) dataplane.Verdict {
 		}
 	}
 	if len(eps) == 0 {
-		return dataplane.Verdict{Action: dataplane.Reject, Service: name}
+		return dataplane.Verdict{Action: dataplane.Reject, Service: name}, nil
 	}
 	slices.SortFunc(eps, netip.AddrPort.Compare)
 	masq := t.in(setClusterIP, e) && t.clusterMasq(p) ||
@@ -114,31 +125,60 @@ func (t *tracer) trace(p dataplane.Packet) dataplane.Verdict {
 		Action: dataplane.DNAT, Service: name, Endpoints: eps,
 		Masquerade: masq || len(hairpin) == len(eps), Hairpin: hairpin,
 		Affinity: vs.svc.Flags&flagPersistent != 0,
-	}
+	}, nil
 }
 
 // clusterMasq evaluates the match clusterMasquerade writes.
 func (t *tracer) clusterMasq(p dataplane.Packet) bool {
-	match, ok := t.d.clusterMasquerade(t.st)
+	if t.st.Settings.MasqueradeAll {
+		return true
+	}
+	_, detects := podMatch(t.st)
+	return detects && !t.fromPod(p)
+}
+
+// fromPod evaluates the match podMatch writes.
+func (t *tracer) fromPod(p dataplane.Packet) bool {
+	match, ok := podMatch(t.st)
 	switch {
 	case !ok:
 		return false
-	case match == "":
-		return true
-	case strings.HasPrefix(match, " ! -s "):
-		cidr := netip.MustParsePrefix(strings.TrimPrefix(match, " ! -s "))
-		return !cidr.Contains(p.Src)
+	case strings.HasPrefix(match, " -s "):
+		return netip.MustParsePrefix(strings.TrimPrefix(match, " -s ")).Contains(p.Src)
 	}
-	iface := strings.TrimPrefix(match, " ! -i ")
-	var in bool
+	iface := strings.TrimPrefix(match, " -i ")
 	switch {
 	case p.From == dataplane.FromNode:
+		return false
 	case p.Interface == "":
-		in = p.From == dataplane.FromLocalPod
+		return p.From == dataplane.FromLocalPod
 	case strings.HasSuffix(iface, "+"):
-		in = strings.HasPrefix(p.Interface, strings.TrimSuffix(iface, "+"))
-	default:
-		in = p.Interface == iface
+		return strings.HasPrefix(p.Interface, strings.TrimSuffix(iface, "+"))
 	}
-	return !in
+	return p.Interface == iface
+}
+
+// internalDNAT returns the virtual server a packet to e reaches after the
+// INTERNAL chain, followed through the fake's rules when the node or a
+// local pod sends to a Local-policy destination.
+func (t *tracer) internalDNAT(p dataplane.Packet, e entry, srcLocal bool) (vsKey, error) {
+	k := vsKey{e.ip, uint16(e.proto), e.port}
+	if !srcLocal && !t.fromPod(p) || !t.in(setExternalLocal, e) && !t.in(setNodePortLocal, e) {
+		return k, nil
+	}
+	rules, _, err := t.runner.ListChain(context.Background(), "nat", t.d.names.internal)
+	if err != nil {
+		return k, err
+	}
+	r := &Reading{Sets: map[string]Set{}, Chains: map[string][]string{"nat " + t.d.names.internal: rules}}
+	for id := range numSets {
+		name := t.d.names.set[id]
+		r.Sets[name] = Set{Type: setSpecs[id].typ, Members: t.sets[name]}
+	}
+	rt := &ruleTracer{r: r, p: p, proto: k.proto, src: p.Src, dst: e.ip, dport: e.port}
+	res, err := rt.run("nat", t.d.names.internal, 0)
+	if res == "DNAT" {
+		k.addr, k.port = rt.dst, rt.dport
+	}
+	return k, err
 }

@@ -1,0 +1,341 @@
+package ipvs
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// FakeNetlink is an in-memory link, address and ipset store implementing
+// Netlink, for tests. Links keep their addresses; ipsets keep their type
+// and entries and refuse entries that do not fit the type. Every call is
+// counted (Calls). It is safe for concurrent use.
+type FakeNetlink struct {
+	mu    sync.Mutex
+	links map[string]*fakeLink
+	sets  map[string]*fakeSet
+	calls int
+	index int
+}
+
+type fakeLink struct {
+	link  netlink.Link
+	addrs []netlink.Addr
+}
+
+type fakeSet struct {
+	typ     string
+	entries map[string]netlink.IPSetEntry
+}
+
+// NewFakeNetlink returns a FakeNetlink with no links and no sets.
+func NewFakeNetlink() *FakeNetlink {
+	return &FakeNetlink{links: map[string]*fakeLink{}, sets: map[string]*fakeSet{}}
+}
+
+// Calls returns how many calls the fake has answered.
+func (f *FakeNetlink) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// LinkByName implements Netlink.
+func (f *FakeNetlink) LinkByName(name string) (netlink.Link, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, ok := f.links[name]
+	if !ok {
+		return nil, netlink.LinkNotFoundError{}
+	}
+	return l.link, nil
+}
+
+// LinkAdd implements Netlink.
+func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	name := link.Attrs().Name
+	if _, ok := f.links[name]; ok {
+		return unix.EEXIST
+	}
+	f.index++
+	link.Attrs().Index = 100 + f.index
+	f.links[name] = &fakeLink{link: link}
+	return nil
+}
+
+// LinkDel implements Netlink.
+func (f *FakeNetlink) LinkDel(link netlink.Link) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	name := link.Attrs().Name
+	if _, ok := f.links[name]; !ok {
+		return unix.ENODEV
+	}
+	delete(f.links, name)
+	return nil
+}
+
+func (f *FakeNetlink) linkOf(link netlink.Link) (*fakeLink, error) {
+	if link == nil {
+		return nil, unix.EINVAL
+	}
+	l, ok := f.links[link.Attrs().Name]
+	if !ok {
+		return nil, unix.ENODEV
+	}
+	return l, nil
+}
+
+// AddrList implements Netlink: the addresses of one link, or of every
+// link when link is nil, each with its link's index, as the kernel lists
+// them.
+func (f *FakeNetlink) AddrList(link netlink.Link, family int) ([]netlink.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	links := slices.SortedFunc(maps.Values(f.links), func(a, b *fakeLink) int {
+		return cmp.Compare(a.link.Attrs().Index, b.link.Attrs().Index)
+	})
+	if link != nil {
+		l, err := f.linkOf(link)
+		if err != nil {
+			return nil, err
+		}
+		links = []*fakeLink{l}
+	}
+	var out []netlink.Addr
+	for _, l := range links {
+		for _, a := range l.addrs {
+			is4 := a.IP.To4() != nil
+			if family == netlink.FAMILY_ALL || family == netlink.FAMILY_V4 && is4 || family == netlink.FAMILY_V6 && !is4 {
+				a.LinkIndex = l.link.Attrs().Index
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// SetLinkAddrs gives the link called name exactly the addresses addrs, as
+// the node's own network setup would: a device link is created when there
+// is none. A test puts the node's addresses there, which node ports
+// follow. It is not counted.
+func (f *FakeNetlink) SetLinkAddrs(name string, addrs ...netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.links[name]
+	if !ok {
+		f.index++
+		l = &fakeLink{link: &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: name, Index: 100 + f.index}}}
+		f.links[name] = l
+	}
+	l.addrs = nil
+	for _, a := range addrs {
+		l.addrs = append(l.addrs, *hostAddr(a))
+	}
+}
+
+// AddrAdd implements Netlink.
+func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, err := f.linkOf(link)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) }) {
+		return unix.EEXIST
+	}
+	l.addrs = append(l.addrs, *addr)
+	return nil
+}
+
+// AddrDel implements Netlink.
+func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	l, err := f.linkOf(link)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) })
+	if i < 0 {
+		return unix.EADDRNOTAVAIL
+	}
+	l.addrs = slices.Delete(l.addrs, i, i+1)
+	return nil
+}
+
+// IpsetCreate implements Netlink.
+func (f *FakeNetlink) IpsetCreate(name, typename string, options netlink.IpsetCreateOptions) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if len(name) > 31 {
+		return unix.ENAMETOOLONG
+	}
+	if s, ok := f.sets[name]; ok {
+		if !options.Replace || s.typ != typename {
+			return unix.EEXIST
+		}
+	}
+	f.sets[name] = &fakeSet{typ: typename, entries: map[string]netlink.IPSetEntry{}}
+	return nil
+}
+
+// IpsetDestroy implements Netlink.
+func (f *FakeNetlink) IpsetDestroy(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if _, ok := f.sets[name]; !ok {
+		return unix.ENOENT
+	}
+	delete(f.sets, name)
+	return nil
+}
+
+// IpsetList implements Netlink.
+func (f *FakeNetlink) IpsetList(name string) (*netlink.IPSetResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	s, ok := f.sets[name]
+	if !ok {
+		return nil, unix.ENOENT
+	}
+	r := &netlink.IPSetResult{SetName: name, TypeName: s.typ}
+	for _, k := range slices.Sorted(mapKeys(s.entries)) {
+		r.Entries = append(r.Entries, s.entries[k])
+	}
+	return r, nil
+}
+
+// IpsetAdd implements Netlink.
+func (f *FakeNetlink) IpsetAdd(name string, e *netlink.IPSetEntry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	s, ok := f.sets[name]
+	if !ok {
+		return unix.ENOENT
+	}
+	k, err := fakeEntryKey(s.typ, e)
+	if err != nil {
+		return err
+	}
+	if _, ok := s.entries[k]; ok && !e.Replace {
+		return unix.EEXIST
+	}
+	s.entries[k] = *e
+	return nil
+}
+
+// IpsetDel implements Netlink.
+func (f *FakeNetlink) IpsetDel(name string, e *netlink.IPSetEntry) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	s, ok := f.sets[name]
+	if !ok {
+		return unix.ENOENT
+	}
+	k, err := fakeEntryKey(s.typ, e)
+	if err != nil {
+		return err
+	}
+	if _, ok := s.entries[k]; !ok {
+		return unix.ENOENT
+	}
+	delete(s.entries, k)
+	return nil
+}
+
+// LinkAddrs returns the addresses of the link called name, sorted; nil
+// when there is no such link. It is not counted.
+func (f *FakeNetlink) LinkAddrs(name string) []netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.links[name]
+	if !ok {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range l.addrs {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		out = append(out, ip.Unmap())
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// Sets returns each set's entries in ipset's notation ("10.0.0.1,tcp:80"),
+// sorted. It is not counted.
+func (f *FakeNetlink) Sets() map[string][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string][]string{}
+	for name, s := range f.sets {
+		out[name] = slices.Sorted(mapKeys(s.entries))
+		if out[name] == nil {
+			out[name] = []string{}
+		}
+	}
+	return out
+}
+
+// fakeEntryKey checks that e fits a set of type typ and returns its
+// ipset notation.
+func fakeEntryKey(typ string, e *netlink.IPSetEntry) (string, error) {
+	ip := func(x net.IP) (string, bool) {
+		a, ok := netip.AddrFromSlice(x)
+		return a.Unmap().String(), ok
+	}
+	port := func() (string, bool) {
+		if e.Protocol == nil || e.Port == nil {
+			return "", false
+		}
+		return fmt.Sprintf("%s:%d", strings.ToLower(protoName(uint16(*e.Protocol))), *e.Port), true
+	}
+	var parts []string
+	dims, ok := strings.CutPrefix(typ, "hash:")
+	if !ok {
+		return "", fmt.Errorf("set type %s: %w", typ, unix.EINVAL)
+	}
+	for _, dim := range strings.Split(dims, ",") {
+		var s string
+		var good bool
+		switch {
+		case dim == "ip" && len(parts) == 0:
+			s, good = ip(e.IP)
+		case dim == "ip":
+			s, good = ip(e.IP2)
+		case dim == "port":
+			s, good = port()
+		case dim == "net":
+			s, good = ip(e.IP2)
+			s += fmt.Sprintf("/%d", e.CIDR2)
+		}
+		ok = ok && good
+		parts = append(parts, s)
+	}
+	if !ok {
+		return "", fmt.Errorf("entry %+v does not fit a set of type %s: %w", *e, typ, unix.EINVAL)
+	}
+	return strings.Join(parts, ","), nil
+}
