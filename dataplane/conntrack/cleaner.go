@@ -75,7 +75,18 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("conntrack: cleaning %s table (%d entries deleted): %v", e.Family, e.Deleted, e.Err)
+	return fmt.Sprintf("conntrack: cleaning %s table (%d entries deleted): %v%s", e.Family, e.Deleted, e.Err, moduleHint(e.Err))
+}
+
+// moduleHint names the module a kernel that answers a conntrack request
+// with err probably lacks: nfnetlink refuses requests to its conntrack
+// subsystem with EINVAL while nf_conntrack_netlink is not loaded, and a
+// kernel without nfnetlink has no netfilter netlink socket at all.
+func moduleHint(err error) string {
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPROTONOSUPPORT) {
+		return " (what a kernel without nf_conntrack_netlink answers; load it with modprobe nf_conntrack_netlink)"
+	}
+	return ""
 }
 
 func (e *Error) Unwrap() error { return e.Err }

@@ -14,6 +14,7 @@ import (
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -391,6 +392,12 @@ func TestCleanErrors(t *testing.T) {
 			errs: []error{boom},
 			want: result{Dumps: 1, Left: 4, Typed: true,
 				Err: "conntrack: cleaning IPv4 table (0 entries deleted): netlink: operation not permitted"},
+		},
+		{
+			name: "a kernel without nf_conntrack_netlink",
+			errs: []error{unix.EINVAL},
+			want: result{Dumps: 1, Left: 4, Typed: true,
+				Err: "conntrack: cleaning IPv4 table (0 entries deleted): invalid argument (what a kernel without nf_conntrack_netlink answers; load it with modprobe nf_conntrack_netlink)"},
 		},
 		{
 			name: "canceled context",

@@ -46,7 +46,7 @@ func DNATFlows(ctx context.Context, nl Lister, family v1.IPFamily) ([]Flow, erro
 	}
 	flows, err := nl.ConntrackTableList(netlink.ConntrackTable, fam)
 	if err != nil {
-		return nil, fmt.Errorf("conntrack: listing the %s table: %w", family, err)
+		return nil, fmt.Errorf("conntrack: listing the %s table: %w%s", family, err, moduleHint(err))
 	}
 	var out []Flow
 	for _, f := range flows {
