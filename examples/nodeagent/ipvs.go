@@ -108,11 +108,13 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 			MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit), Logger: log,
 		}
 		var dump func() string
+		var fakeNL *ipvs.FakeNetlink
 		if o.dryRun {
 			fake := iptables.NewFakeRunner()
 			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
 			fi := ipvs.NewFakeIPVS()
-			cfg.Runner, cfg.IPVS, cfg.Netlink = fake, fi, ipvs.NewFakeNetlink()
+			fakeNL = ipvs.NewFakeNetlink()
+			cfg.Runner, cfg.IPVS, cfg.Netlink = fake, fi, fakeNL
 			dump = fi.Dump
 		} else {
 			r, err := h.runner(f)
@@ -136,7 +138,7 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 		if err != nil {
 			return nil, err
 		}
-		rec := &recordedIPVS{Dataplane: d, dump: dump, out: out, family: f}
+		rec := &recordedIPVS{Dataplane: d, dump: dump, fakeNL: fakeNL, out: out, family: f}
 		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f,
 			owned: func(ctx context.Context) (string, []any, error) {
 				l, err := d.Leftovers(ctx)
@@ -152,14 +154,20 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 // sync.
 type recordedIPVS struct {
 	*ipvs.Dataplane
-	last   atomic.Pointer[dataplane.State]
-	dump   func() string
+	last atomic.Pointer[dataplane.State]
+	dump func() string
+	// fakeNL is a dry run's kernel, given the model's node addresses,
+	// on which the dataplane serves node ports.
+	fakeNL *ipvs.FakeNetlink
 	out    io.Writer
 	family v1.IPFamily
 }
 
 // Sync implements dataplane.Dataplane.
 func (r *recordedIPVS) Sync(ctx context.Context, s *dataplane.State) error {
+	if r.fakeNL != nil {
+		r.fakeNL.SetLinkAddrs("eth0", s.Node.IPs...)
+	}
 	if err := r.Dataplane.Sync(ctx, s); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -24,6 +25,9 @@ func newFakeIPVSHost(noIPVS bool) *fakeIPVSHost {
 	h := &fakeIPVSHost{ipvs: map[v1.IPFamily]*ipvs.FakeIPVS{}, nl: map[v1.IPFamily]*ipvs.FakeNetlink{}, runners: bothFamilies(), noIPVS: noIPVS}
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		h.ipvs[f], h.nl[f] = ipvs.NewFakeIPVS(), ipvs.NewFakeNetlink()
+		// The demo node's addresses, as its kernel holds them: node
+		// ports are served there.
+		h.nl[f].SetLinkAddrs("eth0", netip.MustParseAddr("192.168.49.2"), netip.MustParseAddr("fd00:192:168:49::2"))
 	}
 	return h
 }
@@ -62,6 +66,9 @@ func TestIPVSDryRun(t *testing.T) {
 		"# iptables-restore input (IPv4)\n*nat\n:PKV-SERVICES - [0:0]",
 		"# IPVS table (IPv4)\n",
 		"\nTCP 10.96.10.10:80 rr\n",
+		// Node ports on the Node object's addresses, which a dry run
+		// takes for the kernel's.
+		"\nTCP 192.168.49.2:30080 rr\n",
 		"# IPVS table (IPv6)\n",
 	} {
 		if !strings.Contains(out, want) {

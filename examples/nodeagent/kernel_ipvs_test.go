@@ -96,6 +96,20 @@ endpoints:
 func TestKernelIPVSServesTraffic(t *testing.T) {
 	requireIPVS(t)
 	node, pod, client := netns.New(t, "node"), netns.New(t, "pod"), netns.New(t, "client")
+	if vmtest.Inside() {
+		// TestKernelIPVSInVM leaves xfrm_user out: a handle of every
+		// netlink family fails there, and the agent must not need one.
+		err := node.Do(func() error {
+			h, err := netlink.NewHandle()
+			if err == nil {
+				h.Close()
+			}
+			return err
+		})
+		if !errors.Is(err, syscall.EPROTONOSUPPORT) {
+			t.Fatalf("a netlink handle of every family in the VM: %v, want EPROTONOSUPPORT (xfrm_user left out)", err)
+		}
+	}
 	netns.Veth(t, node, "veth1", []string{"10.0.1.254/24"}, pod, "eth0", []string{"10.0.1.1/24"})
 	netns.Veth(t, node, "eth0", []string{"10.0.2.254/24"}, client, "eth0", []string{"10.0.2.9/24"})
 	pod.MustRun("ip", "route", "add", "default", "via", "10.0.1.254")
