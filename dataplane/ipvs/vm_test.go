@@ -31,14 +31,16 @@ const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-no
 	"ExternalTrafficPolicyCluster|NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal"
 
 // TestKernelTestsInVM runs this package's kernel tests inside a VM whose
-// kernel has IPVS and dummy links (this machine's may have neither).
+// kernel has IPVS and dummy links (this machine's may have neither) and
+// lacks xfrm_user, as some nodes' kernels do (TestKernelWithoutXFRM).
 func TestKernelTestsInVM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM")
 	}
 	vmtest.Run(t, vmtest.Config{
-		Run:     "^TestKernel(GracefulTermination|Conformance|ConformanceBridge)$/^(" + vmScenarios + ")$",
+		Run:     "^TestKernel(GracefulTermination|Conformance|ConformanceBridge|NodeAddresses|InternalTraffic|WithoutXFRM)$/^(" + vmScenarios + ")$",
 		Modules: ipvsModules,
+		Omit:    []string{"xfrm_user"},
 		Tools:   vmTools,
 		Args:    []string{"-test.v"},
 		Timeout: 20 * time.Minute,
