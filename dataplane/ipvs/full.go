@@ -37,32 +37,8 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 	}
 	addrs := nodeAddrsOf(s, ka.local, d.ipv6)
 
-	// What s wants: the first service by name claims a virtual server.
-	progs := map[types.NamespacedName]*program{}
-	owner := map[vsKey]types.NamespacedName{}
-	binds := map[netip.Addr]int{}
-	entries := map[setEntry]int{}
-	internal := map[string]int{}
-	var names []types.NamespacedName
-	for nn := range s.Services.Services() {
-		names = append(names, nn)
-	}
-	slices.SortFunc(names, compareNames)
-	for _, nn := range names {
-		pr := d.programOf(s, nn, addrs)
-		if pr == nil {
-			continue
-		}
-		pr.vss = slices.DeleteFunc(pr.vss, func(vs virtualServer) bool {
-			_, taken := owner[vs.key]
-			return taken
-		})
-		for _, vs := range pr.vss {
-			owner[vs.key] = nn
-		}
-		progs[nn] = pr
-		count(binds, entries, internal, pr, 1)
-	}
+	w := d.wanted(s, addrs)
+	progs, owner, binds, entries := w.progs, w.owner, w.binds, w.entries
 	report.Services = len(progs)
 	want := map[setEntry]int{}
 	for se, n := range entries {
@@ -102,10 +78,31 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 		changes = append(changes, fmt.Sprintf("link %s: bound %s", d.cfg.Link, a))
 	}
 
-	// Virtual servers.
+	more, err = d.syncVirtualServers(w, have)
+	changes = append(changes, more...)
+	if err != nil {
+		return changes, report, err
+	}
+
+	n, more, err := d.syncRules(ctx, s, internalText(w.internal))
+	changes = append(changes, more...)
+	if err != nil {
+		return changes, report, err
+	}
+	report.Bytes = n
+	d.progs, d.owner, d.binds, d.entries, d.internal = progs, owner, binds, entries, w.internal
+	d.addrs = addrs
+	return changes, report, nil
+}
+
+// syncVirtualServers makes the kernel's virtual servers what w wants and
+// deletes those of the dataplane (as have, its sets, says) that w does not
+// want: one dump, then one per wanted virtual server.
+func (d *Dataplane) syncVirtualServers(w *desired, have map[setID]map[entry]bool) ([]string, error) {
+	var changes []string
 	kernel, err := d.ipvs.GetServices()
 	if err != nil {
-		return changes, report, fmt.Errorf("list virtual servers: %w", err)
+		return changes, fmt.Errorf("list virtual servers: %w", err)
 	}
 	byKey := map[vsKey]*mobyipvs.Service{}
 	for _, ks := range kernel {
@@ -113,8 +110,8 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 			byKey[keyOfService(ks)] = ks
 		}
 	}
-	for _, nn := range names {
-		pr := progs[nn]
+	for _, nn := range w.names {
+		pr := w.progs[nn]
 		if pr == nil {
 			continue
 		}
@@ -123,30 +120,59 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string,
 			more, err := d.syncVS(vs.key, byKey[vs.key], vs)
 			changes = append(changes, more...)
 			if err != nil {
-				return changes, report, err
+				return changes, err
 			}
 		}
 	}
 	for k, ks := range byKey {
-		if _, ok := owner[k]; ok || !d.owns(have, k) {
+		if _, ok := w.owner[k]; ok || !d.owns(have, k) {
 			continue
 		}
 		if err := d.ipvs.DelService(ks); err != nil && !errors.Is(err, unix.ESRCH) {
-			return changes, report, fmt.Errorf("delete virtual server %s: %w", k, err)
+			return changes, fmt.Errorf("delete virtual server %s: %w", k, err)
 		}
 		d.forgetDrains(k)
 		changes = append(changes, fmt.Sprintf("virtual server %s: deleted", k))
 	}
+	return changes, nil
+}
 
-	n, more, err := d.syncRules(ctx, s, internalText(internal))
-	changes = append(changes, more...)
-	if err != nil {
-		return changes, report, err
+// desired is what a State needs, service by service, and the counts of
+// what they share.
+type desired struct {
+	names    []types.NamespacedName
+	progs    map[types.NamespacedName]*program
+	owner    map[vsKey]types.NamespacedName
+	binds    map[netip.Addr]int
+	entries  map[setEntry]int
+	internal map[string]int
+}
+
+// wanted returns what s needs on a node with addrs: the first service by
+// name claims a virtual server.
+func (d *Dataplane) wanted(s *dataplane.State, addrs nodeAddrs) *desired {
+	w := &desired{progs: map[types.NamespacedName]*program{}, owner: map[vsKey]types.NamespacedName{},
+		binds: map[netip.Addr]int{}, entries: map[setEntry]int{}, internal: map[string]int{}}
+	for nn := range s.Services.Services() {
+		w.names = append(w.names, nn)
 	}
-	report.Bytes = n
-	d.progs, d.owner, d.binds, d.entries, d.internal = progs, owner, binds, entries, internal
-	d.addrs = addrs
-	return changes, report, nil
+	slices.SortFunc(w.names, compareNames)
+	for _, nn := range w.names {
+		pr := d.programOf(s, nn, addrs)
+		if pr == nil {
+			continue
+		}
+		pr.vss = slices.DeleteFunc(pr.vss, func(vs virtualServer) bool {
+			_, taken := w.owner[vs.key]
+			return taken
+		})
+		for _, vs := range pr.vss {
+			w.owner[vs.key] = nn
+		}
+		w.progs[nn] = pr
+		count(w.binds, w.entries, w.internal, pr, 1)
+	}
+	return w
 }
 
 // owns reports whether the kernel's virtual server k is the dataplane's,

@@ -309,23 +309,9 @@ func parseRuleText(text string) (*rule, error) {
 		case "-j":
 			r.target = v
 		case "--or-mark", "--xor-mark", "--set-xmark", "--set-mark":
-			val, mask, err := parseMarkValue(v)
-			if err != nil {
+			if r.markVal, r.markMask, err = parseMarkTarget(w, v); err != nil {
 				return nil, err
 			}
-			switch w {
-			case "--or-mark":
-				mask = val
-			case "--xor-mark":
-				mask = 0
-			case "--set-mark":
-				if !strings.Contains(v, "/") {
-					mask = ^uint32(0)
-				}
-				// --set-mark v/m clears m, then ors v: as xor when v is
-				// within m, which is how iptables prints it.
-			}
-			r.markVal, r.markMask = val, mask
 		case "--random-fully", "--random":
 		default:
 			return nil, fmt.Errorf("option %s: %w", w, ErrUnknownRule)
@@ -336,6 +322,28 @@ func parseRuleText(text string) (*rule, error) {
 		return nil, fmt.Errorf("no target: %w", ErrUnknownRule)
 	}
 	return r, nil
+}
+
+// parseMarkTarget reads a MARK target's option opt of value v as
+// --set-xmark's value and mask: the mark becomes mark&^mask ^ val.
+func parseMarkTarget(opt, v string) (val, mask uint32, err error) {
+	val, mask, err = parseMarkValue(v)
+	if err != nil {
+		return 0, 0, err
+	}
+	switch opt {
+	case "--or-mark":
+		mask = val
+	case "--xor-mark":
+		mask = 0
+	case "--set-mark":
+		if !strings.Contains(v, "/") {
+			mask = ^uint32(0)
+		}
+		// --set-mark v/m clears m, then ors v: as xor when v is within
+		// m, which is how iptables prints it.
+	}
+	return val, mask, nil
 }
 
 // parseMarkValue reads "0x4000" or "0x4000/0x4000"; the mask defaults to
