@@ -11,45 +11,49 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/go-logr/logr"
-	"github.com/proxykit/proxykit/affinity"
-	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/endpoints"
-	"github.com/proxykit/proxykit/servicemodel"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
-// The load generator: a server on loopback, reached directly or through
-// a Dataplane serving one service whose one endpoint it is. Run with
+// The load generator: a server reached directly and through a Dataplane
+// serving one service whose one endpoint it is, in each benchLab
+// (loopback, and veths between network namespaces as root). Run with
 //
-//	go test -run '^$' -bench . -benchtime 2s ./dataplane/userspace
+//	go test -run '^$' -bench 'Transfer|RequestResponse' ./dataplane/userspace
 //
-// and compare each "direct" result with its "proxied" one.
+// Each benchmark alternates between the direct and the proxied path
+// within one run, so that both meet the same load on a shared machine:
+// "proxied/direct" and "added-*" compare them round by round.
 
-// benchTarget returns the address to reach the server at: its own, or
-// the forwarder's of a Dataplane in front of it.
-func benchTarget(b *testing.B, server net.Listener, proxied bool) netip.AddrPort {
-	b.Helper()
-	addr := server.Addr().(*net.TCPAddr).AddrPort()
-	if !proxied {
-		return addr
-	}
-	_, target := proxyTo(b, addr)
-	return target
+// benchTargets returns where the client reaches the server: directly,
+// and through a Dataplane.
+func benchTargets(b *testing.B, lab *benchLab, server netip.AddrPort) [2]netip.AddrPort {
+	_, proxied := lab.proxy(b, server)
+	return [2]netip.AddrPort{server, proxied}
 }
 
-// serve runs handle on every connection to a new loopback server.
-func serve(b *testing.B, handle func(net.Conn)) net.Listener {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+// interleave runs round on the direct and the proxied path once in each
+// iteration of b's loop, the two in turn first, and returns their results
+// by iteration.
+func interleave[P, T any](b *testing.B, paths [2]P, round func(P) T) (direct, proxied []T) {
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			direct = append(direct, round(paths[0]))
+			proxied = append(proxied, round(paths[1]))
+		} else {
+			proxied = append(proxied, round(paths[1]))
+			direct = append(direct, round(paths[0]))
+		}
 	}
+	return direct, proxied
+}
+
+// serve runs handle on every connection ln accepts, until ln is closed,
+// and returns ln's address.
+func serve(b *testing.B, ln net.Listener, handle func(net.Conn)) netip.AddrPort {
+	b.Helper()
 	b.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -63,87 +67,150 @@ func serve(b *testing.B, handle func(net.Conn)) net.Listener {
 			}()
 		}
 	}()
-	return ln
+	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
-func dialBench(b *testing.B, a netip.AddrPort) *net.TCPConn {
-	b.Helper()
-	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(a))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
+// transferBlock is what BenchmarkTransfer sends per round and connection.
+const transferBlock = 64 << 20
+
+// transferSample is one block's wall-clock and CPU time.
+type transferSample struct{ wall, cpu time.Duration }
+
+func (s transferSample) mbps() float64 { return transferBlock / s.wall.Seconds() / 1e6 }
+
+func (s transferSample) cpuPerMiB() float64 {
+	return float64(s.cpu.Nanoseconds()) / 1e3 / (transferBlock >> 20)
 }
 
-// BenchmarkTransfer sends one long stream to a server that reads it
-// into a buffer: MB/s of "proxied" over those of "direct" is the
-// throughput ratio.
+// BenchmarkTransfer sends a 64 MiB block over a new connection, direct
+// and proxied in turn, each acknowledged by the server once it has read
+// all of it. It reports each path's median MB/s and the median of the
+// rounds' proxied/direct throughput ratios: a new connection per round
+// keeps one connection's luck (its CPUs, its buffers' autotuning) from
+// deciding a run. The CPU time per MiB of the whole process (sender,
+// proxy and receiver; only one path moves at a time) says what the proxy
+// costs even on a machine too busy for wall-clock throughput to mean
+// much.
 func BenchmarkTransfer(b *testing.B) {
-	const chunk = 1 << 20
-	for _, proxied := range []bool{false, true} {
-		b.Run(mode(proxied), func(b *testing.B) {
-			server := serve(b, func(c net.Conn) {
-				buf := make([]byte, 256<<10)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						return
-					}
-				}
-			})
-			c := dialBench(b, benchTarget(b, server, proxied))
+	runLabs(b, func(b *testing.B, lab *benchLab) {
+		targets := benchTargets(b, lab, serve(b, lab.listen(b), sinkBlocks()))
+		buf := make([]byte, 1<<20)
+		b.ReportAllocs()
+		direct, proxied := interleave(b, targets, func(to netip.AddrPort) transferSample {
+			c := lab.dial(b, to)
 			defer c.Close()
-			buf := make([]byte, chunk)
-			b.SetBytes(chunk)
-			// CPU time per MiB of the whole process (sender, proxy and
-			// receiver) says what the proxy costs even on a machine too
-			// busy for wall-clock throughput to mean much.
-			cpu0 := cpuTime()
-			for b.Loop() {
+			wall, cpu := time.Now(), cpuTime()
+			for range transferBlock / len(buf) {
 				if _, err := c.Write(buf); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/1e3, "cpu-µs/MiB")
+			if _, err := io.ReadFull(c, buf[:1]); err != nil {
+				b.Fatal(err)
+			}
+			return transferSample{time.Since(wall), cpuTime() - cpu}
 		})
+		ratios := make([]float64, len(direct))
+		for i := range ratios {
+			ratios[i] = proxied[i].mbps() / direct[i].mbps()
+		}
+		b.ReportMetric(median(direct, transferSample.mbps), "direct-MB/s")
+		b.ReportMetric(median(proxied, transferSample.mbps), "proxied-MB/s")
+		b.ReportMetric(median(ratios, func(r float64) float64 { return r }), "proxied/direct")
+		b.ReportMetric(median(direct, transferSample.cpuPerMiB), "direct-cpu-µs/MiB")
+		b.ReportMetric(median(proxied, transferSample.cpuPerMiB), "proxied-cpu-µs/MiB")
+	})
+}
+
+// sinkBlocks returns a server that reads each connection and writes a
+// byte each time another transferBlock has arrived. Its connections share
+// their buffers, so that the benchmark's allocations are the proxy's.
+func sinkBlocks() func(net.Conn) {
+	var bufs sync.Pool
+	return func(c net.Conn) {
+		buf, _ := bufs.Get().(*[]byte)
+		if buf == nil {
+			b := make([]byte, 256<<10)
+			buf = &b
+		}
+		defer bufs.Put(buf)
+		sink(c, *buf)
+	}
+}
+
+// sink reads c into buf, writing a byte each time another transferBlock
+// has arrived.
+func sink(c net.Conn, buf []byte) {
+	n := 0
+	for {
+		m, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		if n += m; n >= transferBlock {
+			n -= transferBlock
+			if _, err := c.Write(buf[:1]); err != nil {
+				return
+			}
+		}
 	}
 }
 
 // BenchmarkRequestResponse sends 64-byte requests, each answered with 64
-// bytes, over one connection, and reports the round trip's percentiles:
-// "proxied" minus "direct" is the proxy's added latency.
+// bytes, over one connection per path, direct and proxied in turn, and
+// reports each one's round-trip percentiles and the proxy's added latency
+// (proxied minus direct, per percentile).
 func BenchmarkRequestResponse(b *testing.B) {
-	for _, proxied := range []bool{false, true} {
-		b.Run(mode(proxied), func(b *testing.B) {
-			server := serve(b, func(c net.Conn) {
-				buf := make([]byte, 64)
-				for {
-					if _, err := io.ReadFull(c, buf); err != nil {
-						return
-					}
-					if _, err := c.Write(buf); err != nil {
-						return
-					}
-				}
-			})
-			c := dialBench(b, benchTarget(b, server, proxied))
-			defer c.Close()
-			req, resp := make([]byte, 64), make([]byte, 64)
-			var rtts []time.Duration
-			for b.Loop() {
-				start := time.Now()
-				if _, err := c.Write(req); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(c, resp); err != nil {
-					b.Fatal(err)
-				}
-				rtts = append(rtts, time.Since(start))
+	runLabs(b, func(b *testing.B, lab *benchLab) {
+		targets := benchTargets(b, lab, serve(b, lab.listen(b), echo64))
+		conns := [2]*net.TCPConn{lab.dial(b, targets[0]), lab.dial(b, targets[1])}
+		for _, c := range conns {
+			b.Cleanup(func() { c.Close() })
+		}
+		req, resp := make([]byte, 64), make([]byte, 64)
+		b.ReportAllocs()
+		direct, proxied := interleave(b, conns, func(c *net.TCPConn) time.Duration {
+			start := time.Now()
+			if _, err := c.Write(req); err != nil {
+				b.Fatal(err)
 			}
-			slices.Sort(rtts)
-			b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds()), "p50-ns")
-			b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds()), "p99-ns")
+			if _, err := io.ReadFull(c, resp); err != nil {
+				b.Fatal(err)
+			}
+			return time.Since(start)
 		})
+		slices.Sort(direct)
+		slices.Sort(proxied)
+		for _, q := range []int{50, 99} {
+			d, p := direct[len(direct)*q/100], proxied[len(proxied)*q/100]
+			b.ReportMetric(float64(d.Nanoseconds()), fmt.Sprintf("direct-p%d-ns", q))
+			b.ReportMetric(float64(p.Nanoseconds()), fmt.Sprintf("proxied-p%d-ns", q))
+			b.ReportMetric(float64((p - d).Nanoseconds()), fmt.Sprintf("added-p%d-ns", q))
+		}
+	})
+}
+
+// echo64 answers each 64 bytes c sends with them.
+func echo64(c net.Conn) {
+	buf := make([]byte, 64)
+	for {
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return
+		}
+		if _, err := c.Write(buf); err != nil {
+			return
+		}
 	}
+}
+
+// median returns the median of f over xs.
+func median[T any](xs []T, f func(T) float64) float64 {
+	vs := make([]float64, len(xs))
+	for i, x := range xs {
+		vs[i] = f(x)
+	}
+	slices.Sort(vs)
+	return vs[len(vs)/2]
 }
 
 // idleConns is how many idle connections BenchmarkIdleConnections holds.
@@ -159,6 +226,7 @@ const loadGenEnv = "PROXYKIT_USERSPACE_LOADGEN"
 // child process (TestIdleLoadGenerator), so that this process holds only
 // the proxy's two sockets per connection. Run it with -benchtime 1x.
 func BenchmarkIdleConnections(b *testing.B) {
+	b.ReportAllocs()
 	for b.Loop() {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestIdleLoadGenerator$")
 		cmd.Env = append(os.Environ(), loadGenEnv+"=1")
@@ -264,46 +332,11 @@ func TestIdleLoadGenerator(t *testing.T) {
 	}
 }
 
-// proxyTo returns a Dataplane forwarding one service to server, and the
-// address its forwarder listens on.
-func proxyTo(b *testing.B, server netip.AddrPort) (*Dataplane, netip.AddrPort) {
-	name := servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "bench", Name: "svc"}, Protocol: v1.ProtocolTCP}
-	state := &dataplane.State{
-		Family: v1.IPv4Protocol,
-		Services: servicemodel.NewMap(&servicemodel.ServicePort{
-			Name: name, ClusterIP: netip.MustParseAddr("10.96.0.1"), Port: 80, Protocol: v1.ProtocolTCP,
-		}),
-		Endpoints: endpoints.NewMap(map[servicemodel.PortName][]*endpoints.Endpoint{
-			name: {{Addr: server, EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}}},
-		}),
-	}
-	d, err := New(Config{Listen: loopbackListen, Logger: logr.Discard()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Cleanup(context.Background()) })
-	if err := d.Sync(b.Context(), state); err != nil {
-		b.Fatal(err)
-	}
-	for _, a := range d.Listeners() {
-		return d, a
-	}
-	b.Fatal("no listener")
-	return nil, netip.AddrPort{}
-}
-
 func heapAndStacks() (uint64, int) {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse + m.StackInuse, runtime.NumGoroutine()
-}
-
-func mode(proxied bool) string {
-	if proxied {
-		return "proxied"
-	}
-	return "direct"
 }
 
 // cpuTime is the CPU time this process has used, user and system.

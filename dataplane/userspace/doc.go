@@ -107,10 +107,17 @@
 //
 // TCP is copied with io.Copy between two *net.TCPConn, which splices in
 // the kernel without copying through user memory. A splice holds a pipe
-// while it runs, so each is cut to a burst of 100 ms, and between bursts
-// the forwarder waits for data holding none: an idle connection holds its
-// two sockets and two goroutines. A client's half-close is passed on to
-// the endpoint and back; a connection through which nothing moved for
+// (the runtime's, of 1 MiB) while it runs, so each is cut to a burst of
+// 100 ms, and between bursts the forwarder waits for data holding none:
+// an idle connection holds its two sockets and two goroutines. Each
+// proxied socket's send buffer is sized by the round-trip time of its
+// handshake, 4 KiB per µs (4 GB/s) and at least 128 KiB, and left to the
+// kernel's autotuning from 4 MiB up: that autotuning grows with the
+// congestion window, which on a loss-free path to a pod of the node grows
+// without bound, so a splice, which copies nothing, queued megabytes
+// ahead of a slower reader, and the path spent more CPU per byte (see
+// "Measured"). A client's half-close is passed on to the endpoint and
+// back; a connection through which nothing moved for
 // Config.TCPIdleTimeout is closed. UDP keeps one session per client
 // address, a socket connected to its endpoint that is closed after
 // Config.UDPIdleTimeout without a datagram either way. Each service port
@@ -120,23 +127,36 @@
 //
 // # Measured
 //
-// On loopback, in one run on a shared 2-vCPU machine with a load average
-// near 8 (benchmarks in bench_test.go, whose load generator runs in the
-// test): one long TCP transfer went through the proxy at 0.34 of the
-// throughput of a direct connection (589 vs 1733 MB/s; the proxy's extra
-// two TCP stacks compete with client and server for two CPUs, and other
-// runs here gave 0.47 to 0.62). The CPU time says why (the whole process,
-// per MiB, BenchmarkTransfer's cpu-µs/MiB): 320 to 400 µs direct, 900 to
-// 1080 µs through the proxy, of which the proxy's splices are about 15%
-// in a profile; the rest is the second loopback TCP connection every
-// proxy that terminates TCP adds, its send and receive paths in the
-// kernel. A 256 KiB user-space copy instead of splice cost the same CPU
-// per MiB (920 to 990 µs) within the noise, so the zero-copy path stays:
-// it moves no bytes through the Go heap. A 64-byte request/response on one
-// connection took 17 µs more at the median (32.5 vs 15.6 µs) and 291 µs
-// more at p99 (357 vs 66 µs); 10k idle connections held 8.0 KiB of Go
-// heap and stacks and 2 goroutines each, plus their two sockets in the
-// kernel.
+// Benchmarks in bench_test.go, whose load generator runs in the test
+// process, in two labs: loopback, and what a node sees (a client and a
+// server namespace, each joined by a veth to a node namespace that runs
+// the proxy; "direct" is the same path routed through the node). Each
+// alternates direct and proxied rounds within one run; a ratio is the
+// median of its rounds'. In one run on a shared 2-vCPU VM (AMD EPYC) with
+// a load average near 2: a 64 MiB transfer on a new connection went
+// through the proxy at 0.74 of direct on loopback (3274 vs 4226 MB/s; CPU
+// per MiB of the whole process 509 vs 352 µs) and at 1.12 between
+// namespaces (2696 vs 2378 MB/s; 604 vs 549 µs: the proxy splits the
+// path's kernel work over both CPUs); two more runs gave 0.80 and 0.89,
+// 0.96 and 1.05. A 64-byte request/response added 17 µs at the median
+// and 37 µs at p99 on loopback (34 vs 17 µs, 86 vs 49 µs), 16 and 33 µs
+// between namespaces. 10k idle connections held 8.0 KiB of Go heap and
+// stacks and 2 goroutines each, plus their two sockets in the kernel.
+//
+// The choices, each from one run of the transfer alternating forwarders
+// built both ways (medians of the rounds' ratios, loopback then veths):
+// without the send buffer sizing, CPU per MiB was 1.70x and 1.21x and
+// throughput 0.56x and 0.85x; a user-space copy through a 1 MiB buffer
+// instead of splice, 1.20x and 1.05x CPU; bursts of 1 s instead of 100
+// ms, and GOMAXPROCS 1 or 4 instead of 2, changed nothing beyond the
+// noise (two identical forwarders differ by up to 2% in CPU and 16% in
+// throughput). Under the machine's usual load (a load average of 10 to
+// 18: other sessions' builds and VMs), runs of one long connection per
+// forwarder gave 0.50 to 0.60 of direct on loopback and 0.74 to 0.84
+// between namespaces with the sizing (its CPU per MiB 0.73x to 0.91x),
+// 0.37 to 0.44 and 0.53 to 0.71 without; p99 round trips took 1.5 to 3.4
+// ms through the proxy against 0.25 to 0.46 ms direct: every hop through
+// it is one more thread waiting for a CPU.
 //
 // # Metrics
 //

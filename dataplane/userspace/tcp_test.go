@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/servicemodel"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -193,6 +194,84 @@ func TestDrainRemovedEndpoint(t *testing.T) {
 	if _, err := io.ReadAll(open); err != nil {
 		t.Errorf("the drained connection ended with %v, want EOF", err)
 	}
+}
+
+func TestTCPIdleTimeout(t *testing.T) {
+	bk := newBackends(t)
+	bk.serve("10.0.0.1:8080")
+	c := newCluster()
+	c.service("web", "10.96.0.10", nil, "http/TCP/80")
+	c.endpoints("web", []string{"10.0.0.1"}, "http/TCP/8080")
+	d := newDataplane(t, bk, Config{TCPIdleTimeout: 200 * time.Millisecond})
+	mustSync(t, d, c.build())
+	_, idle := greet(t, listener(t, d, "10.96.0.10:80", v1.ProtocolTCP))
+	defer idle.Close()
+	// Nothing moves: the proxy closes the connection, both ways.
+	_ = idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(idle); err != nil {
+		t.Errorf("the idle connection ended with %v, want EOF", err)
+	}
+	eventually(t, "the idle connection is forgotten", func() bool { return active(d) == 0 })
+}
+
+// TestCapSendBuffer checks the send buffer a proxied socket gets from its
+// round-trip time: the kernel doubles what it is given, and keeps
+// autotuning a socket whose round trip asks for the autotuned maximum.
+func TestCapSendBuffer(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dialed, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialed.Close()
+	accepted, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer accepted.Close()
+	got, want := map[string]int{}, map[string]int{}
+	for name, c := range map[string]*net.TCPConn{"dialed": dialed, "accepted": accepted} {
+		rtt, before := sockInfo(t, c)
+		want[name] = before
+		if size := max(minSendBuffer, rtt*sendBufferRate); rtt > 0 && size < sendBufferAutotune {
+			want[name] = 2 * size
+		}
+		capSendBuffer(c)
+		_, got[name] = sockInfo(t, c)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("SO_SNDBUF (-want +got):\n%s", diff)
+	}
+	// Not a socket: nothing to cap.
+	p, q := net.Pipe()
+	defer q.Close()
+	capSendBuffer(p)
+	p.Close()
+}
+
+// sockInfo returns c's smoothed round-trip time in µs and its SO_SNDBUF.
+func sockInfo(t *testing.T, c *net.TCPConn) (rtt, sndbuf int) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var ierr, berr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		sndbuf, berr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(ierr, berr); err != nil {
+		t.Fatal(err)
+	}
+	return int(info.Rtt), sndbuf
 }
 
 func TestMaxConnections(t *testing.T) {
