@@ -18,7 +18,9 @@
 // a /0 of the family, else those its CIDRs hold. The Node object's
 // addresses do not count: a second NIC's address serves node ports too.
 // Health-check node ports are accepted on every one of the node's
-// addresses and on loopback. Each has the Config's scheduler and
+// addresses (IPv6 link-local ones aside, as kube-proxy leaves them out of
+// the node's addresses: the one each new pod's veth brings is no change)
+// and on loopback. Each has the Config's scheduler and
 // scheduler flags (mh always gets flag-2, hashing the source port too, as
 // in kube-proxy), ClientIP affinity as persistence with the service's
 // timeout, and real servers in NAT mode, weight 1: the internal-policy

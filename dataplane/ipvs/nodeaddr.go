@@ -28,7 +28,8 @@ type kernelAddrs struct {
 }
 
 // nodeAddrs is what a sync took from kernelAddrs: the node's addresses
-// (health-check ports are accepted on them and on loopback) and those
+// as kube-proxy's IPVS mode counts them, IPv6 link-local ones left out
+// (health-check ports are accepted on them and on loopback), and those
 // that serve node ports.
 type nodeAddrs struct {
 	local, nodePort []netip.Addr
@@ -70,11 +71,14 @@ func (d *Dataplane) readAddrs(linkIndex int) (kernelAddrs, error) {
 	return out, nil
 }
 
-// nodeAddrsOf returns the node's addresses and, of them, those that serve
-// node ports under s's settings, as kube-proxy's IPVS mode picks them:
-// when NodePortAddresses selects every address (empty, or holding a /0 of
-// the family), all of them but IPv6 link-local ones; otherwise those its
-// CIDRs of the family hold.
+// nodeAddrsOf returns, of the kernel's addresses local, the node's and
+// those that serve node ports under s's settings, as kube-proxy's IPVS
+// mode picks them: the node's leave IPv6 link-local ones out, so that the
+// link-local address every new pod's veth brings on a bridge (or routed
+// IPv6) node changes neither the health-check set nor the canary; when
+// NodePortAddresses selects every address (empty, or holding a /0 of the
+// family), the node's serve node ports; otherwise those of local its
+// CIDRs of the family hold, link-local ones included.
 func nodeAddrsOf(s *dataplane.State, local []netip.Addr, ipv6 bool) nodeAddrs {
 	var cidrs []netip.Prefix
 	all := false
@@ -85,11 +89,15 @@ func nodeAddrsOf(s *dataplane.State, local []netip.Addr, ipv6 bool) nodeAddrs {
 		all = all || p.Bits() == 0
 		cidrs = append(cidrs, p)
 	}
-	out := nodeAddrs{local: local}
+	var out nodeAddrs
 	for _, ip := range local {
+		node := !ip.Is6() || !ip.IsLinkLocalUnicast()
+		if node {
+			out.local = append(out.local, ip)
+		}
 		switch {
 		case all || len(cidrs) == 0:
-			if !ip.Is6() || !ip.IsLinkLocalUnicast() {
+			if node {
 				out.nodePort = append(out.nodePort, ip)
 			}
 		case slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(ip) }):

@@ -29,21 +29,22 @@ func addrs(s ...string) []netip.Addr {
 
 func TestNodeAddrsOf(t *testing.T) {
 	v4 := addrs("10.50.0.2", "169.254.1.1", "192.168.0.2")
-	v6 := addrs("2001:db8::1", "fe80::1")
+	v6, v6Node := addrs("2001:db8::1", "fe80::1", "fe80::a486:41ff:fe6c:5017"), addrs("2001:db8::1")
 	for _, tc := range []struct {
 		name  string
 		local []netip.Addr
 		cidrs []string
 		ipv6  bool
-		want  []netip.Addr
+		want  nodeAddrs
 	}{
-		{"unset: every address, IPv4 link-local too", v4, nil, false, v4},
-		{"a CIDR selects", v4, []string{"10.50.0.0/16"}, false, addrs("10.50.0.2")},
-		{"a /0 selects all", v4, []string{"10.50.0.0/16", "0.0.0.0/0"}, false, v4},
-		{"CIDRs of the other family only: all", v4, []string{"2001:db8::/64"}, false, v4},
-		{"a CIDR selecting nothing", v4, []string{"10.99.0.0/16"}, false, nil},
-		{"unset: IPv6 link-local left out", v6, nil, true, addrs("2001:db8::1")},
-		{"IPv6 link-local when a CIDR selects it", v6, []string{"fe80::/10"}, true, addrs("fe80::1")},
+		{"unset: every address, IPv4 link-local too", v4, nil, false, nodeAddrs{v4, v4}},
+		{"a CIDR selects", v4, []string{"10.50.0.0/16"}, false, nodeAddrs{v4, addrs("10.50.0.2")}},
+		{"a /0 selects all", v4, []string{"10.50.0.0/16", "0.0.0.0/0"}, false, nodeAddrs{v4, v4}},
+		{"CIDRs of the other family only: all", v4, []string{"2001:db8::/64"}, false, nodeAddrs{v4, v4}},
+		{"a CIDR selecting nothing", v4, []string{"10.99.0.0/16"}, false, nodeAddrs{v4, nil}},
+		{"unset: IPv6 link-local left out of both", v6, nil, true, nodeAddrs{v6Node, v6Node}},
+		{"IPv6 link-local serves node ports when a CIDR selects it", v6, []string{"fe80::/64"}, true,
+			nodeAddrs{v6Node, addrs("fe80::1", "fe80::a486:41ff:fe6c:5017")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &dataplane.State{}
@@ -51,8 +52,7 @@ func TestNodeAddrsOf(t *testing.T) {
 				s.Settings.NodePortAddresses = append(s.Settings.NodePortAddresses, netip.MustParsePrefix(c))
 			}
 			got := nodeAddrsOf(s, tc.local, tc.ipv6)
-			want := nodeAddrs{local: tc.local, nodePort: tc.want}
-			if diff := cmp.Diff(want, got, cmp.AllowUnexported(nodeAddrs{}), equateNetip); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(nodeAddrs{}), equateNetip); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
@@ -174,6 +174,43 @@ func TestKernelChangedFollowsAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed(false)
+}
+
+// TestLinkLocalIsNoNodeAddress: the IPv6 link-local address a new pod's
+// veth brings to a bridge node is none of the node's addresses, as in
+// kube-proxy: the canary stays quiet, a Reconcile repairs nothing, and
+// health checks are accepted on loopback and the node's other addresses.
+func TestLinkLocalIsNoNodeAddress(t *testing.T) {
+	ctx := t.Context()
+	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dataplanetest.NodeName, Families: []v1.IPFamily{v1.IPv6Protocol}})
+	b.UpdateNode(dataplanetest.TestNode(nil))
+	b.UpdateService(nil, dataplanetest.MakeService("ns1", "lb", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol}
+		s.Spec.ClusterIP = "fd00:30::9"
+		s.Spec.ClusterIPs = []string{s.Spec.ClusterIP}
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = 30999
+		s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("p80", v1.ProtocolTCP, 80, 30080, 8080)}
+	}))
+	d, f := newFakeDataplane(t, Config{Family: v1.IPv6Protocol})
+	f.nl.SetLinkAddrs("cbr0", addrs("fe80::1", "fe80::a486:41ff:fe6c:5017")...)
+	st := b.Build().States[0]
+	if err := d.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	// A pod started: its bridge port's link-local address.
+	f.nl.SetLinkAddrs("pod1", addrs("fe80::b0c1:2ff:fe3d:4e5f")...)
+	if changed, err := d.KernelChanged(ctx); err != nil || changed {
+		t.Errorf("KernelChanged after a pod's link-local address came = %v, %v; want false", changed, err)
+	}
+	if drift, err := d.Reconcile(ctx); err != nil || !drift.Empty() {
+		t.Errorf("Reconcile after a pod's link-local address came: %q, %v; want no drift", drift.Repaired, err)
+	}
+	want := []string{"2001:db8:1::2,tcp:30999", "2001:db8::1,tcp:30999", "::1,tcp:30999"}
+	if diff := cmp.Diff(want, f.nl.Sets()["PKV6-HEALTH-CHECK"]); diff != "" {
+		t.Errorf("health-check set (-want +got):\n%s", diff)
+	}
 }
 
 // TestInternalChain: an externalTrafficPolicy Local service has one DNAT
