@@ -45,14 +45,19 @@
 // Shadowed (a rule that is not the proxy's decides first), WrongVerdict,
 // or Untraceable (a rule the reading cannot follow).
 // IPTables is the Kernel of the iptables dataplane: iptables-save's
-// listing, everyone's rules, parsed by iptables.ParseSave and followed by
-// its tracer, which sees another program's rules too (a REDIRECT is a DNAT
-// to the node itself; its set matches follow the node's ipsets, IPSets). NFTables is that of the nftables dataplane: its
+// listing of the nat, filter and mangle tables, everyone's rules, parsed
+// by iptables.ParseSave and followed by its tracer, which sees another
+// program's rules too (a REDIRECT, a TPROXY, or a DNAT of the port alone
+// of a packet for a node address, is a DNAT to a socket of the node; its
+// set matches follow the node's ipsets, IPSets). NFTables is that of the nftables dataplane: its
 // table as nft lists it (nftables.ParseListing) and, with Others, the
 // other tables whose base chains run first (nftables.ParseOthers).
 // Userspace is that of the userspace dataplane in redirect mode: its
-// REDIRECTs, read as IPTables reads them, to forwarders that listen
-// (Userspace.Listening) and route by the model. IPVS is that of the ipvs
+// mangle TPROXYs and drops (traffic entering the node), nat REDIRECTs (the
+// node's own) and node ports' DNATs of the port alone, read as IPTables
+// reads them, to forwarders that listen (Userspace.Listening; where none
+// does, the kernel drops a TPROXY's packet and refuses the others) and
+// route by the model. IPVS is that of the ipvs
 // dataplane, after the other programs' iptables rules (IPVS.Others,
 // NewIPTablesWithout the dataplane's chains): its virtual
 // and real servers, link addresses, ipsets and chains as

@@ -121,11 +121,12 @@ func dbObjects() (*v1.Service, *discovery.EndpointSlice) {
 	return db, dbSlice
 }
 
-// saved is the nat and filter tables of fake as iptables-save lists them.
+// saved is the nat, filter and mangle tables of fake as iptables-save
+// lists them.
 func saved(t *testing.T, fake *iptables.FakeRunner) string {
 	t.Helper()
 	var b strings.Builder
-	for _, table := range []string{"nat", "filter"} {
+	for _, table := range []string{"nat", "filter", "mangle"} {
 		out, err := fake.Save(t.Context(), table)
 		if err != nil {
 			t.Fatal(err)

@@ -16,9 +16,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// IPTables is the Kernel of the iptables dataplane: the nat and filter
-// rules iptables-save listed, the proxy's and everyone else's, so that
-// another program's rule that decides first is seen.
+// IPTables is the Kernel of the iptables dataplane: the nat, filter and
+// mangle rules iptables-save listed, the proxy's and everyone else's, so
+// that another program's rule that decides first is seen.
 type IPTables struct {
 	Rules *iptables.Ruleset
 	// NodeIPs are the node's addresses, which count as local with
@@ -30,8 +30,8 @@ type IPTables struct {
 	Skipped []iptables.SkippedRule
 }
 
-// NewIPTables reads iptables-save output (nat and filter; other tables are
-// ignored) of one family.
+// NewIPTables reads iptables-save output (nat, filter and mangle; other
+// tables are ignored) of one family.
 func NewIPTables(save []byte, nodeIPs []netip.Addr) *IPTables {
 	rs, skipped := iptables.ParseSave(save)
 	return &IPTables{Rules: rs, NodeIPs: nodeIPs, Skipped: skipped}
@@ -80,9 +80,12 @@ func (k *IPTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, 
 }
 
 // Services implements ServiceLister: the service ports named by the
-// comments of the nat and filter rules.
+// comments of the nat, filter and mangle rules.
 func (k *IPTables) Services() []servicemodel.PortName {
-	all := append(k.Rules.Services("nat"), k.Rules.Services("filter")...)
+	var all []servicemodel.PortName
+	for _, table := range []string{"nat", "filter", "mangle"} {
+		all = append(all, k.Rules.Services(table)...)
+	}
 	slices.SortFunc(all, servicemodel.PortName.Compare)
 	return slices.Compact(all)
 }
@@ -231,18 +234,23 @@ func (k *IPVS) Frontends() []Frontend {
 }
 
 // Userspace is the Kernel of the userspace dataplane in redirect mode
-// (userspace.RedirectConfig): its REDIRECT and REJECT rules, read with
-// everyone's as IPTables reads them, and the forwarder each redirect
-// leads to. A forwarder routes its connections as the model does, so a
-// packet redirected to the forwarder of the service port the model names
-// gets the model's verdict; one redirected elsewhere, or to a port no
-// socket listens on (the kernel refuses it), gets its own.
+// (userspace.RedirectConfig): its rules (mangle TPROXY and DROP for
+// traffic entering the node, nat REDIRECT for the node's own, nat DNAT of
+// the port alone for node ports, filter REJECT), read with everyone's as
+// IPTables reads them, and the forwarder each of them leads to. A
+// forwarder routes its connections as the model does, so a packet sent to
+// the forwarder of the service port the model names gets the model's
+// verdict; one sent elsewhere, or to a port no socket listens on, gets
+// its own: the kernel refuses a redirected or DNATed connection there and
+// drops a TPROXY's packet.
 type Userspace struct {
 	IPTables *IPTables
 	// Model is the State the forwarders route by.
 	Model *dataplane.State
 	// Listening reports whether a socket of the node listens on port for
-	// protocol; nil takes every redirect to reach its forwarder.
+	// protocol, taken to be transparent (IP_TRANSPARENT, as the
+	// forwarders' are) for a TPROXY; nil takes every redirect to reach
+	// its forwarder.
 	Listening func(protocol v1.Protocol, port uint16) bool
 }
 
@@ -255,11 +263,23 @@ func (k *Userspace) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
 // TraceSteps is Trace with the rules the packet met, then the forwarder.
 func (k *Userspace) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
 	v, steps, err := k.IPTables.TraceSteps(p)
-	if err != nil || v.Action != dataplane.DNAT || len(v.Endpoints) != 1 || !v.Endpoints[0].Addr().IsUnspecified() {
+	if err != nil || v.Action != dataplane.DNAT || len(v.Endpoints) != 1 {
 		return v, steps, err
+	}
+	// A REDIRECT (or a DNAT of the port alone) leads to a socket of the
+	// node, the unspecified address; a TPROXY to one at the address it
+	// names, if any. Another DNAT leads to an endpoint.
+	tproxy := tproxied(steps)
+	if !tproxy && !v.Endpoints[0].Addr().IsUnspecified() {
+		return v, steps, nil
 	}
 	port := v.Endpoints[0].Port()
 	if k.Listening != nil && !k.Listening(p.Protocol, port) {
+		if tproxy {
+			// TPROXY finds no socket to hand the packet to.
+			steps = append(steps, fmt.Sprintf("no transparent socket of the node listens on %s port %d: the kernel drops the packet", p.Protocol, port))
+			return dataplane.Verdict{Action: dataplane.Drop, Service: v.Service}, steps, nil
+		}
 		steps = append(steps, fmt.Sprintf("no socket of the node listens on %s port %d: the kernel refuses the connection", p.Protocol, port))
 		return dataplane.Verdict{Action: dataplane.Reject, Service: v.Service}, steps, nil
 	}
@@ -273,6 +293,15 @@ func (k *Userspace) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string,
 	}
 	steps = append(steps, fmt.Sprintf("forwarder of %s on port %d: routes as the model does", ServiceString(v.Service), port))
 	return model, steps, nil
+}
+
+// tproxied reports whether a trace's steps met a TPROXY rule: the tracer
+// follows one in mangle only, and nothing after it sends the packet
+// elsewhere.
+func tproxied(steps []string) bool {
+	return slices.ContainsFunc(steps, func(s string) bool {
+		return strings.HasPrefix(s, "mangle ") && strings.Contains(s, " -j TPROXY ")
+	})
 }
 
 // Services implements ServiceLister: the service ports the rules name.

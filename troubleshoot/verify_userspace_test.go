@@ -1,6 +1,7 @@
 package troubleshoot
 
 import (
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,16 +14,20 @@ import (
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
+	"github.com/proxykit/proxykit/internal/netns"
+	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
 
 // redirected syncs s into a userspace dataplane in redirect mode over a
-// fake iptables (its forwarders listen on free ports of this machine) and
-// returns the nat and filter tables as iptables-save would list them.
+// fake iptables and a fake policy route (its forwarders listen on free
+// ports of this machine, transparently, which needs root) and returns the
+// nat, filter and mangle tables as iptables-save would list them.
 func redirected(t *testing.T, s *dataplane.State) string {
 	t.Helper()
+	netns.Require(t)
 	fake := iptables.NewFakeRunner()
-	d, err := userspace.New(userspace.Config{Redirect: &userspace.RedirectConfig{Runner: fake}, Logger: logr.Discard()})
+	d, err := userspace.New(userspace.Config{Redirect: &userspace.RedirectConfig{Runner: fake, Routing: &userspace.FakePolicyRouting{}}, Logger: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +38,13 @@ func redirected(t *testing.T, s *dataplane.State) string {
 	return saved(t, fake)
 }
 
-var redirectRule = regexp.MustCompile(`(?m)^-A .*"([^ ]+) ([^"]+)".* -p (tcp|udp).* --to-ports (\d+)$`)
+// redirectRule is a rule sending a frontend's packets to a forwarder: a
+// REDIRECT, a TPROXY or a DNAT of the port alone.
+var redirectRule = regexp.MustCompile(`(?m)^-A .*"([^ ]+) ([^"]+)".* -p (tcp|udp).* (?:--to-ports |--on-port |--to-destination :)(\d+)( |$)`)
 
-// listeningOn is Userspace.Listening for the forwarders save redirects
-// to, less those of the frontends closed names ("ns/name:port kind").
+// listeningOn is Userspace.Listening for the forwarders save sends
+// packets to, less those of the frontends closed names ("ns/name:port
+// kind").
 func listeningOn(save string, closed ...string) func(v1.Protocol, uint16) bool {
 	open := map[string]bool{}
 	for _, m := range redirectRule.FindAllStringSubmatch(save, -1) {
@@ -45,6 +53,17 @@ func listeningOn(save string, closed ...string) func(v1.Protocol, uint16) bool {
 		}
 	}
 	return func(proto v1.Protocol, port uint16) bool { return open[string(proto)+"/"+strconv.Itoa(int(port))] }
+}
+
+// shadowed is the drift of another program's redirect to port 15001
+// deciding first at the frontends of pn.
+func shadowed(pn servicemodel.PortName, frontends ...string) []Drift {
+	var out []Drift
+	for _, fe := range frontends {
+		out = append(out, Drift{Service: pn, Kind: Shadowed, Frontend: fe, Kernel: "DNAT to 0.0.0.0:15001",
+			Detail: "a rule that is not the proxy's decides first: DNAT to 0.0.0.0:15001"})
+	}
+	return out
 }
 
 func TestVerifyUserspace(t *testing.T) {
@@ -64,31 +83,52 @@ func TestVerifyUserspace(t *testing.T) {
 		name:      "in sync, every forwarder listening",
 		listening: func(s string) func(v1.Protocol, uint16) bool { return listeningOn(s) },
 	}, {
-		name: "cluster IP redirect deleted",
-		edit: dropLines(`-A PKU-SERVICES .*default/web:http cluster IP`),
+		// Traffic entering the node for a service address is TPROXYed in
+		// mangle.
+		name: "cluster IP TPROXY deleted",
+		edit: dropLines(`-A PKU-TPROXY .*default/web:http cluster IP`),
 		want: []Drift{{Service: webHTTP, Kind: Missing, Frontend: cluster,
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "not a service",
 			Detail: "no rule of the proxy matches; the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
-		name:      "the forwarder is gone",
-		listening: func(s string) func(v1.Protocol, uint16) bool { return listeningOn(s, "default/web:http cluster IP") },
-		want: []Drift{{Service: webHTTP, Kind: WrongVerdict, Frontend: cluster,
-			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "reject",
-			Detail: "the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade), the rules reject"}},
+		// The nat REDIRECT serves the node's own traffic, which Verify does
+		// not probe (TestUserspaceTraceSteps follows it).
+		name: "cluster IP REDIRECT deleted",
+		edit: dropLines(`-A PKU-SERVICES .*default/web:http cluster IP`),
 	}, {
-		name: "another program's redirect first",
-		edit: insertAfter("*nat", "-A PREROUTING -p tcp -j REDIRECT --to-ports 15001"),
+		// TPROXY finds no socket: the kernel drops the packet.
+		name:      "the forwarder is gone",
+		listening: func(s string) func(v1.Protocol, uint16) bool { return listeningOn(s, "default/db cluster IP") },
+		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: WrongVerdict,
+			Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7", Kernel: "drop",
+			Detail: "the model says DNAT to 10.1.0.30:5432 (masquerade), the rules drop"}},
+	}, {
+		// A node port's packet is DNATed to the forwarder's port: the
+		// kernel refuses the connection.
+		name:      "the node port's forwarder is gone",
+		listening: func(s string) func(v1.Protocol, uint16) bool { return listeningOn(s, "default/web:http node port") },
 		want: func() []Drift {
-			out := []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Shadowed,
-				Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7", Kernel: "DNAT to 0.0.0.0:15001",
-				Detail: "a rule that is not the proxy's decides first: DNAT to 0.0.0.0:15001"}}
-			for _, fe := range []string{cluster, "192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7",
-				"5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7", "5.6.7.8:80/TCP (load balancer IP) from 203.0.113.0"} {
-				out = append(out, Drift{Service: webHTTP, Kind: Shadowed, Frontend: fe, Kernel: "DNAT to 0.0.0.0:15001",
-					Detail: "a rule that is not the proxy's decides first: DNAT to 0.0.0.0:15001"})
+			var out []Drift
+			for _, fe := range []string{"192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7"} {
+				out = append(out, Drift{Service: webHTTP, Kind: WrongVerdict, Frontend: fe, Kernel: "reject",
+					Detail: "the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade), the rules reject"})
 			}
 			return out
 		}(),
+	}, {
+		// A nat redirect in PREROUTING comes after mangle's TPROXY: it
+		// decides for the node ports alone.
+		name: "another program's redirect first",
+		edit: insertAfter("*nat", "-A PREROUTING -p tcp -j REDIRECT --to-ports 15001"),
+		want: shadowed(webHTTP, "192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7"),
+	}, {
+		// A TPROXY first in mangle PREROUTING, ahead of the proxy's drops,
+		// decides for every frontend.
+		name: "another program's TPROXY first",
+		edit: insertAfter("*mangle", "-A PREROUTING -p tcp -j TPROXY --on-port 15001 --tproxy-mark 0x1/0x1"),
+		want: append(shadowed(dt.PortName("default", "db", "", v1.ProtocolTCP), "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7"),
+			shadowed(webHTTP, cluster, "192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7",
+				"5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7", "5.6.7.8:80/TCP (load balancer IP) from 203.0.113.0")...),
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,6 +146,105 @@ func TestVerifyUserspace(t *testing.T) {
 			got := Verify(base, "userspace", k)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(Drift{}, "Model")); diff != "" {
 				t.Errorf("Verify (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestUserspaceTraceSteps follows packets from a pod and from the node
+// through the rules and to the forwarders: a pod's packet to a cluster IP
+// is TPROXYed in mangle, the node's is redirected in nat, and each way
+// fails in its own manner without its rule or its socket.
+func TestUserspaceTraceSteps(t *testing.T) {
+	db, dbSlice := dbObjects()
+	base := build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)), db, dbSlice)[0]
+	webHTTP, dbPort := dt.PortName("default", "web", "http", v1.ProtocolTCP), dt.PortName("default", "db", "", v1.ProtocolTCP)
+	save := redirected(t, base)
+	packet := func(from dataplane.Origin, src, dst string) dataplane.Packet {
+		return dataplane.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddrPort(dst), Protocol: v1.ProtocolTCP, From: from}
+	}
+	fromPod := packet(dataplane.FromLocalPod, "10.0.0.9", "172.30.0.10:80")
+	fromNode := packet(dataplane.FromNode, "192.168.0.2", "172.30.0.10:80")
+	nodePort := packet(dataplane.FromOutside, "198.51.100.7", "192.168.0.2:30080")
+	type result struct {
+		Verdict string
+		Service servicemodel.PortName
+		// Via is the target of the proxy's rule that sent the packet on
+		// (TPROXY, REDIRECT, DNAT), "" for none.
+		Via string
+		// Then is the step of the socket it reached, its ports P.
+		Then string
+	}
+	const forwarder = "forwarder of default/web:http/TCP on port P: routes as the model does"
+	cases := []struct {
+		name   string
+		edit   func(string) string
+		closed string
+		p      dataplane.Packet
+		want   result
+	}{{
+		name: "pod to cluster IP",
+		p:    fromPod,
+		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080", webHTTP, "TPROXY", forwarder},
+	}, {
+		name: "node to cluster IP",
+		p:    fromNode,
+		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", webHTTP, "REDIRECT", forwarder},
+	}, {
+		name: "node port",
+		p:    nodePort,
+		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", webHTTP, "DNAT", forwarder},
+	}, {
+		name: "pod to cluster IP, TPROXY deleted",
+		edit: dropLines(`-A PKU-TPROXY .*default/web:http cluster IP`),
+		p:    fromPod,
+		want: result{Verdict: "not a service"},
+	}, {
+		name: "node to cluster IP, REDIRECT deleted",
+		edit: dropLines(`-A PKU-SERVICES .*default/web:http cluster IP`),
+		p:    fromNode,
+		want: result{Verdict: "not a service"},
+	}, {
+		name:   "pod to cluster IP, forwarder gone",
+		closed: "default/db cluster IP",
+		p:      packet(dataplane.FromLocalPod, "10.0.0.9", "172.30.0.20:5432"),
+		want:   result{"drop", dbPort, "TPROXY", "no transparent socket of the node listens on TCP port P: the kernel drops the packet"},
+	}, {
+		name:   "node to cluster IP, forwarder gone",
+		closed: "default/db cluster IP",
+		p:      packet(dataplane.FromNode, "192.168.0.2", "172.30.0.20:5432"),
+		want:   result{"reject", dbPort, "REDIRECT", "no socket of the node listens on TCP port P: the kernel refuses the connection"},
+	}, {
+		name:   "node port, forwarder gone",
+		closed: "default/web:http node port",
+		p:      nodePort,
+		want:   result{"reject", webHTTP, "DNAT", "no socket of the node listens on TCP port P: the kernel refuses the connection"},
+	}}
+	target := regexp.MustCompile(`^(?:mangle|nat) PKU-\w+: .* -j (TPROXY|REDIRECT|DNAT) `)
+	rule := regexp.MustCompile(`^(?:mangle|nat|filter) `)
+	port := regexp.MustCompile(`port \d+`)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := save
+			if tc.edit != nil {
+				s = tc.edit(s)
+			}
+			k := &Userspace{IPTables: NewIPTables([]byte(s), base.Node.IPs), Model: base, Listening: listeningOn(s, tc.closed)}
+			v, steps, err := k.TraceSteps(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := result{Verdict: Summary(v), Service: v.Service}
+			for _, step := range steps {
+				if m := target.FindStringSubmatch(step); m != nil {
+					got.Via = m[1]
+				}
+			}
+			if n := len(steps); n > 0 && !rule.MatchString(steps[n-1]) {
+				got.Then = port.ReplaceAllString(steps[n-1], "port P")
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("TraceSteps (-want +got):\n%s\nsteps:\n%s", diff, strings.Join(steps, "\n"))
 			}
 		})
 	}
