@@ -86,7 +86,8 @@ type Dialer interface {
 
 // Config configures a Dataplane. The zero value forwards IPv4 services in
 // unprivileged mode, each on its own service address (which the caller
-// must hold on some interface), balancing round-robin.
+// must hold on some interface), balancing round-robin, and takes a
+// connection from any address the kernel holds for the node's own.
 type Config struct {
 	// Family is the IP family served; "" means IPv4. States of the other
 	// family are refused.
@@ -101,6 +102,16 @@ type Config struct {
 	// service addresses and node ports is caught by netfilter TPROXY,
 	// REDIRECT and DNAT rules; see RedirectConfig.
 	Redirect *RedirectConfig
+	// LocalAddresses tells which sources, beyond loopback and the
+	// State's Node.IPs, are the node itself (a second NIC's address, say),
+	// whose traffic externalTrafficPolicy Local serves from every
+	// endpoint. nil means the addresses of the family the kernel holds in
+	// the network namespace of the first Sync after New or Cleanup,
+	// followed over rtnetlink (a NETLINK_ROUTE socket, no other netlink
+	// family) until Cleanup; if they cannot be read, the error is logged
+	// and only loopback and Node.IPs are the node's. A
+	// *FakeLocalAddresses fixes them, for tests.
+	LocalAddresses LocalAddresses
 	// Dialer connects to endpoints; nil means a net.Dialer. Keep it
 	// returning *net.TCPConn for TCP: copying between two of them
 	// splices in the kernel.

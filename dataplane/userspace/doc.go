@@ -67,12 +67,21 @@
 //
 // A connection is routed as State.Lookup specifies, from what the
 // forwarder knows: the destination it was caught for and the client's
-// address. Endpoint choice is State.Select's (readiness, the terminating
-// fallback, traffic policies, topology); the candidates are taken in turn
-// (Config.Balance, or at random), and ClientIP affinity pins a client's
-// address to the endpoint it first reached until the service's timeout
-// passes without a new connection. A failed dial tries up to three
-// endpoints, forgetting the pin to the one that failed.
+// address. The client is the node itself when its address is loopback,
+// one of the State's Node.IPs or any other address the node holds (a
+// second NIC's, say), as kube-proxy's rules take every source of address
+// type LOCAL for the node, where State.Lookup knows only Node.IPs; the
+// node's connections to an externalTrafficPolicy Local frontend reach
+// every endpoint, as a pod's do. The node's addresses are the family's in
+// the kernel, read over rtnetlink in the network namespace of the first
+// Sync and read again whenever one is added or removed;
+// Config.LocalAddresses replaces them. Endpoint choice is State.Select's
+// (readiness, the terminating fallback, traffic policies, topology); the
+// candidates are taken in turn (Config.Balance, or at random), and
+// ClientIP affinity pins a client's address to the endpoint it first
+// reached until the service's timeout passes without a new connection. A
+// failed dial tries up to three endpoints, forgetting the pin to the one
+// that failed.
 //
 // A frontend whose service has no endpoints holds no socket in
 // unprivileged mode, so that the kernel refuses its connections at once

@@ -94,6 +94,8 @@ type routes struct {
 	// detect is the source CIDR of local pod traffic, if any.
 	detect    netip.Prefix
 	hasDetect bool
+	// local tells the node's addresses beyond node.IPs; nil when none.
+	local LocalAddresses
 }
 
 // client is what the forwarder knows of a connection's source.
@@ -111,8 +113,7 @@ type client struct {
 // came through, "" when unknown: a forwarder never knows it for TCP, so
 // the interface detectors match only what a packet says of itself.
 func (r *routes) clientOf(src netip.Addr, from dataplane.Origin, iface string) client {
-	c := client{src: src}
-	c.local = from == dataplane.FromNode || src.IsLoopback() || slices.Contains(r.node.IPs, src)
+	c := client{src: src, local: r.fromNode(src, from)}
 	d := &r.set.LocalDetector
 	switch d.Mode {
 	case dataplane.LocalModeClusterCIDR, dataplane.LocalModeNodeCIDR:
@@ -131,6 +132,17 @@ func (r *routes) clientOf(src netip.Addr, from dataplane.Origin, iface string) c
 		}
 	}
 	return c
+}
+
+// fromNode reports whether the node itself sent from src. The socket a
+// connection reached seldom tells its path (a node port's, or any in
+// unprivileged mode, is the same for the node's own traffic and for
+// traffic entering the node), so the source does: any address the node
+// holds, as kube-proxy's "--src-type LOCAL" matches, where State.Lookup
+// knows only Node.IPs and loopback.
+func (r *routes) fromNode(src netip.Addr, from dataplane.Origin) bool {
+	return from == dataplane.FromNode || src.IsLoopback() || slices.Contains(r.node.IPs, src) ||
+		r.local != nil && r.local.Local(src)
 }
 
 // decision is where one connection goes.

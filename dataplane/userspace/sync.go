@@ -41,6 +41,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if d.life == nil {
 		d.life, d.kill = context.WithCancel(context.Background())
 		d.routes.dests = map[destKey][]claim{}
+		d.routes.local = d.localAddresses()
 		d.svcs = map[types.NamespacedName][]servicemodel.PortName{}
 	}
 	full := !d.synced || !reflect.DeepEqual(d.node, s.Node) || !reflect.DeepEqual(d.settings, s.Settings)
