@@ -331,6 +331,9 @@ func listNFTable(ctx context.Context, family v1.IPFamily) ([]byte, error) {
 	return out, nil
 }
 
+// iptablesKernel reads family's nat, filter and mangle tables: mangle
+// holds userspace mode's TPROXY and drops, and another program's rules
+// there decide ahead of nat in any mode.
 func iptablesKernel(ctx context.Context, h host, log logr.Logger, family v1.IPFamily, nodeIPs []netip.Addr) (kernelReading, error) {
 	r, err := h.runner(family)
 	switch {
@@ -341,7 +344,7 @@ func iptablesKernel(ctx context.Context, h host, log logr.Logger, family v1.IPFa
 		return nil, err
 	}
 	var save []byte
-	for _, table := range []string{"nat", "filter"} {
+	for _, table := range []string{"nat", "filter", "mangle"} {
 		out, err := r.Save(ctx, table)
 		if err != nil {
 			return nil, err
