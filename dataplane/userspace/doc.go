@@ -17,20 +17,25 @@
 //
 // Redirect mode (Config.Redirect) needs root and serves a node's service
 // traffic as the other modes do: every forwarder listens on a free port of
-// every address, with a transparent socket (IP_TRANSPARENT), and netfilter
+// every address, with a transparent socket (IP_TRANSPARENT), a service
+// address's forwarder also on that address and port itself, and netfilter
 // rules, written with the iptables package's Runner (one iptables-restore
 // per Sync), send each frontend's traffic there:
 //
 //   - Traffic entering the node (from pods, whatever the shape of their
 //     network, and from outside) to a service address is diverted by
 //     mangle TPROXY rules (chain PKU-TPROXY, hooked from PREROUTING), which
-//     hand the packet to the forwarder's socket without rewriting it and
-//     mark it; a policy route (a routing rule for the mark, RedirectConfig.
-//     TProxyMark, to a table, RouteTable, holding one local route through
-//     the loopback device) delivers marked packets to the node, made over
-//     rtnetlink. The accepted connection still says where the client sent
-//     it, and a UDP service's replies leave from a second transparent
-//     socket bound to the service address and port itself.
+//     hand the packet, not rewritten, to the forwarder's socket on the
+//     service address and mark it; a policy route (a routing rule for the
+//     mark, RedirectConfig.TProxyMark, to a table, RouteTable, holding one
+//     local route through the loopback device) delivers marked packets to
+//     the node, made over rtnetlink. The accepted connection still says
+//     where the client sent it, and a UDP reply leaves from the address
+//     and port the client sent to. On a bridge whose traffic crosses
+//     iptables (br_netfilter), PREROUTING runs while the bridge forwards
+//     the frame, and the IP stack later drops the socket TPROXY chose; the
+//     mark stays, and the socket bound to the packet's own destination is
+//     found all the same.
 //   - The node's own traffic to a service address is redirected by nat
 //     REDIRECT rules (PKU-SERVICES, hooked from OUTPUT) to the forwarder on
 //     loopback.
@@ -61,7 +66,13 @@
 // for the jumps and the policy route) and a dataplane.KernelWatcher (the
 // chains PKU-SERVICES and PKU-TPROXY and the policy route are its canary).
 // Cleanup removes the chains, the jumps, the routing rule and the route,
-// and nothing else.
+// and nothing else. The kernel keeps for a minute the TIME_WAIT state of
+// the connections a forwarder closed first, under the service address the
+// client reached: until it expires, a new connection from the same
+// client address and port to that address (a one in tens of thousands
+// chance per connection) is not forwarded, as a packet of a local socket
+// never is; the same holds for a service address that loses its last
+// endpoint.
 //
 // # Where connections go
 //

@@ -40,12 +40,12 @@ type forwarder struct {
 	// bound is the address the socket got (port 0 resolved).
 	bound netip.AddrPort
 
-	// reply, in redirect mode for a UDP service address, is a socket
-	// bound to the frontend's own address and port: a datagram TPROXY
-	// diverted was not rewritten, so its replies must leave from the
-	// address and port the client sent to, which the listening socket's
-	// free port is not.
-	reply *net.UDPConn
+	// ingressTCP and ingressUDP, in redirect mode for a service
+	// address, are the transparent socket bound to the frontend's own
+	// address and port, which serves the traffic entering the node (see
+	// ingress); the socket above serves the node's own, redirected to it.
+	ingressTCP *net.TCPListener
+	ingressUDP *net.UDPConn
 
 	// sessions are the UDP sessions by client.
 	mu       sync.Mutex
@@ -95,24 +95,46 @@ func (e *BindError) Error() string {
 // errSCTP is why SCTP frontends are never served.
 var errSCTP = errors.New("SCTP is not served: Go's net package has no SCTP sockets")
 
-// bind opens f's socket and starts serving it. In redirect mode the
+// bind opens f's sockets and starts serving them. In redirect mode the
 // sockets are transparent (IP_TRANSPARENT), so that TPROXY may hand them
 // packets for addresses that are not the node's, and of the Dataplane's
 // family only.
 func (d *Dataplane) bind(ctx context.Context, f *forwarder) error {
 	var lc net.ListenConfig
-	addr := f.listen.String()
-	suffix := ""
+	network := strings.ToLower(string(f.key.proto))
 	if d.redir != nil {
 		lc.Control = transparent(d.cfg.Family)
-		suffix = "4"
 		if d.cfg.Family == v1.IPv6Protocol {
-			suffix = "6"
+			network += "6"
+		} else {
+			network += "4"
 		}
 	}
 	switch f.key.proto {
-	case v1.ProtocolTCP:
-		ln, err := lc.Listen(ctx, "tcp"+suffix, addr)
+	case v1.ProtocolSCTP:
+		return errSCTP
+	case v1.ProtocolUDP:
+		f.mu.Lock()
+		f.sessions = map[netip.AddrPort]*udpFlow{}
+		f.mu.Unlock()
+	}
+	if d.redir != nil && !f.key.nodePort() {
+		if err := d.bindIngress(ctx, lc, network, f); err != nil {
+			return err
+		}
+	}
+	if err := d.bindListen(ctx, lc, network, f); err != nil {
+		d.unbind(f)
+		return err
+	}
+	return nil
+}
+
+// bindListen opens f's socket on f.listen and serves it.
+func (d *Dataplane) bindListen(ctx context.Context, lc net.ListenConfig, network string, f *forwarder) error {
+	addr := f.listen.String()
+	if f.key.proto == v1.ProtocolTCP {
+		ln, err := lc.Listen(ctx, network, addr)
 		if err != nil {
 			return err
 		}
@@ -120,47 +142,71 @@ func (d *Dataplane) bind(ctx context.Context, f *forwarder) error {
 		f.bound = f.tcp.Addr().(*net.TCPAddr).AddrPort()
 		d.wg.Add(1)
 		go d.serveTCP(ctx, f, f.tcp)
-	case v1.ProtocolUDP:
-		if d.redir != nil && !f.key.nodePort() {
-			rc, err := lc.ListenPacket(ctx, "udp"+suffix, netip.AddrPortFrom(f.key.addr, f.key.port).String())
-			if err != nil {
-				return fmt.Errorf("bind the reply socket: %w", err)
-			}
-			f.reply = rc.(*net.UDPConn)
-		}
-		pc, err := lc.ListenPacket(ctx, "udp"+suffix, addr)
-		if err != nil {
-			if f.reply != nil {
-				f.reply.Close()
-				f.reply = nil
-			}
-			return err
-		}
-		f.udp = pc.(*net.UDPConn)
-		f.bound = f.udp.LocalAddr().(*net.UDPAddr).AddrPort()
-		f.sessions = map[netip.AddrPort]*udpFlow{}
-		d.wg.Add(1)
-		go d.serveUDP(ctx, f, f.udp, f.reply)
-	default:
-		return errSCTP
+		return nil
 	}
+	pc, err := lc.ListenPacket(ctx, network, addr)
+	if err != nil {
+		return err
+	}
+	f.udp = pc.(*net.UDPConn)
+	f.bound = f.udp.LocalAddr().(*net.UDPAddr).AddrPort()
+	d.wg.Add(1)
+	go d.serveUDP(ctx, f, f.udp)
 	return nil
 }
 
-// unbind closes f's socket and its UDP sessions; open TCP connections are
-// their service port's to end.
+// bindIngress opens f's ingress socket, bound transparently to the
+// frontend's own address and port, and serves it. TPROXY hands it the
+// traffic entering the node; a packet that crossed PREROUTING while a
+// bridge forwarded it (br_netfilter's bridge-nf-call-iptables) is no
+// longer assigned to it when it reaches the IP stack, which drops a
+// socket TPROXY chose, but keeps TPROXY's mark: the policy route delivers
+// it to the node, and the kernel finds this socket by the address and
+// port the packet still carries. A socket on the forwarder's free port
+// would not be found so, and a datagram's reply must leave from where
+// the client sent it anyway.
+func (d *Dataplane) bindIngress(ctx context.Context, lc net.ListenConfig, network string, f *forwarder) error {
+	addr := netip.AddrPortFrom(f.key.addr, f.key.port).String()
+	if f.key.proto == v1.ProtocolTCP {
+		ln, err := lc.Listen(ctx, network, addr)
+		if err != nil {
+			return fmt.Errorf("bind the service address: %w", err)
+		}
+		f.ingressTCP = ln.(*net.TCPListener)
+		d.wg.Add(1)
+		go d.serveTCP(ctx, f, f.ingressTCP)
+		return nil
+	}
+	pc, err := lc.ListenPacket(ctx, network, addr)
+	if err != nil {
+		return fmt.Errorf("bind the service address: %w", err)
+	}
+	f.ingressUDP = pc.(*net.UDPConn)
+	d.wg.Add(1)
+	go d.serveUDP(ctx, f, f.ingressUDP)
+	return nil
+}
+
+// unbind closes f's sockets and its UDP sessions; open TCP connections
+// are their service port's to end.
 func (d *Dataplane) unbind(f *forwarder) {
 	if f.tcp != nil {
 		f.tcp.Close()
 		f.tcp = nil
 	}
+	if f.ingressTCP != nil {
+		f.ingressTCP.Close()
+		f.ingressTCP = nil
+	}
 	if f.udp != nil {
 		f.udp.Close()
 		f.udp = nil
-		if f.reply != nil {
-			f.reply.Close()
-			f.reply = nil
-		}
+	}
+	if f.ingressUDP != nil {
+		f.ingressUDP.Close()
+		f.ingressUDP = nil
+	}
+	if f.key.proto == v1.ProtocolUDP {
 		f.mu.Lock()
 		sessions := f.sessions
 		f.sessions = nil

@@ -100,10 +100,14 @@ type cluster struct {
 	b *dataplane.Builder
 }
 
-func newCluster() *cluster {
+func newCluster() *cluster { return newClusterWith(dataplane.Settings{}) }
+
+// newClusterWith is newCluster with settings s.
+func newClusterWith(s dataplane.Settings) *cluster {
 	return &cluster{b: dataplane.NewBuilder(dataplane.BuilderConfig{
 		Families: []v1.IPFamily{v1.IPv4Protocol},
 		NodeName: dataplanetest.NodeName,
+		Settings: s,
 	})}
 }
 

@@ -193,8 +193,9 @@ func (r *redirector) legacyJumps() []iptables.Jump {
 // bind yet).
 //
 // A service address is not the node's: a packet entering the node for it
-// is diverted by TPROXY, untouched, to the socket, and the node's own
-// packet is redirected to it on loopback. A node port's destination is
+// is diverted by TPROXY, untouched, to the ingress socket on that address
+// and port, and the node's own packet is redirected to the socket on
+// loopback. A node port's destination is
 // the node's already: a DNAT of the port alone, keeping the address, sends
 // it to the socket whichever interface it came through.
 func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
@@ -213,7 +214,7 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 		return append(out,
 			rule{"nat", r.services, join(comment, dst, match, fmt.Sprintf("-j REDIRECT --to-ports %d", bound.Port()))},
 			rule{"mangle", r.divert, join(comment, dst, match,
-				fmt.Sprintf("-j TPROXY --on-port %d --tproxy-mark %#x/%#x", bound.Port(), r.policy.Mark, r.policy.Mark))})
+				fmt.Sprintf("-j TPROXY --on-port %d --on-ip %s --tproxy-mark %#x/%#x", f.key.port, f.key.addr, r.policy.Mark, r.policy.Mark))})
 	case ok:
 		dsts := r.nodePortDests(rt)
 		local := make([]string, len(dsts))

@@ -1,7 +1,7 @@
 package userspace
 
 import (
-	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	v1 "k8s.io/api/core/v1"
 )
@@ -63,8 +64,8 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			"*mangle\n" +
 			":PKU-TPROXY - [0:0]\n" +
 			":PKU-FIREWALL - [0:0]\n" +
-			`-A PKU-TPROXY -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port P --tproxy-mark 0x2000/0x2000` + "\n" +
-			`-A PKU-TPROXY -m comment --comment "ns/dns:dns cluster IP" -d 10.96.0.11/32 -p udp -m udp --dport 53 -j TPROXY --on-port P --tproxy-mark 0x2000/0x2000` + "\n" +
+			`-A PKU-TPROXY -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port P --on-ip 10.96.0.10 --tproxy-mark 0x2000/0x2000` + "\n" +
+			`-A PKU-TPROXY -m comment --comment "ns/dns:dns cluster IP" -d 10.96.0.11/32 -p udp -m udp --dport 53 -j TPROXY --on-port P --on-ip 10.96.0.11 --tproxy-mark 0x2000/0x2000` + "\n" +
 			"COMMIT\n" +
 			"*filter\n" +
 			":PKU-REJECT - [0:0]\n" +
@@ -80,7 +81,7 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			`-D PKU-SERVICES -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports P` + "\n" +
 			"COMMIT\n" +
 			"*mangle\n" +
-			`-D PKU-TPROXY -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port P --tproxy-mark 0x2000/0x2000` + "\n" +
+			`-D PKU-TPROXY -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j TPROXY --on-port P --on-ip 10.96.0.10 --tproxy-mark 0x2000/0x2000` + "\n" +
 			"COMMIT\n" +
 			"*filter\n" +
 			`-A PKU-REJECT -m comment --comment "ns/web:http node port" -m addrtype --dst-type LOCAL -p tcp -m tcp --dport 30080 -j REJECT` + "\n" +
@@ -168,7 +169,9 @@ func requireTransparent(t *testing.T) {
 // itself are served), and sources outside a VIP's source ranges.
 func TestRedirectDrops(t *testing.T) {
 	requireTransparent(t)
-	c := newCluster()
+	c := newClusterWith(dataplane.Settings{LocalDetector: dataplane.LocalDetector{
+		Mode: dataplane.LocalModeClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16")},
+	}})
 	local := v1.ServiceInternalTrafficPolicyLocal
 	c.service("itp", "10.96.0.20", func(s *v1.Service) { s.Spec.InternalTrafficPolicy = &local }, "http/TCP/80")
 	c.endpoints("itp", []string{"10.0.0.1"}, "http/TCP/8080")
@@ -185,8 +188,7 @@ func TestRedirectDrops(t *testing.T) {
 	s := c.build()
 	mustSync(t, d, s)
 
-	cidr, _ := s.DetectionCIDR()
-	external := fmt.Sprintf("! -s %s -m addrtype ! --src-type LOCAL -j DROP", cidr)
+	external := "! -s 10.0.0.0/16 -m addrtype ! --src-type LOCAL -j DROP"
 	want := []string{
 		`-m comment --comment "ns/itp:http cluster IP" -d 10.96.0.20/32 -p tcp -m tcp --dport 80 -j DROP`,
 		`-m comment --comment "ns/lb:http load balancer IP" -d 203.0.113.7/32 -p tcp -m tcp --dport 80 ` + external,

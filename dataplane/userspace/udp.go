@@ -16,15 +16,14 @@ import (
 // maxDatagram is the largest UDP payload.
 const maxDatagram = 64 << 10
 
-// serveUDP reads datagrams from clients until pc is closed, forwarding
-// each through its client's session. reply, when not nil, is the socket
-// bound to the frontend's address that answers the datagrams TPROXY
-// diverted (they reach pc still addressed to the frontend).
-func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn, reply *net.UDPConn) {
+// serveUDP reads datagrams from clients until pc, one of f's sockets, is
+// closed, forwarding each through its client's session, whose replies
+// leave from pc.
+func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn) {
 	defer d.wg.Done()
 	buf := make([]byte, maxDatagram)
 	var oob []byte
-	if f.listen.Addr().IsUnspecified() {
+	if pc.LocalAddr().(*net.UDPAddr).IP.IsUnspecified() {
 		if err := askPktinfo(pc); err != nil {
 			d.log.Error(err, "Cannot learn which address datagrams reach; replies may leave from another", "frontend", f.fe)
 		} else {
@@ -40,12 +39,8 @@ func (d *Dataplane) serveUDP(ctx context.Context, f *forwarder, pc *net.UDPConn,
 			continue
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		local, oobReply := pktinfo(oob[:oobn])
-		out, outOOB := pc, oobReply
-		if reply != nil && local == f.key.addr {
-			out, outOOB = reply, nil
-		}
-		s := d.session(ctx, f, out, from, local, outOOB)
+		local, reply := pktinfo(oob[:oobn])
+		s := d.session(ctx, f, pc, from, local, reply)
 		if s == nil {
 			continue
 		}

@@ -206,7 +206,7 @@ func (h *Harness) Trace(ctx context.Context, p dataplane.Packet) (dataplane.Verd
 		if err := ctx.Err(); err != nil {
 			return answer{}, err
 		}
-		return connect(from.ns, nw, p.Src, p.Dst, h.cfg.Proxy)
+		return connect(from.ns, nw, p.Src, p.Dst, h.cfg.Proxy, h.lab.ports)
 	}
 
 	first, err := probe()

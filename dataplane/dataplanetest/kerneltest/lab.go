@@ -59,10 +59,12 @@ type lab struct {
 	pods   int
 	// serving records the listeners started, by namespace.
 	serving map[listenKey]bool
+	// ports gives the probes' TCP source ports (see sourcePorts).
+	ports func() uint16
 }
 
 func newLab(t testing.TB, family v1.IPFamily, d dataplane.LocalDetector, n PodNetwork) (*lab, error) {
-	l := &lab{t: t, family: family, detector: d, network: n, holder: map[netip.Addr]*host{}, serving: map[listenKey]bool{}}
+	l := &lab{t: t, family: family, detector: d, network: n, holder: map[netip.Addr]*host{}, serving: map[listenKey]bool{}, ports: sourcePorts()}
 	var err error
 	if l.node, err = l.newHost("node", roleNode); err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ func TestPodNetworkShapes(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got podShape
-			if got.Reached, err = connect(h.ns, "tcp", tc.pod, tc.dst, false); err != nil {
+			if got.Reached, err = connect(h.ns, "tcp", tc.pod, tc.dst, false, sourcePorts()); err != nil {
 				t.Fatal(err)
 			}
 			if err := l.node.ns.Do(func() error { return readShape(&got, podInterface(tc.net, l.detector, 1), tc.pod) }); err != nil {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,16 +128,13 @@ func (a answer) String() string {
 // unreachable network, a malformed answer): the lab is broken, not the
 // dataplane's verdict. With proxy, a TCP connection that is accepted and
 // then reset or never answered is refused or silent.
-func connect(ns *netns.NS, network string, src netip.Addr, dst netip.AddrPort, proxy bool) (answer, error) {
+//
+// ports gives the TCP source ports to try, each once: a port the client
+// still holds is skipped.
+func connect(ns *netns.NS, network string, src netip.Addr, dst netip.AddrPort, proxy bool, ports func() uint16) (answer, error) {
 	var a answer
 	err := ns.Do(func() error {
-		d := net.Dialer{Timeout: silentTCP}
-		if network == "udp" {
-			d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
-		} else {
-			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
-		}
-		c, err := d.Dial(network, dst.String())
+		c, err := dial(network, src, dst, ports)
 		if err != nil {
 			return classify(&a, err)
 		}
@@ -167,6 +166,45 @@ func connect(ns *netns.NS, network string, src netip.Addr, dst netip.AddrPort, p
 		return answer{}, fmt.Errorf("%s %s -> %s in %s: %w", network, src, dst, ns.Name, err)
 	}
 	return a, nil
+}
+
+// maxPortTries bounds the source ports one TCP connection tries.
+const maxPortTries = 16
+
+// dial connects from src to dst: over UDP from a port the kernel picks,
+// over TCP from the first of ports the client can bind.
+func dial(network string, src netip.Addr, dst netip.AddrPort, ports func() uint16) (net.Conn, error) {
+	d := net.Dialer{Timeout: silentTCP}
+	if network == "udp" {
+		d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		return d.Dial(network, dst.String())
+	}
+	var err error
+	for range maxPortTries {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, ports()))
+		var c net.Conn
+		if c, err = d.Dial(network, dst.String()); !errors.Is(err, syscall.EADDRINUSE) {
+			return c, err
+		}
+	}
+	return nil, err
+}
+
+// sourcePorts returns the lab's TCP source ports, in turn from a random
+// start through the range a client's kernel picks from. A node keeps
+// state for a closed connection (TIME_WAIT) that a client's kernel does
+// not know of: a userspace proxy that closed first, say, holds the
+// client's address and port for a minute. A new connection that happens
+// to reuse them meets that state rather than the dataplane's rules (a
+// packet of a local socket is not forwarded), so no probe of a lab reuses
+// the port of another.
+func sourcePorts() func() uint16 {
+	const first, last = 20000, 60999
+	var next atomic.Uint32
+	next.Store(first + rand.Uint32N(last-first))
+	return func() uint16 {
+		return uint16(first + (next.Add(1)-first)%(last-first+1))
+	}
 }
 
 // classify turns a dial or read error into an outcome, or returns it.
