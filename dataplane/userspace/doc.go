@@ -153,15 +153,17 @@
 // the proxy; "direct" is the same path routed through the node). Each
 // alternates direct and proxied rounds within one run; a ratio is the
 // median of its rounds'. In one run on a shared 2-vCPU VM (AMD EPYC) with
-// a load average near 2: a 64 MiB transfer on a new connection went
-// through the proxy at 0.74 of direct on loopback (3274 vs 4226 MB/s; CPU
-// per MiB of the whole process 509 vs 352 µs) and at 1.12 between
-// namespaces (2696 vs 2378 MB/s; 604 vs 549 µs: the proxy splits the
-// path's kernel work over both CPUs); two more runs gave 0.80 and 0.89,
-// 0.96 and 1.05. A 64-byte request/response added 17 µs at the median
-// and 37 µs at p99 on loopback (34 vs 17 µs, 86 vs 49 µs), 16 and 33 µs
-// between namespaces. 10k idle connections held 8.0 KiB of Go heap and
-// stacks and 2 goroutines each, plus their two sockets in the kernel.
+// a load average near 1: a 64 MiB transfer on a new connection went
+// through the proxy at 0.81 of direct on loopback (3969 vs 4814 MB/s; CPU
+// per MiB of the whole process 457 vs 330 µs) and at 1.04 between
+// namespaces (2288 vs 2256 MB/s; 705 vs 561 µs: the proxy splits the
+// path's kernel work over both CPUs); a second run gave 0.85 and 1.07,
+// earlier ones 0.74 to 0.89 and 0.96 to 1.12. A 64-byte request/response
+// (20,000 round trips each way) added 17 µs at the median and 24 to 32 µs
+// at p99 on loopback (33 vs 17 µs, 67 to 86 vs 42 to 53 µs), 20 to 21 µs
+// and 28 to 44 µs between namespaces, in three runs. 10k idle connections
+// held 8.0 KiB of Go heap and stacks and 2 goroutines each, plus their two
+// sockets in the kernel.
 //
 // The choices, each from one run of the transfer alternating forwarders
 // built both ways (medians of the rounds' ratios, loopback then veths):
