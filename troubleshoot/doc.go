@@ -55,9 +55,11 @@
 // Userspace is that of the userspace dataplane in redirect mode: its
 // mangle TPROXYs and drops (traffic entering the node), nat REDIRECTs (the
 // node's own) and node ports' DNATs of the port alone, read as IPTables
-// reads them, to forwarders that listen (Userspace.Listening; where none
-// does, the kernel drops a TPROXY's packet and refuses the others) and
-// route by the model. IPVS is that of the ipvs
+// reads them, to forwarders that listen where each rule leads
+// (Userspace.Listening, as ListeningSockets answers: at a TPROXY's
+// --on-ip and --on-port, on a REDIRECT's port at any address; where none does,
+// the kernel drops a TPROXY's packet and refuses the others) and route
+// by the model. IPVS is that of the ipvs
 // dataplane, after the other programs' iptables rules (IPVS.Others,
 // NewIPTablesWithout the dataplane's chains): its virtual
 // and real servers, link addresses, ipsets and chains as

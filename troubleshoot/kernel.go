@@ -240,18 +240,25 @@ func (k *IPVS) Frontends() []Frontend {
 // IPTables reads them, and the forwarder each of them leads to. A
 // forwarder routes its connections as the model does, so a packet sent to
 // the forwarder of the service port the model names gets the model's
-// verdict; one sent elsewhere, or to a port no socket listens on, gets
-// its own: the kernel refuses a redirected or DNATed connection there and
-// drops a TPROXY's packet.
+// verdict; one sent elsewhere, or to an address and port no socket
+// listens on, gets its own: the kernel refuses a redirected or DNATed
+// connection there and drops a TPROXY's packet.
 type Userspace struct {
 	IPTables *IPTables
 	// Model is the State the forwarders route by.
 	Model *dataplane.State
-	// Listening reports whether a socket of the node listens on port for
-	// protocol, taken to be transparent (IP_TRANSPARENT, as the
-	// forwarders' are) for a TPROXY; nil takes every redirect to reach
-	// its forwarder.
-	Listening func(protocol v1.Protocol, port uint16) bool
+	// Listening reports whether a socket of the node listens at addr for
+	// protocol, addr being where a rule leads: the unspecified address
+	// (any of the node's) for a REDIRECT or a DNAT of the port alone, the
+	// --on-ip for a TPROXY. A socket listens there if it is bound to that
+	// address and port, or to the unspecified address on that port (a
+	// dual-stack socket's "::" for IPv4 too); at the unspecified address,
+	// any socket on the port does: so a cluster IP's missing socket is
+	// not hidden by a LoadBalancer IP's on the same port
+	// (ListeningSockets.Listening is one). A socket is taken to be
+	// transparent (IP_TRANSPARENT, as the forwarders' are) for a TPROXY.
+	// nil takes every redirect to reach its forwarder.
+	Listening func(protocol v1.Protocol, addr netip.AddrPort) bool
 }
 
 // Trace implements Kernel; it never fails.
@@ -273,14 +280,14 @@ func (k *Userspace) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string,
 	if !tproxy && !v.Endpoints[0].Addr().IsUnspecified() {
 		return v, steps, nil
 	}
-	port := v.Endpoints[0].Port()
-	if k.Listening != nil && !k.Listening(p.Protocol, port) {
+	to := v.Endpoints[0]
+	if k.Listening != nil && !k.Listening(p.Protocol, to) {
 		if tproxy {
 			// TPROXY finds no socket to hand the packet to.
-			steps = append(steps, fmt.Sprintf("no transparent socket of the node listens on %s port %d: the kernel drops the packet", p.Protocol, port))
+			steps = append(steps, fmt.Sprintf("no transparent socket of the node listens on %s %s: the kernel drops the packet", p.Protocol, socketAt(to)))
 			return dataplane.Verdict{Action: dataplane.Drop, Service: v.Service}, steps, nil
 		}
-		steps = append(steps, fmt.Sprintf("no socket of the node listens on %s port %d: the kernel refuses the connection", p.Protocol, port))
+		steps = append(steps, fmt.Sprintf("no socket of the node listens on %s %s: the kernel refuses the connection", p.Protocol, socketAt(to)))
 		return dataplane.Verdict{Action: dataplane.Reject, Service: v.Service}, steps, nil
 	}
 	if v.Service.Name == "" {
@@ -291,8 +298,17 @@ func (k *Userspace) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string,
 	if model.Service != v.Service {
 		return v, steps, nil
 	}
-	steps = append(steps, fmt.Sprintf("forwarder of %s on port %d: routes as the model does", ServiceString(v.Service), port))
+	steps = append(steps, fmt.Sprintf("forwarder of %s on %s: routes as the model does", ServiceString(v.Service), socketAt(to)))
 	return model, steps, nil
+}
+
+// socketAt names where a rule leads in a step: the port alone for the
+// unspecified address, which stands for any of the node's.
+func socketAt(addr netip.AddrPort) string {
+	if addr.Addr().IsUnspecified() {
+		return fmt.Sprintf("port %d", addr.Port())
+	}
+	return addr.String()
 }
 
 // tproxied reports whether a trace's steps met a TPROXY rule: the tracer

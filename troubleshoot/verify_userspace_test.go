@@ -39,20 +39,27 @@ func redirected(t *testing.T, s *dataplane.State) string {
 }
 
 // redirectRule is a rule sending a frontend's packets to a forwarder: a
-// REDIRECT, a TPROXY or a DNAT of the port alone.
-var redirectRule = regexp.MustCompile(`(?m)^-A .*"([^ ]+) ([^"]+)".* -p (tcp|udp).* (?:--to-ports |--on-port |--to-destination :)(\d+)( |$)`)
+// REDIRECT or a DNAT of the port alone (to any address of the node at
+// that port), or a TPROXY (to its --on-ip and --on-port).
+var redirectRule = regexp.MustCompile(`(?m)^-A .*"([^ ]+) ([^"]+)".* -p (tcp|udp).* (?:--to-ports |--to-destination :|--on-port )(\d+)(?: --on-ip ([^ ]+))?( |$)`)
 
 // listeningOn is Userspace.Listening for the forwarders save sends
 // packets to, less those of the frontends closed names ("ns/name:port
 // kind").
-func listeningOn(save string, closed ...string) func(v1.Protocol, uint16) bool {
-	open := map[string]bool{}
+func listeningOn(save string, closed ...string) func(v1.Protocol, netip.AddrPort) bool {
+	var open ListeningSockets
 	for _, m := range redirectRule.FindAllStringSubmatch(save, -1) {
-		if !strings.Contains(strings.Join(closed, "\n"), m[1]+" "+m[2]) {
-			open[strings.ToUpper(m[3])+"/"+m[4]] = true
+		if strings.Contains(strings.Join(closed, "\n"), m[1]+" "+m[2]) {
+			continue
 		}
+		addr := netip.IPv4Unspecified()
+		if m[5] != "" {
+			addr = netip.MustParseAddr(m[5])
+		}
+		port, _ := strconv.ParseUint(m[4], 10, 16)
+		open.Add(v1.Protocol(strings.ToUpper(m[3])), netip.AddrPortFrom(addr, uint16(port)))
 	}
-	return func(proto v1.Protocol, port uint16) bool { return open[string(proto)+"/"+strconv.Itoa(int(port))] }
+	return open.Listening
 }
 
 // shadowed is the drift of another program's redirect to port 15001
@@ -75,13 +82,13 @@ func TestVerifyUserspace(t *testing.T) {
 	cases := []struct {
 		name      string
 		edit      func(string) string
-		listening func(string) func(v1.Protocol, uint16) bool
+		listening func(string) func(v1.Protocol, netip.AddrPort) bool
 		want      []Drift
 	}{{
 		name: "in sync",
 	}, {
 		name:      "in sync, every forwarder listening",
-		listening: func(s string) func(v1.Protocol, uint16) bool { return listeningOn(s) },
+		listening: func(s string) func(v1.Protocol, netip.AddrPort) bool { return listeningOn(s) },
 	}, {
 		// Traffic entering the node for a service address is TPROXYed in
 		// mangle.
@@ -98,15 +105,26 @@ func TestVerifyUserspace(t *testing.T) {
 	}, {
 		// TPROXY finds no socket: the kernel drops the packet.
 		name:      "the forwarder is gone",
-		listening: func(s string) func(v1.Protocol, uint16) bool { return listeningOn(s, "default/db cluster IP") },
+		listening: func(s string) func(v1.Protocol, netip.AddrPort) bool { return listeningOn(s, "default/db cluster IP") },
 		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: WrongVerdict,
 			Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7", Kernel: "drop",
 			Detail: "the model says DNAT to 10.1.0.30:5432 (masquerade), the rules drop"}},
 	}, {
+		// The LoadBalancer IP's transparent socket on the same port does
+		// not take the cluster IP's packets.
+		name: "the cluster IP's forwarder is gone, the load balancer IP's listens",
+		listening: func(s string) func(v1.Protocol, netip.AddrPort) bool {
+			return listeningOn(s, "default/web:http cluster IP")
+		},
+		want: []Drift{{Service: webHTTP, Kind: WrongVerdict, Frontend: cluster, Kernel: "drop",
+			Detail: "the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade), the rules drop"}},
+	}, {
 		// A node port's packet is DNATed to the forwarder's port: the
 		// kernel refuses the connection.
-		name:      "the node port's forwarder is gone",
-		listening: func(s string) func(v1.Protocol, uint16) bool { return listeningOn(s, "default/web:http node port") },
+		name: "the node port's forwarder is gone",
+		listening: func(s string) func(v1.Protocol, netip.AddrPort) bool {
+			return listeningOn(s, "default/web:http node port")
+		},
 		want: func() []Drift {
 			var out []Drift
 			for _, fe := range []string{"192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7"} {
@@ -153,8 +171,10 @@ func TestVerifyUserspace(t *testing.T) {
 
 // TestUserspaceTraceSteps follows packets from a pod and from the node
 // through the rules and to the forwarders: a pod's packet to a cluster IP
-// is TPROXYed in mangle, the node's is redirected in nat, and each way
-// fails in its own manner without its rule or its socket.
+// is TPROXYed in mangle to the socket on the cluster IP itself, the
+// node's is redirected in nat, and each way fails in its own manner
+// without its rule or its socket (another address's socket on the same
+// port does not stand in for it).
 func TestUserspaceTraceSteps(t *testing.T) {
 	db, dbSlice := dbObjects()
 	base := build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)), db, dbSlice)[0]
@@ -172,7 +192,9 @@ func TestUserspaceTraceSteps(t *testing.T) {
 		// Via is the target of the proxy's rule that sent the packet on
 		// (TPROXY, REDIRECT, DNAT), "" for none.
 		Via string
-		// Then is the step of the socket it reached, its ports P.
+		// Then is the step of the socket it reached: a TPROXY's at the
+		// service's address and port, a REDIRECT's or DNAT's at a free
+		// port of this machine, written P.
 		Then string
 	}
 	const forwarder = "forwarder of default/web:http/TCP on port P: routes as the model does"
@@ -185,7 +207,7 @@ func TestUserspaceTraceSteps(t *testing.T) {
 	}{{
 		name: "pod to cluster IP",
 		p:    fromPod,
-		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080", webHTTP, "TPROXY", forwarder},
+		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080", webHTTP, "TPROXY", "forwarder of default/web:http/TCP on 172.30.0.10:80: routes as the model does"},
 	}, {
 		name: "node to cluster IP",
 		p:    fromNode,
@@ -208,7 +230,17 @@ func TestUserspaceTraceSteps(t *testing.T) {
 		name:   "pod to cluster IP, forwarder gone",
 		closed: "default/db cluster IP",
 		p:      packet(dataplane.FromLocalPod, "10.0.0.9", "172.30.0.20:5432"),
-		want:   result{"drop", dbPort, "TPROXY", "no transparent socket of the node listens on TCP port P: the kernel drops the packet"},
+		want:   result{"drop", dbPort, "TPROXY", "no transparent socket of the node listens on TCP 172.30.0.20:5432: the kernel drops the packet"},
+	}, {
+		name:   "pod to cluster IP, its forwarder gone, the load balancer IP's on the same port listening",
+		closed: "default/web:http cluster IP",
+		p:      fromPod,
+		want:   result{"drop", webHTTP, "TPROXY", "no transparent socket of the node listens on TCP 172.30.0.10:80: the kernel drops the packet"},
+	}, {
+		name:   "load balancer IP, the cluster IP's forwarder gone",
+		closed: "default/web:http cluster IP",
+		p:      packet(dataplane.FromOutside, "203.0.113.5", "5.6.7.8:80"),
+		want:   result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", webHTTP, "TPROXY", "forwarder of default/web:http/TCP on 5.6.7.8:80: routes as the model does"},
 	}, {
 		name:   "node to cluster IP, forwarder gone",
 		closed: "default/db cluster IP",

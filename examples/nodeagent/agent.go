@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -70,10 +71,10 @@ type host struct {
 	// ipsets lists the node's ipsets, for the iptables readings' "-m set"
 	// matches; nil reads none (they then match nothing).
 	ipsets func() ([]netlink.IPSetResult, error)
-	// listening reads which TCP and UDP ports the node's sockets listen
-	// on, for --kernel in mode userspace; nil takes every forwarder to be
-	// listening.
-	listening func() (func(v1.Protocol, uint16) bool, error)
+	// listening reads at which addresses and ports the node's TCP and
+	// UDP sockets listen, for --kernel in mode userspace; nil takes every
+	// forwarder to be listening.
+	listening func() (func(v1.Protocol, netip.AddrPort) bool, error)
 	// flows lists family's DNATed conntrack entries, for diagnose; nil
 	// reads none.
 	flows func(ctx context.Context, family v1.IPFamily) ([]conntrack.Flow, error)

@@ -201,15 +201,15 @@ func writeJSON(stdout, stderr io.Writer, v any) int {
 // errNoKernelReading is a mode whose kernel the agent cannot read.
 var errNoKernelReading = errors.New("reading the kernel's rules is built for --proxy-mode iptables, nftables, ipvs and userspace")
 
-// listeningSockets reads which TCP and UDP ports the sockets of this
-// network namespace listen on, of both families: a forwarder listens on
-// every address, a dual-stack socket under AF_INET6.
-func listeningSockets() (func(v1.Protocol, uint16) bool, error) {
-	type key struct {
-		proto v1.Protocol
-		port  uint16
-	}
-	open := map[key]bool{}
+// listeningSockets reads the TCP and UDP sockets of this network
+// namespace that listen, of both families, with the addresses they are
+// bound to: a forwarder for a REDIRECT or a node port listens on every
+// address, one for a TPROXY on the service address, a dual-stack socket
+// under AF_INET6. A TPROXY to a cluster IP finds only a socket on that
+// address or on every address, not another service address's on the same
+// port.
+func listeningSockets() (func(v1.Protocol, netip.AddrPort) bool, error) {
+	var open troubleshoot.ListeningSockets
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		tcp, err := netlink.SocketDiagTCP(family)
 		if err != nil {
@@ -217,7 +217,7 @@ func listeningSockets() (func(v1.Protocol, uint16) bool, error) {
 		}
 		for _, s := range tcp {
 			if s.State == netlink.TCP_LISTEN {
-				open[key{v1.ProtocolTCP, s.ID.SourcePort}] = true
+				open.Add(v1.ProtocolTCP, boundTo(s))
 			}
 		}
 		udp, err := netlink.SocketDiagUDP(family)
@@ -227,11 +227,18 @@ func listeningSockets() (func(v1.Protocol, uint16) bool, error) {
 		for _, s := range udp {
 			// A forwarder's socket is bound, not connected.
 			if s.ID.Destination == nil || s.ID.Destination.IsUnspecified() {
-				open[key{v1.ProtocolUDP, s.ID.SourcePort}] = true
+				open.Add(v1.ProtocolUDP, boundTo(s))
 			}
 		}
 	}
-	return func(p v1.Protocol, port uint16) bool { return open[key{p, port}] }, nil
+	return open.Listening, nil
+}
+
+// boundTo is the address and port s is bound to, unmapped: netlink gives
+// an IPv4 socket's address in IPv6 form.
+func boundTo(s *netlink.Socket) netip.AddrPort {
+	a, _ := netip.AddrFromSlice(s.ID.Source)
+	return netip.AddrPortFrom(a.Unmap(), s.ID.SourcePort)
 }
 
 // kernelReading is a dataplane's reading of the kernel that can also say

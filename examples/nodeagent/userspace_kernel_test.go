@@ -363,7 +363,8 @@ func TestKernelUserspaceServesTraffic(t *testing.T) {
 }
 
 // checkTroubleshoot: verify and explain --kernel read the rules and the
-// sockets: every frontend reaches a listening forwarder of its service.
+// sockets: every frontend reaches a listening forwarder of its service,
+// a client's TPROXYed packet the one on the cluster IP itself.
 func checkTroubleshoot(t *testing.T, node *netns.NS, model []string) {
 	t.Helper()
 	out, errOut, code := agentExit(t, node, append(model, "verify")...)
@@ -371,7 +372,7 @@ func checkTroubleshoot(t *testing.T, node *netns.NS, model []string) {
 		t.Errorf("verify: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	out, errOut, code = agentExit(t, node, append(model, "explain", usV4.Client, usV4.svc(10, 80), "--kernel")...)
-	if code != exitOK || !strings.Contains(out, "forwarder of default/web-v4:http/TCP on port ") || !strings.Contains(out, "agrees:     yes") {
+	if code != exitOK || !strings.Contains(out, "forwarder of default/web-v4:http/TCP on "+usV4.svc(10, 80)+":") || !strings.Contains(out, "agrees:     yes") {
 		t.Errorf("explain --kernel: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
