@@ -155,11 +155,11 @@ func entries(s *dataplane.State, sp *servicemodel.ServicePort, pods Detector) (i
 		return in, ext
 	}
 	// externalTrafficPolicy Local: pods and the node still reach every
-	// endpoint; only outside clients keep their source and stay local.
-	hasExternal := len(sel.Local) > 0
-	ext.FromPod = dnat(sel.Cluster, false, sel.HasAny, hasExternal)
-	ext.FromNode = dnat(sel.Cluster, true, sel.HasAny, hasExternal)
-	ext.Other = dnat(sel.Local, false, sel.HasAny, hasExternal)
+	// endpoint, even when none is local; only outside clients keep their
+	// source and stay local, dropped when there is none.
+	ext.FromPod = dnat(sel.Cluster, false, sel.HasAny, true)
+	ext.FromNode = dnat(sel.Cluster, true, sel.HasAny, true)
+	ext.Other = dnat(sel.Local, false, sel.HasAny, len(sel.Local) > 0)
 	return in, ext
 }
 
