@@ -119,72 +119,54 @@ func (d *Dataplane) bind(ctx context.Context, f *forwarder) error {
 		f.mu.Unlock()
 	}
 	if d.redir != nil && !f.key.nodePort() {
-		if err := d.bindIngress(ctx, lc, network, f); err != nil {
-			return err
-		}
-	}
-	if err := d.bindListen(ctx, lc, network, f); err != nil {
-		d.unbind(f)
-		return err
-	}
-	return nil
-}
-
-// bindListen opens f's socket on f.listen and serves it.
-func (d *Dataplane) bindListen(ctx context.Context, lc net.ListenConfig, network string, f *forwarder) error {
-	addr := f.listen.String()
-	if f.key.proto == v1.ProtocolTCP {
-		ln, err := lc.Listen(ctx, network, addr)
-		if err != nil {
-			return err
-		}
-		f.tcp = ln.(*net.TCPListener)
-		f.bound = f.tcp.Addr().(*net.TCPAddr).AddrPort()
-		d.wg.Add(1)
-		go d.serveTCP(ctx, f, f.tcp)
-		return nil
-	}
-	pc, err := lc.ListenPacket(ctx, network, addr)
-	if err != nil {
-		return err
-	}
-	f.udp = pc.(*net.UDPConn)
-	f.bound = f.udp.LocalAddr().(*net.UDPAddr).AddrPort()
-	d.wg.Add(1)
-	go d.serveUDP(ctx, f, f.udp)
-	return nil
-}
-
-// bindIngress opens f's ingress socket, bound transparently to the
-// frontend's own address and port, and serves it. TPROXY hands it the
-// traffic entering the node; a packet that crossed PREROUTING while a
-// bridge forwarded it (br_netfilter's bridge-nf-call-iptables) is no
-// longer assigned to it when it reaches the IP stack, which drops a
-// socket TPROXY chose, but keeps TPROXY's mark: the policy route delivers
-// it to the node, and the kernel finds this socket by the address and
-// port the packet still carries. A socket on the forwarder's free port
-// would not be found so, and a datagram's reply must leave from where
-// the client sent it anyway.
-func (d *Dataplane) bindIngress(ctx context.Context, lc net.ListenConfig, network string, f *forwarder) error {
-	addr := netip.AddrPortFrom(f.key.addr, f.key.port).String()
-	if f.key.proto == v1.ProtocolTCP {
-		ln, err := lc.Listen(ctx, network, addr)
+		// The ingress socket, bound transparently to the frontend's own
+		// address and port: TPROXY hands it the traffic entering the
+		// node. A packet that crossed PREROUTING while a bridge forwarded
+		// it (br_netfilter's bridge-nf-call-iptables) is no longer
+		// assigned to it when it reaches the IP stack, which drops a
+		// socket TPROXY chose, but keeps TPROXY's mark: the policy route
+		// delivers it to the node, and the kernel finds this socket by
+		// the address and port the packet still carries. A socket on the
+		// forwarder's free port would not be found so, and a datagram's
+		// reply must leave from where the client sent it anyway.
+		var err error
+		f.ingressTCP, f.ingressUDP, err = d.serve(ctx, lc, network, f, netip.AddrPortFrom(f.key.addr, f.key.port).String())
 		if err != nil {
 			return fmt.Errorf("bind the service address: %w", err)
 		}
-		f.ingressTCP = ln.(*net.TCPListener)
+	}
+	var err error
+	if f.tcp, f.udp, err = d.serve(ctx, lc, network, f, f.listen.String()); err != nil {
+		d.unbind(f)
+		return err
+	}
+	if f.tcp != nil {
+		f.bound = f.tcp.Addr().(*net.TCPAddr).AddrPort()
+	} else {
+		f.bound = f.udp.LocalAddr().(*net.UDPAddr).AddrPort()
+	}
+	return nil
+}
+
+// serve opens one of f's sockets at addr, of f's protocol, and starts
+// serving it.
+func (d *Dataplane) serve(ctx context.Context, lc net.ListenConfig, network string, f *forwarder, addr string) (*net.TCPListener, *net.UDPConn, error) {
+	if f.key.proto == v1.ProtocolTCP {
+		ln, err := lc.Listen(ctx, network, addr)
+		if err != nil {
+			return nil, nil, err
+		}
 		d.wg.Add(1)
-		go d.serveTCP(ctx, f, f.ingressTCP)
-		return nil
+		go d.serveTCP(ctx, f, ln.(*net.TCPListener))
+		return ln.(*net.TCPListener), nil, nil
 	}
 	pc, err := lc.ListenPacket(ctx, network, addr)
 	if err != nil {
-		return fmt.Errorf("bind the service address: %w", err)
+		return nil, nil, err
 	}
-	f.ingressUDP = pc.(*net.UDPConn)
 	d.wg.Add(1)
-	go d.serveUDP(ctx, f, f.ingressUDP)
-	return nil
+	go d.serveUDP(ctx, f, pc.(*net.UDPConn))
+	return nil, pc.(*net.UDPConn), nil
 }
 
 // unbind closes f's sockets and its UDP sessions; open TCP connections
