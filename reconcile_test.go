@@ -14,13 +14,14 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 // iptablesHarness runs a Proxy over an iptables Dataplane on a FakeRunner
 // with one UDP service of two endpoints programmed.
-func iptablesHarness(t *testing.T, cfg Config) (*proxyHarness, *iptables.FakeRunner) {
+func iptablesHarness(t *testing.T, cfg Config) (*proxyHarness, *xtables.FakeRunner) {
 	t.Helper()
-	fake := iptables.NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	dp, err := iptables.New(iptables.Config{Runner: fake})
 	if err != nil {
 		t.Fatal(err)
@@ -34,12 +35,12 @@ func iptablesHarness(t *testing.T, cfg Config) (*proxyHarness, *iptables.FakeRun
 	return h, fake
 }
 
-func tables(fake *iptables.FakeRunner) string {
+func tables(fake *xtables.FakeRunner) string {
 	rs := fake.Ruleset()
 	return string(rs.Save("nat")) + string(rs.Save("filter"))
 }
 
-func svcChain(t *testing.T, fake *iptables.FakeRunner) string {
+func svcChain(t *testing.T, fake *xtables.FakeRunner) string {
 	t.Helper()
 	for _, c := range fake.Ruleset().Chains("nat") {
 		if strings.HasPrefix(c, "PK-SVC-") {
@@ -62,7 +63,7 @@ func TestProxyRepairsDriftWithinOnePeriod(t *testing.T) {
 		"*nat\n-F " + svc + "\nCOMMIT\n",
 		"*nat\n-I PK-SERVICES 1 -j RETURN\nCOMMIT\n",
 	} {
-		if err := fake.Restore(t.Context(), iptables.RestoreBytes(disturb)); err != nil {
+		if err := fake.Restore(t.Context(), xtables.RestoreBytes(disturb)); err != nil {
 			t.Fatal(err)
 		}
 		h.clock.Step(DefaultSyncPeriod)
@@ -88,7 +89,7 @@ func TestProxyRepairsDriftWithinOnePeriod(t *testing.T) {
 func TestProxyCanaryTriggersReconcile(t *testing.T) {
 	h, fake := iptablesHarness(t, Config{})
 	synced := tables(fake)
-	if err := fake.Restore(t.Context(), iptables.RestoreBytes("*nat\n-F\nCOMMIT\n*filter\n-F\nCOMMIT\n")); err != nil {
+	if err := fake.Restore(t.Context(), xtables.RestoreBytes("*nat\n-F\nCOMMIT\n*filter\n-F\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Step(DefaultCanaryPeriod)
@@ -173,7 +174,7 @@ func TestProxyReconcileDueDespiteChanges(t *testing.T) {
 	h.p.Handler().OnEndpointSlice(udpSlice("ns", "dns", "10.0.1.1", "10.0.1.2"), udpSlice("ns", "dns", "10.0.1.1"))
 	h.settle()
 	synced := tables(fake)
-	if err := fake.Restore(t.Context(), iptables.RestoreBytes("*nat\n-F "+svcChain(t, fake)+"\nCOMMIT\n")); err != nil {
+	if err := fake.Restore(t.Context(), xtables.RestoreBytes("*nat\n-F "+svcChain(t, fake)+"\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Step(5 * time.Second)

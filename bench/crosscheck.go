@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -49,16 +49,16 @@ func crossCheck(w workload) (*checkResult, error) {
 			return nil, err
 		}
 	}
-	var rulesets []*iptables.Ruleset
+	var rulesets []*xtables.Ruleset
 	for k, d := range []interface{ dump() ([]byte, error) }{kube.backend().(*iptBackend), pk.backend().(*pkRunner)} {
 		text, err := d.dump()
 		if err != nil {
 			return nil, err
 		}
-		rs := iptables.NewRuleset()
+		rs := xtables.NewRuleset()
 		if err := rs.Apply(text); err != nil {
 			var line string
-			if pe, ok := err.(*iptables.ParseError); ok {
+			if pe, ok := err.(*xtables.ParseError); ok {
 				line = strings.Split(string(text), "\n")[pe.Line-1]
 			}
 			return nil, fmt.Errorf("reading %s's rules back: %w: %q", checked[k], err, line)

@@ -24,7 +24,7 @@
 // handed to the kernel; per process, the peak resident set (VmHWM).
 //
 // Compute-only runs hand the rules to a backend that discards them
-// (proxykit's iptables.Runner, upstream's utiliptables.Interface and
+// (proxykit's xtables.Runner, upstream's utiliptables.Interface and
 // knftables.Interface alike), so the figures are the proxies' own cost;
 // the projects' fakes, which simulate a kernel, would add their own.
 // Kernel runs program the real kernel (iptables-legacy, iptables-nft or

@@ -6,18 +6,18 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
-// pkRunner is the iptables.Runner of proxykit's iptables dataplane: it
+// pkRunner is the xtables.Runner of proxykit's iptables dataplane: it
 // records what is restored and fails on request, and hands everything to
 // an ExecRunner or the package's FakeRunner, or discards it.
 type pkRunner struct {
-	exec  iptables.Runner
+	exec  xtables.Runner
 	fail  bool
 	last  int
-	first iptables.RestoreInput
+	first xtables.RestoreInput
 }
 
 func newPKRunner(be string, family v1.IPFamily) (*pkRunner, error) {
@@ -26,7 +26,7 @@ func newPKRunner(be string, family v1.IPFamily) (*pkRunner, error) {
 	case discard:
 		return &pkRunner{}, nil
 	case fake:
-		return &pkRunner{exec: iptables.NewFakeRunner()}, nil
+		return &pkRunner{exec: xtables.NewFakeRunner()}, nil
 	case iptablesLegacy:
 		variant = "legacy"
 	case iptablesNFT:
@@ -34,7 +34,7 @@ func newPKRunner(be string, family v1.IPFamily) (*pkRunner, error) {
 	default:
 		return nil, fmt.Errorf("proxykit iptables cannot run on %s", be)
 	}
-	r, err := iptables.NewExecRunner(iptables.ExecConfig{Family: family, Variant: variant})
+	r, err := xtables.NewExecRunner(xtables.ExecConfig{Family: family, Variant: variant})
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +73,7 @@ func (r *pkRunner) dump() ([]byte, error) {
 // Restore writes the input out, as the ExecRunner streams it into
 // iptables-restore, so that a discarded restore costs the dataplane what
 // a real one does.
-func (r *pkRunner) Restore(ctx context.Context, in iptables.RestoreInput) error {
+func (r *pkRunner) Restore(ctx context.Context, in xtables.RestoreInput) error {
 	if r.fail {
 		r.fail = false
 		return errInjected
@@ -96,14 +96,14 @@ func (r *pkRunner) Save(ctx context.Context, table string) ([]byte, error) {
 	return r.exec.Save(ctx, table)
 }
 
-func (r *pkRunner) EnsureJump(ctx context.Context, j iptables.Jump) error {
+func (r *pkRunner) EnsureJump(ctx context.Context, j xtables.Jump) error {
 	if r.exec == nil {
 		return nil
 	}
 	return r.exec.EnsureJump(ctx, j)
 }
 
-func (r *pkRunner) DeleteJump(ctx context.Context, j iptables.Jump) error {
+func (r *pkRunner) DeleteJump(ctx context.Context, j xtables.Jump) error {
 	if r.exec == nil {
 		return nil
 	}

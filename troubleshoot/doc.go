@@ -46,7 +46,7 @@
 // or Untraceable (a rule the reading cannot follow).
 // IPTables is the Kernel of the iptables dataplane: iptables-save's
 // listing of the nat, filter and mangle tables, everyone's rules, parsed
-// by iptables.ParseSave and followed by its tracer, which sees another
+// by xtables.ParseSave and followed by its tracer, which sees another
 // program's rules too (a REDIRECT, a TPROXY, or a DNAT of the port alone
 // of a packet for a node address, is a DNAT to a socket of the node; its
 // set matches follow the node's ipsets, IPSets). NFTables is that of the nftables dataplane: its

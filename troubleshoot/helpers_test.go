@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
@@ -123,7 +123,7 @@ func dbObjects() (*v1.Service, *discovery.EndpointSlice) {
 
 // saved is the nat, filter and mangle tables of fake as iptables-save
 // lists them.
-func saved(t *testing.T, fake *iptables.FakeRunner) string {
+func saved(t *testing.T, fake *xtables.FakeRunner) string {
 	t.Helper()
 	var b strings.Builder
 	for _, table := range []string{"nat", "filter", "mangle"} {

@@ -6,23 +6,23 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 )
 
 // IPSets turns what netlink lists of the node's ipsets (IpsetListAll)
-// into what iptables.Ruleset.SetIPSets takes, so that the iptables
+// into what xtables.Ruleset.SetIPSets takes, so that the iptables
 // readings follow other programs' "-m set" rules. A set of a type the
 // trace does not model (not hash: of ip, net and port dimensions) is left
 // out: a rule on it matches nothing.
-func IPSets(results []netlink.IPSetResult) map[string]iptables.IPSet {
-	out := make(map[string]iptables.IPSet, len(results))
+func IPSets(results []netlink.IPSetResult) map[string]xtables.IPSet {
+	out := make(map[string]xtables.IPSet, len(results))
 	for i := range results {
 		r := &results[i]
 		if !modelled(r.TypeName) {
 			continue
 		}
-		set := iptables.IPSet{Type: r.TypeName, Members: make([]string, 0, len(r.Entries))}
+		set := xtables.IPSet{Type: r.TypeName, Members: make([]string, 0, len(r.Entries))}
 		ok := true
 		for j := range r.Entries {
 			m, known := member(r.TypeName, &r.Entries[j])

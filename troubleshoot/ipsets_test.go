@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 )
 
@@ -24,7 +24,7 @@ func TestIPSets(t *testing.T) {
 		{SetName: "PORTS", TypeName: "bitmap:port"},
 		{SetName: "ICMP", TypeName: "hash:ip,port", Entries: []netlink.IPSetEntry{{IP: net.ParseIP("1.2.3.4"), Protocol: u8(1), Port: u16(0)}}},
 	})
-	want := map[string]iptables.IPSet{
+	want := map[string]xtables.IPSet{
 		"A":     {Type: "hash:ip,port", Members: []string{"172.30.0.10,tcp:80", "172.30.0.11,udp:53"}},
 		"B":     {Type: "hash:net", Members: []string{"10.0.0.0/8", "10.1.0.1"}},
 		"C":     {Type: "hash:ip,port,net", Members: []string{"fd00::10,sctp:9,fd00:1::/64"}},

@@ -8,10 +8,10 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
 	"github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
@@ -20,20 +20,20 @@ import (
 // mangle rules iptables-save listed, the proxy's and everyone else's, so
 // that another program's rule that decides first is seen.
 type IPTables struct {
-	Rules *iptables.Ruleset
+	Rules *xtables.Ruleset
 	// NodeIPs are the node's addresses, which count as local with
 	// loopback; State.Node.IPs.
 	NodeIPs []netip.Addr
 	// Skipped are the listed rules Rules lacks because the iptables
-	// package does not model them (iptables.ParseSave); a trace may miss
+	// package does not model them (xtables.ParseSave); a trace may miss
 	// what they do.
-	Skipped []iptables.SkippedRule
+	Skipped []xtables.SkippedRule
 }
 
 // NewIPTables reads iptables-save output (nat, filter and mangle; other
 // tables are ignored) of one family.
 func NewIPTables(save []byte, nodeIPs []netip.Addr) *IPTables {
-	rs, skipped := iptables.ParseSave(save)
+	rs, skipped := xtables.ParseSave(save)
 	return &IPTables{Rules: rs, NodeIPs: nodeIPs, Skipped: skipped}
 }
 

@@ -11,8 +11,8 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -23,12 +23,12 @@ type ipvsFakes struct {
 	dp     *ipvs.Dataplane
 	ipvs   *ipvs.FakeIPVS
 	nl     *ipvs.FakeNetlink
-	runner *iptables.FakeRunner
+	runner *xtables.FakeRunner
 }
 
 func programmedIPVS(t *testing.T, s *dataplane.State) ipvsFakes {
 	t.Helper()
-	f := ipvsFakes{ipvs: ipvs.NewFakeIPVS(), nl: ipvs.NewFakeNetlink(), runner: iptables.NewFakeRunner()}
+	f := ipvsFakes{ipvs: ipvs.NewFakeIPVS(), nl: ipvs.NewFakeNetlink(), runner: xtables.NewFakeRunner()}
 	// The kernel holds the node's addresses, which node ports follow.
 	f.nl.SetLinkAddrs("eth0", s.Node.IPs...)
 	d, err := ipvs.New(ipvs.Config{IPVS: f.ipvs, Netlink: f.nl, Runner: f.runner})
@@ -52,7 +52,7 @@ func vsOf(addr string) *mobyipvs.Service {
 // someone with iptables-restore would.
 func restoreIn(in string) func(*testing.T, ipvsFakes) {
 	return func(t *testing.T, f ipvsFakes) {
-		if err := f.runner.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
+		if err := f.runner.Restore(t.Context(), xtables.RestoreBytes(in)); err != nil {
 			t.Fatal(err)
 		}
 	}

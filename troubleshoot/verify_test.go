@@ -12,6 +12,7 @@ import (
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -19,7 +20,7 @@ import (
 // tables as iptables-save would list them.
 func programmed(t *testing.T, s *dataplane.State) string {
 	t.Helper()
-	fake := iptables.NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	d, err := iptables.New(iptables.Config{Runner: fake})
 	if err != nil {
 		t.Fatal(err)

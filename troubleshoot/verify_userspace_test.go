@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/proxykit/proxykit/dataplane"
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -26,7 +26,7 @@ import (
 func redirected(t *testing.T, s *dataplane.State) string {
 	t.Helper()
 	netns.Require(t)
-	fake := iptables.NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	d, err := userspace.New(userspace.Config{Redirect: &userspace.RedirectConfig{Runner: fake, Routing: &userspace.FakePolicyRouting{}}, Logger: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -165,7 +166,7 @@ func TestRenderWorkersSameRules(t *testing.T) {
 			t.Errorf("%d workers: skips (-one worker +these):\n%s", workers, diff)
 		}
 	}
-	if _, err := New(Config{RenderWorkers: -1, Runner: NewFakeRunner()}); err == nil {
+	if _, err := New(Config{RenderWorkers: -1, Runner: xtables.NewFakeRunner()}); err == nil {
 		t.Error("New accepted RenderWorkers -1")
 	}
 }
@@ -188,7 +189,7 @@ func FuzzRender(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := NewRuleset().Apply(out); err != nil {
+		if err := xtables.NewRuleset().Apply(out); err != nil {
 			t.Fatal(err)
 		}
 	})

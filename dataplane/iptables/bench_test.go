@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 
 	"github.com/proxykit/proxykit/dataplane"
@@ -159,7 +160,7 @@ func kernelBench(b *testing.B) *nsDataplane {
 	node := netns.New(b, "bench")
 	var d *Dataplane
 	if err := node.Do(func() error {
-		r, err := NewExecRunner(ExecConfig{Variant: benchVariant()})
+		r, err := xtables.NewExecRunner(xtables.ExecConfig{Variant: benchVariant()})
 		if err != nil {
 			return err
 		}
@@ -332,7 +333,7 @@ func BenchmarkReconcileModel(b *testing.B) {
 	for _, size := range benchSizes {
 		b.Run(size.name, func(b *testing.B) {
 			_, st := benchBuilder(size.services, size.endpoints)
-			fake := NewFakeRunner()
+			fake := xtables.NewFakeRunner()
 			d, err := New(Config{Runner: fake, Logger: logr.Discard()})
 			if err != nil {
 				b.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 // ownedChains returns the chains of table that belong to the prefix, as
@@ -63,7 +65,7 @@ func (d *Dataplane) deleteOwnedChains(ctx context.Context, table string, save []
 		b.line("-X ", c)
 	}
 	b.line("COMMIT")
-	if err := d.runner.Restore(ctx, RestoreBytes(b.Bytes())); err != nil {
+	if err := d.runner.Restore(ctx, xtables.RestoreBytes(b.Bytes())); err != nil {
 		return fmt.Errorf("cleanup %s: %w", table, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/fanout"
 	v1 "k8s.io/api/core/v1"
 )
@@ -35,7 +36,7 @@ type Config struct {
 	// Runner is the dataplane's door to iptables; nil means an ExecRunner
 	// for Family. A FakeRunner is the way to run without a kernel: it
 	// simulates one, records every restore input and can print them.
-	Runner Runner
+	Runner xtables.Runner
 	// Sysctl reads nf_conntrack_tcp_be_liberal and sets route_localnet
 	// for localhost node ports. nil means the real /proc/sys (of the
 	// calling thread's network namespace), except with a FakeRunner,
@@ -66,7 +67,7 @@ type Dataplane struct {
 	mark    string
 	ipv6    bool
 	log     logr.Logger
-	runner  Runner
+	runner  xtables.Runner
 	metrics *metrics
 	// workers is Config.RenderWorkers resolved.
 	workers int
@@ -133,7 +134,7 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	d.runner, d.sysctl = cfg.Runner, cfg.Sysctl
 	if d.runner == nil {
-		r, err := NewExecRunner(ExecConfig{Family: cfg.Family})
+		r, err := xtables.NewExecRunner(xtables.ExecConfig{Family: cfg.Family})
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +142,7 @@ func New(cfg Config) (*Dataplane, error) {
 		d.runner = r
 	}
 	if d.sysctl == nil {
-		if _, fake := d.runner.(*FakeRunner); fake {
+		if _, fake := d.runner.(*xtables.FakeRunner); fake {
 			d.sysctl = sysctl.NewFake(nil)
 		} else {
 			d.sysctl = sysctl.Proc{}

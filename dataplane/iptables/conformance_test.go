@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 // fakeHarness runs the dataplane against a FakeRunner and traces packets
@@ -15,12 +16,12 @@ import (
 type fakeHarness struct {
 	// dp is created by the first Sync, for the State's family.
 	dp      *Dataplane
-	fake    *FakeRunner
+	fake    *xtables.FakeRunner
 	nodeIPs []netip.Addr
 }
 
 func newFakeHarness(testing.TB) *fakeHarness {
-	return &fakeHarness{fake: NewFakeRunner()}
+	return &fakeHarness{fake: xtables.NewFakeRunner()}
 }
 
 func (h *fakeHarness) Name() string { return "iptables" }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 // disturb changes, through r, what a Dataplane with the default prefix
@@ -14,7 +15,7 @@ import (
 //     PK-SERVICES);
 //   - AddForeign puts a RETURN at the top of nat PK-SERVICES, so that no
 //     service is translated.
-func disturb(ctx context.Context, r Runner, d dataplanetest.Disturbance) error {
+func disturb(ctx context.Context, r xtables.Runner, d dataplanetest.Disturbance) error {
 	var in string
 	switch d {
 	case dataplanetest.FlushAll:
@@ -37,7 +38,7 @@ func disturb(ctx context.Context, r Runner, d dataplanetest.Disturbance) error {
 	default:
 		return dataplanetest.ErrCannotDisturb
 	}
-	return r.Restore(ctx, RestoreBytes(in))
+	return r.Restore(ctx, xtables.RestoreBytes(in))
 }
 
 func mustNames() chainNames {

@@ -9,6 +9,7 @@ import (
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -29,7 +30,7 @@ func Example() {
 			name: {{Addr: netip.MustParseAddrPort("10.244.1.5:8080"), EndpointInfo: affinity.EndpointInfo{Ready: true, Serving: true}}},
 		}),
 	}
-	dp, err := iptables.New(iptables.Config{Runner: iptables.NewFakeRunner(), Logger: logr.Discard()})
+	dp, err := iptables.New(iptables.Config{Runner: xtables.NewFakeRunner(), Logger: logr.Discard()})
 	if err != nil {
 		panic(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/internal/fanout"
 	"github.com/proxykit/proxykit/internal/logtext"
@@ -194,7 +195,7 @@ func (d *Dataplane) nodePortJumps(v *view) []string {
 // deletes the stale chains and inserts jumps. ports are the service ports
 // whose own chains it writes: all of prog's, or none for the fixed and
 // shared chains alone.
-func (d *Dataplane) writeFull(b *stream, prog *programmed, ports []keyed, stale []string, jumps []Jump) {
+func (d *Dataplane) writeFull(b *stream, prog *programmed, ports []keyed, stale []string, jumps []xtables.Jump) {
 	n := d.names
 	b.line("*filter")
 	for _, c := range []string{n.services, n.externalServices, n.forward, n.nodePorts, n.proxyFirewall, n.firewall, n.canary} {
@@ -282,7 +283,7 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 	// Jumps the listing lacks go into the restore itself: an iptables
 	// command per jump would read the whole, now full, table each time.
 	// Only where the table could not be listed is each one checked.
-	var inRestore, checked []Jump
+	var inRestore, checked []xtables.Jump
 	for _, j := range d.jumps() {
 		switch l := saves[j.Table]; {
 		case l == nil:
@@ -360,7 +361,7 @@ func (d *Dataplane) staleChains(nat *listing, prog *programmed) []string {
 // writeJumps inserts the jumps of table at the top of their built-in
 // chains, in order, so that the last ends up first (as kube-proxy orders
 // them).
-func writeJumps(b interface{ line(...string) }, table string, jumps []Jump) {
+func writeJumps(b interface{ line(...string) }, table string, jumps []xtables.Jump) {
 	for _, j := range jumps {
 		if j.Table == table {
 			b.line("-I ", j.Chain, " 1 ", joinRule(j.Rule))
@@ -377,7 +378,7 @@ const nftSlowEndpoints = 5000
 // warnSlowBackend says once, at the first full sync that is large enough,
 // that the nft backend of iptables will be slow.
 func (d *Dataplane) warnSlowBackend(prog *programmed) {
-	r, ok := d.runner.(*ExecRunner)
+	r, ok := d.runner.(interface{ Backend() string })
 	if d.warnedSlow || !ok || r.Backend() != "nft" || prog.endpoints < nftSlowEndpoints {
 		return
 	}
@@ -388,7 +389,7 @@ func (d *Dataplane) warnSlowBackend(prog *programmed) {
 
 // countTimeout counts a restore killed at its deadline.
 func (d *Dataplane) countTimeout(err error) {
-	var re *RestoreError
+	var re *xtables.RestoreError
 	if errors.As(err, &re) && re.Timeout > 0 {
 		d.metrics.restoreTimeouts.Inc()
 	}
@@ -400,7 +401,7 @@ type fullInput struct {
 	d     *Dataplane
 	prog  *programmed
 	stale []string
-	jumps []Jump
+	jumps []xtables.Jump
 	// size and written are what WriteTo writes: its length and the own
 	// rules per table.
 	size    int
@@ -409,7 +410,7 @@ type fullInput struct {
 
 // fullInput returns the input that replaces every chain of prog, deletes
 // the stale chains and inserts jumps, having measured it.
-func (d *Dataplane) fullInput(prog *programmed, stale []string, jumps []Jump) *fullInput {
+func (d *Dataplane) fullInput(prog *programmed, stale []string, jumps []xtables.Jump) *fullInput {
 	in := &fullInput{d: d, prog: prog, stale: stale, jumps: jumps}
 	count := newStream(nil, d.names.canary)
 	d.writeFull(count, prog, prog.sortedPorts(), stale, jumps)

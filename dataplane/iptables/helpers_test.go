@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -179,9 +180,9 @@ func genPacket(r *rand.Rand, nsvc int) dataplane.Packet {
 }
 
 // newFake returns a Dataplane on a FakeRunner.
-func newFake(t testing.TB, cfg Config) (*Dataplane, *FakeRunner) {
+func newFake(t testing.TB, cfg Config) (*Dataplane, *xtables.FakeRunner) {
 	t.Helper()
-	fake := NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	cfg.Runner = fake
 	if cfg.Logger.GetSink() == nil {
 		cfg.Logger = logr.Discard()
@@ -203,7 +204,7 @@ func freshTables(t testing.TB, cfg Config, s *dataplane.State) string {
 	return dump(fake)
 }
 
-func dump(f *FakeRunner) string {
+func dump(f *xtables.FakeRunner) string {
 	rs := f.Ruleset()
 	return string(rs.Save("filter")) + string(rs.Save("nat"))
 }
@@ -227,13 +228,13 @@ func forceFull(d *Dataplane) {
 // for benchmarks of the rendering alone.
 type discardRunner struct{}
 
-func (discardRunner) Restore(_ context.Context, in RestoreInput) error {
+func (discardRunner) Restore(_ context.Context, in xtables.RestoreInput) error {
 	_, err := in.WriteTo(io.Discard)
 	return err
 }
-func (discardRunner) Save(context.Context, string) ([]byte, error) { return nil, nil }
-func (discardRunner) EnsureJump(context.Context, Jump) error       { return nil }
-func (discardRunner) DeleteJump(context.Context, Jump) error       { return nil }
+func (discardRunner) Save(context.Context, string) ([]byte, error)   { return nil, nil }
+func (discardRunner) EnsureJump(context.Context, xtables.Jump) error { return nil }
+func (discardRunner) DeleteJump(context.Context, xtables.Jump) error { return nil }
 func (discardRunner) ListChain(context.Context, string, string) ([]string, bool, error) {
 	return nil, false, nil
 }

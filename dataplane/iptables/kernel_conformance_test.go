@@ -10,6 +10,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest/kerneltest"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 	v1 "k8s.io/api/core/v1"
 )
@@ -35,11 +36,11 @@ func kernelConformance(t *testing.T, n kerneltest.PodNetwork) {
 		// Scenarios have namespaces of their own; most of their time is
 		// spent waiting for connections a verdict drops.
 		t.Parallel()
-		var runner *ExecRunner
+		var runner *xtables.ExecRunner
 		return kerneltest.New(t, kerneltest.Config{
 			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
-				r, err := NewExecRunner(ExecConfig{Family: family})
+				r, err := xtables.NewExecRunner(xtables.ExecConfig{Family: family})
 				if err != nil {
 					return nil, err
 				}

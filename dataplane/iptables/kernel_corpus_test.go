@@ -136,7 +136,7 @@ func sliceService(nn types.NamespacedName, n int, ports []discovery.EndpointPort
 			if p.Protocol != nil {
 				proto = *p.Protocol
 			}
-			if p.Name == nil || !knownProto(proto) || seen[*p.Name+"/"+string(proto)] {
+			if p.Name == nil || !slices.Contains([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}, proto) || seen[*p.Name+"/"+string(proto)] {
 				continue
 			}
 			seen[*p.Name+"/"+string(proto)] = true

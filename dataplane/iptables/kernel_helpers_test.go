@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 	v1 "k8s.io/api/core/v1"
 )
@@ -37,8 +38,8 @@ func newNSDataplane(t *testing.T, ns *netns.NS, cfg Config) *nsDataplane {
 	var d *Dataplane
 	if err := ns.Do(func() (err error) {
 		if cfg.Runner == nil {
-			var r *ExecRunner
-			if r, err = NewExecRunner(ExecConfig{Family: cfg.Family}); err != nil {
+			var r *xtables.ExecRunner
+			if r, err = xtables.NewExecRunner(xtables.ExecConfig{Family: cfg.Family}); err != nil {
 				return err
 			}
 			cfg.Runner = r

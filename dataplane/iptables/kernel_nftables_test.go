@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/internal/netns"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -89,9 +90,9 @@ func TestKernelCleanupNFTables(t *testing.T) {
 			for _, cmd := range tt.before {
 				ns.MustRun(cmd[0], cmd[1:]...)
 			}
-			var r *ExecRunner
+			var r *xtables.ExecRunner
 			if err := ns.Do(func() (err error) {
-				r, err = NewExecRunner(ExecConfig{Family: tt.family, Variant: "nft"})
+				r, err = xtables.NewExecRunner(xtables.ExecConfig{Family: tt.family, Variant: "nft"})
 				return err
 			}); err != nil {
 				t.Fatal(err)

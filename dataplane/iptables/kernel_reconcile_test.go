@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 )
 
@@ -96,11 +97,11 @@ func TestKernelReconcileRepairs(t *testing.T) {
 	}
 }
 
-func mustRunner(t *testing.T, ns *netns.NS, variant string) Runner {
+func mustRunner(t *testing.T, ns *netns.NS, variant string) xtables.Runner {
 	t.Helper()
-	var r *ExecRunner
+	var r *xtables.ExecRunner
 	if err := ns.Do(func() (err error) {
-		r, err = NewExecRunner(ExecConfig{Variant: variant})
+		r, err = xtables.NewExecRunner(xtables.ExecConfig{Variant: variant})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -114,9 +115,9 @@ func mustRunner(t *testing.T, ns *netns.NS, variant string) Runner {
 func TestKernelRestoreDeadline(t *testing.T) {
 	netns.Require(t, "iptables-restore", "iptables-save", "iptables")
 	node := netns.New(t, "deadline")
-	var r *ExecRunner
+	var r *xtables.ExecRunner
 	if err := node.Do(func() (err error) {
-		r, err = NewExecRunner(ExecConfig{RestoreTimeout: func(int) time.Duration { return time.Nanosecond }})
+		r, err = xtables.NewExecRunner(xtables.ExecConfig{RestoreTimeout: func(int) time.Duration { return time.Nanosecond }})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -124,9 +125,9 @@ func TestKernelRestoreDeadline(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	dp := newNSDataplane(t, node, Config{Runner: r, Registerer: reg})
 	err := dp.Sync(t.Context(), oneServiceState())
-	var re *RestoreError
+	var re *xtables.RestoreError
 	if !errors.As(err, &re) || re.Timeout != time.Nanosecond || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Sync = %v, want a RestoreError with Timeout 1ns", err)
+		t.Fatalf("Sync = %v, want a xtables.RestoreError with Timeout 1ns", err)
 	}
 	if !strings.Contains(err.Error(), "did not finish within 1ns") {
 		t.Errorf("error %q does not say what happened", err)

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -47,17 +49,18 @@ func TestKernelIPv6ClusterIP(t *testing.T) {
 // corruptRunner passes restores through, appending a line the kernel
 // rejects while armed.
 type corruptRunner struct {
-	Runner
+	xtables.Runner
 	armed bool
 }
 
-func (r *corruptRunner) Restore(ctx context.Context, in RestoreInput) error {
+func (r *corruptRunner) Restore(ctx context.Context, in xtables.RestoreInput) error {
 	if r.armed {
-		data, err := readAll(in)
-		if err != nil {
+		var buf bytes.Buffer
+		if _, err := in.WriteTo(&buf); err != nil {
 			return err
 		}
-		in = RestoreBytes(append(slices.Clone(data[:len(data)-len("COMMIT\n")]), []byte("-A PK-SERVICES -j PK-NO-SUCH-CHAIN\nCOMMIT\n")...))
+		data := buf.Bytes()
+		in = xtables.RestoreBytes(append(slices.Clone(data[:len(data)-len("COMMIT\n")]), []byte("-A PK-SERVICES -j PK-NO-SUCH-CHAIN\nCOMMIT\n")...))
 	}
 	return r.Runner.Restore(ctx, in)
 }
@@ -73,7 +76,7 @@ func TestKernelRejectedRestore(t *testing.T) {
 	c.service(l, "web", "172.30.0.10", 0, nil, dataplanetest.ReadyEndpoint(l.pod1IP, ""))
 	var cr *corruptRunner
 	if err := l.node.Do(func() error {
-		r, err := NewExecRunner(ExecConfig{})
+		r, err := xtables.NewExecRunner(xtables.ExecConfig{})
 		cr = &corruptRunner{Runner: r}
 		return err
 	}); err != nil {
@@ -89,9 +92,9 @@ func TestKernelRejectedRestore(t *testing.T) {
 	cr.armed = true
 	c.setEndpoints("web", dataplanetest.ReadyEndpoint(l.pod2IP, ""))
 	err := dp.Sync(ctx, c.build())
-	var re *RestoreError
+	var re *xtables.RestoreError
 	if !errors.As(err, &re) || !re.Partial || re.Line == 0 || !strings.Contains(strings.Join(re.Context, "\n"), "PK-NO-SUCH-CHAIN") {
-		t.Fatalf("Sync = %#v, want a partial *RestoreError pointing at the bad line", err)
+		t.Fatalf("Sync = %#v, want a partial *xtables.RestoreError pointing at the bad line", err)
 	}
 	if diff := cmpDiff(before, kernelRules(t, l.node, false)); diff != "" {
 		t.Errorf("the rejected restore changed the kernel:\n%s", diff)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
@@ -126,22 +127,22 @@ COMMIT
 )
 
 // restored returns a FakeRunner that restored input.
-func restored(t *testing.T, input string) *FakeRunner {
+func restored(t *testing.T, input string) *xtables.FakeRunner {
 	t.Helper()
-	fake := NewFakeRunner()
-	if err := fake.Restore(t.Context(), RestoreBytes(input)); err != nil {
+	fake := xtables.NewFakeRunner()
+	if err := fake.Restore(t.Context(), xtables.RestoreBytes(input)); err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
 	return fake
 }
 
 // chainKeys returns the Keys of every rule of table, by chain.
-func chainKeys(t *testing.T, rs *Ruleset, table string) map[string][]string {
+func chainKeys(t *testing.T, rs *xtables.Ruleset, table string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	for _, c := range rs.Chains(table) {
 		for _, text := range rs.Rules(table, c) {
-			k, ok := ruleKey(text)
+			k, ok := xtables.RuleKey(text)
 			if !ok {
 				t.Fatalf("cannot parse %s %s: %s", table, c, text)
 			}
@@ -182,15 +183,15 @@ func TestMangleRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			again, skipped := ParseSave(out)
+			again, skipped := xtables.ParseSave(out)
 			if len(skipped) > 0 {
 				t.Fatalf("Save's listing: skipped %v", skipped)
 			}
 			if diff := cmp.Diff(string(out), string(again.Save("mangle"))); diff != "" {
-				t.Errorf("Save, ParseSave, Save (-first +second):\n%s", diff)
+				t.Errorf("Save, xtables.ParseSave, Save (-first +second):\n%s", diff)
 			}
 
-			listed, skipped := ParseSave([]byte(tc.saved))
+			listed, skipped := xtables.ParseSave([]byte(tc.saved))
 			if len(skipped) > 0 {
 				t.Fatalf("iptables-save's listing: skipped %v", skipped)
 			}
@@ -212,44 +213,44 @@ func TestTproxyRejected(t *testing.T) {
 	const cip = "-d 10.96.0.10/32 "
 	for _, tc := range []struct {
 		name, input string
-		want        *ParseError
+		want        *xtables.ParseError
 	}{
 		{"no -p", mangle("-A X " + cip + "-j TPROXY --on-port 1"),
-			&ParseError{Line: 3, Msg: "TPROXY needs -p tcp or -p udp"}},
+			&xtables.ParseError{Line: 3, Msg: "TPROXY needs -p tcp or -p udp"}},
 		{"-p sctp", mangle("-A X " + cip + "-p sctp -j TPROXY --on-port 1"),
-			&ParseError{Line: 3, Msg: "TPROXY needs -p tcp or -p udp"}},
+			&xtables.ParseError{Line: 3, Msg: "TPROXY needs -p tcp or -p udp"}},
 		{"no --on-port", mangle("-A X " + cip + "-p tcp -j TPROXY --on-ip 0.0.0.0"),
-			&ParseError{Line: 3, Msg: "TPROXY needs --on-port"}},
+			&xtables.ParseError{Line: 3, Msg: "TPROXY needs --on-port"}},
 		{"port out of range", mangle("-A X " + cip + "-p tcp -j TPROXY --on-port 65536"),
-			&ParseError{Line: 3, Msg: `bad --on-port "65536": strconv.ParseUint: parsing "65536": value out of range`}},
+			&xtables.ParseError{Line: 3, Msg: `bad --on-port "65536": strconv.ParseUint: parsing "65536": value out of range`}},
 		{"bad address", mangle("-A X " + cip + "-p tcp -j TPROXY --on-port 1 --on-ip 10.0.0.300"),
-			&ParseError{Line: 3, Msg: `bad --on-ip "10.0.0.300": ParseAddr("10.0.0.300"): IPv4 field has value >255`}},
+			&xtables.ParseError{Line: 3, Msg: `bad --on-ip "10.0.0.300": ParseAddr("10.0.0.300"): IPv4 field has value >255`}},
 		{"address of the other family", mangle("-A X " + cip + "-p tcp -j TPROXY --on-port 1 --on-ip ::"),
-			&ParseError{Line: 3, Msg: "--on-ip :: is not of the rule's family"}},
+			&xtables.ParseError{Line: 3, Msg: "--on-ip :: is not of the rule's family"}},
 		{"bad mark", mangle("-A X " + cip + "-p tcp -j TPROXY --on-port 1 --tproxy-mark 0x1/x"),
-			&ParseError{Line: 3, Msg: `bad --tproxy-mark "0x1/x": strconv.ParseUint: parsing "x": invalid syntax`}},
+			&xtables.ParseError{Line: 3, Msg: `bad --tproxy-mark "0x1/x": strconv.ParseUint: parsing "x": invalid syntax`}},
 		{"--on-port on another target", mangle("-A X " + cip + "-p tcp -j ACCEPT --on-port 1"),
-			&ParseError{Line: 3, Msg: "only TPROXY takes --on-port, --on-ip and --tproxy-mark"}},
+			&xtables.ParseError{Line: 3, Msg: "only TPROXY takes --on-port, --on-ip and --tproxy-mark"}},
 		{"--tproxy-mark on MARK", mangle("-A X -j MARK --or-mark 0x1 --tproxy-mark 0x1"),
-			&ParseError{Line: 3, Msg: "only TPROXY takes --on-port, --on-ip and --tproxy-mark"}},
+			&xtables.ParseError{Line: 3, Msg: "only TPROXY takes --on-port, --on-ip and --tproxy-mark"}},
 		{"in nat", "*nat\n-A PREROUTING " + cip + "-p tcp -j TPROXY --on-port 1\nCOMMIT\n",
-			&ParseError{Line: 2, Msg: "TPROXY is only valid in the mangle table, not nat"}},
+			&xtables.ParseError{Line: 2, Msg: "TPROXY is only valid in the mangle table, not nat"}},
 		{"in filter", "*filter\n-A INPUT " + cip + "-p tcp -j TPROXY --on-port 1\nCOMMIT\n",
-			&ParseError{Line: 2, Msg: "TPROXY is only valid in the mangle table, not filter"}},
+			&xtables.ParseError{Line: 2, Msg: "TPROXY is only valid in the mangle table, not filter"}},
 		{"from OUTPUT", mangle("-A OUTPUT -j X", "-A X "+cip+"-p tcp -j TPROXY --on-port 1"),
-			&ParseError{Line: 5, Msg: "TPROXY in X is reached from OUTPUT; it is only valid from PREROUTING"}},
+			&xtables.ParseError{Line: 5, Msg: "TPROXY in X is reached from OUTPUT; it is only valid from PREROUTING"}},
 		{"in INPUT", mangle("-A INPUT " + cip + "-p udp -j TPROXY --on-port 1"),
-			&ParseError{Line: 4, Msg: "TPROXY in INPUT is reached from INPUT; it is only valid from PREROUTING"}},
+			&xtables.ParseError{Line: 4, Msg: "TPROXY in INPUT is reached from INPUT; it is only valid from PREROUTING"}},
 		{"DNAT to port 0", "*nat\n-A PREROUTING -p tcp -j DNAT --to-destination :0\nCOMMIT\n",
-			&ParseError{Line: 2, Msg: `bad port in --to-destination ":0"`}},
+			&xtables.ParseError{Line: 2, Msg: `bad port in --to-destination ":0"`}},
 		{"DNAT to no port", "*nat\n-A PREROUTING -p tcp -j DNAT --to-destination :\nCOMMIT\n",
-			&ParseError{Line: 2, Msg: `bad port in --to-destination ":"`}},
+			&xtables.ParseError{Line: 2, Msg: `bad port in --to-destination ":"`}},
 		{"negated protocol", mangle("-A X " + cip + "! -p tcp -j TPROXY --on-port 1"),
-			&ParseError{Line: 3, Msg: "-p cannot be negated"}},
+			&xtables.ParseError{Line: 3, Msg: "-p cannot be negated"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := NewRuleset().Apply([]byte(tc.input))
-			var got *ParseError
+			err := xtables.NewRuleset().Apply([]byte(tc.input))
+			var got *xtables.ParseError
 			if !errors.As(err, &got) {
 				t.Fatalf("Apply: %v, want %v", err, tc.want)
 			}

@@ -9,12 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
 // ownRules counts the rules in the fake kernel's chains of the default
 // prefix, per table: what the rules gauge must say.
-func ownRules(fake *FakeRunner) map[string]float64 {
+func ownRules(fake *xtables.FakeRunner) map[string]float64 {
 	out := map[string]float64{}
 	rs := fake.Ruleset()
 	for _, table := range tableNames {
@@ -42,7 +43,7 @@ func gauges(g [numTables]prometheus.Gauge) map[string]float64 {
 func TestMetricsCountRules(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	d, fake := newFake(t, Config{Registerer: reg})
-	if _, err := New(Config{Family: v1.IPv6Protocol, Runner: NewFakeRunner(), Registerer: reg}); err != nil {
+	if _, err := New(Config{Family: v1.IPv6Protocol, Runner: xtables.NewFakeRunner(), Registerer: reg}); err != nil {
 		t.Fatalf("a second family's Dataplane on the same Registerer: %v", err)
 	}
 	ctx := t.Context()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"sigs.k8s.io/knftables"
 )
 
@@ -36,7 +37,7 @@ import (
 // ExecRunner reaches the kernel of the calling thread, as nft does; other
 // Runners are left alone.
 func (d *Dataplane) removeEmptyNFTables(ctx context.Context, table string, save []byte) error {
-	if _, ok := d.runner.(*ExecRunner); !ok || !nfTablesBackend(save) {
+	if _, ok := d.runner.(*xtables.ExecRunner); !ok || !nfTablesBackend(save) {
 		return nil
 	}
 	family := knftables.IPv4Family

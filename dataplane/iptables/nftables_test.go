@@ -126,7 +126,7 @@ func TestSaveHeader(t *testing.T) {
 			policies: map[string]string{"PREROUTING": "ACCEPT"},
 		},
 		{
-			name:     "no header, as FakeRunner writes",
+			name:     "no header, as a FakeRunner writes",
 			save:     "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -m comment --comment \"(nf_tables)\" -j RETURN\nCOMMIT\n",
 			policies: map[string]string{"PREROUTING": "ACCEPT"},
 		},

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -100,10 +101,10 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 		b.line("COMMIT")
 	}
 	if b.Len() > 0 {
-		if err := d.runner.Restore(ctx, RestoreBytes(b.Bytes())); err != nil {
+		if err := d.runner.Restore(ctx, xtables.RestoreBytes(b.Bytes())); err != nil {
 			d.metrics.partialRestoreFailures.Inc()
 			d.countTimeout(err)
-			if re, ok := err.(*RestoreError); ok {
+			if re, ok := err.(*xtables.RestoreError); ok {
 				re.Partial = true
 			}
 			return false, fmt.Errorf("partial sync: %w", err)

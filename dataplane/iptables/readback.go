@@ -3,6 +3,8 @@ package iptables
 import (
 	"bytes"
 	"strings"
+
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 // canaryRule is the one rule of each table's canary chain. A chain alone
@@ -74,35 +76,20 @@ func (l *listing) has(chain string) bool {
 // hasJump reports whether the listing holds j, compared by what the rule
 // does rather than how it is spelled. A nil listing holds nothing, which
 // only costs a check.
-func (l *listing) hasJump(j Jump) bool {
+func (l *listing) hasJump(j xtables.Jump) bool {
 	if l == nil {
 		return false
 	}
-	want, err := parseRule(j.Rule)
-	if err != nil {
+	key, ok := j.Key()
+	if !ok {
 		return false
 	}
-	key := want.Key()
 	for _, text := range l.rules[j.Chain] {
-		if k, ok := ruleKey(text); ok && k == key {
+		if k, ok := xtables.RuleKey(text); ok && k == key {
 			return true
 		}
 	}
 	return false
-}
-
-// ruleKey parses the text of one rule and returns its Key; ok is false for
-// a rule this package does not understand (it cannot be one of ours).
-func ruleKey(text string) (string, bool) {
-	words, err := splitWords(text)
-	if err != nil {
-		return "", false
-	}
-	r, err := parseRule(words)
-	if err != nil {
-		return "", false
-	}
-	return r.Key(), true
 }
 
 // owned reports whether chain of table belongs to the prefix: a fixed

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 // Reconcile implements dataplane.Reconciler. It lists the nat and filter
@@ -90,7 +91,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 				stale = append(stale, c)
 			}
 		}
-		var jumps []Jump
+		var jumps []xtables.Jump
 		for _, j := range d.jumps() {
 			if j.Table == table && !got.hasJump(j) {
 				repaired = append(repaired, table+" chain "+j.Chain+": jump to "+j.Rule[len(j.Rule)-1]+" missing")
@@ -102,7 +103,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		}
 	}
 	if repair.Len() > 0 {
-		if err := d.runner.Restore(ctx, RestoreBytes(repair.Bytes())); err != nil {
+		if err := d.runner.Restore(ctx, xtables.RestoreBytes(repair.Bytes())); err != nil {
 			d.metrics.repairRestoreFailures.Inc()
 			d.countTimeout(err)
 			d.prog = nil
@@ -203,8 +204,8 @@ func compareRule(i int, want, got string) string {
 	if want == got {
 		return ""
 	}
-	w, _ := ruleKey(want)
-	if g, ok := ruleKey(got); !ok || g != w {
+	w, _ := xtables.RuleKey(want)
+	if g, ok := xtables.RuleKey(got); !ok || g != w {
 		return "rule " + strconv.Itoa(i+1) + " changed"
 	}
 	return ""
@@ -212,7 +213,7 @@ func compareRule(i int, want, got string) string {
 
 // writeRepair writes the restore section that rewrites the chains fix of
 // table as want has them, deletes the chains stale and inserts jumps.
-func writeRepair(b *writer, table string, want *wanted, fix, stale []string, jumps []Jump) {
+func writeRepair(b *writer, table string, want *wanted, fix, stale []string, jumps []xtables.Jump) {
 	b.line("*", table)
 	for _, c := range slices.Concat(fix, stale) {
 		b.line(":", c, " - [0:0]")

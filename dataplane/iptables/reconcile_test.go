@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -35,7 +36,7 @@ func oneServiceState() *dataplane.State {
 }
 
 // chainOfKind returns the first nat chain named prefix+kind.
-func chainOfKind(t *testing.T, fake *FakeRunner, kind string) string {
+func chainOfKind(t *testing.T, fake *xtables.FakeRunner, kind string) string {
 	t.Helper()
 	for _, c := range fake.Ruleset().Chains("nat") {
 		if strings.HasPrefix(c, DefaultChainPrefix+kind) {
@@ -121,7 +122,7 @@ func TestReconcile(t *testing.T) {
 				t.Fatalf("Reconcile after Sync = %v, %v", drift, err)
 			}
 			if tc.disturb != "" {
-				if err := fake.Restore(ctx, RestoreBytes(name.Replace(tc.disturb))); err != nil {
+				if err := fake.Restore(ctx, xtables.RestoreBytes(name.Replace(tc.disturb))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -159,7 +160,7 @@ func TestReconcile(t *testing.T) {
 }
 
 // failingSave fails every Save.
-type failingSave struct{ *FakeRunner }
+type failingSave struct{ *xtables.FakeRunner }
 
 func (failingSave) Save(context.Context, string) ([]byte, error) {
 	return nil, errors.New("iptables-save: lock held")
@@ -260,7 +261,7 @@ func TestWarnSlowBackend(t *testing.T) {
 		var lines []string
 		log := funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{})
 		d, _ := newFake(t, Config{Logger: log})
-		d.runner = &ExecRunner{backend: tc.backend}
+		d.runner = backendRunner{xtables.NewFakeRunner(), tc.backend}
 		for range 2 {
 			d.warnSlowBackend(&programmed{endpoints: tc.endpoints})
 		}
@@ -367,3 +368,11 @@ func ownChainLines(data []byte) string {
 	}
 	return b.String()
 }
+
+// backendRunner is a FakeRunner that says which iptables backend it runs.
+type backendRunner struct {
+	*xtables.FakeRunner
+	backend string
+}
+
+func (r backendRunner) Backend() string { return r.backend }

@@ -10,6 +10,7 @@ import (
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -17,7 +18,7 @@ import (
 
 // saved returns the fake kernel's nat and filter tables as iptables-save
 // prints them, with extra lines inserted after each table's header.
-func saved(t *testing.T, fake *FakeRunner, extra map[string][]string) []byte {
+func saved(t *testing.T, fake *xtables.FakeRunner, extra map[string][]string) []byte {
 	t.Helper()
 	var b strings.Builder
 	for _, table := range []string{"nat", "filter"} {
@@ -50,7 +51,7 @@ func TestParseSaveTracesAsLookup(t *testing.T) {
 		if err := d.Sync(t.Context(), s); err != nil {
 			t.Fatalf("seed %d: Sync: %v", seed, err)
 		}
-		rs, skipped := ParseSave(saved(t, fake, nil))
+		rs, skipped := xtables.ParseSave(saved(t, fake, nil))
 		if len(skipped) > 0 {
 			t.Fatalf("seed %d: skipped %v", seed, skipped)
 		}
@@ -72,7 +73,7 @@ func TestParseSaveOthersRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := dataplanetest.MakePacket(dataplane.FromOutside, "203.0.113.2", "172.30.0.10:80", v1.ProtocolTCP)
-	rs, skipped := ParseSave(saved(t, fake, map[string][]string{"nat": {
+	rs, skipped := xtables.ParseSave(saved(t, fake, map[string][]string{"nat": {
 		"-A PREROUTING -m string --algo bm --string blocked -j DROP",
 		"-A PREROUTING -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80",
 	}}))
@@ -128,7 +129,7 @@ func TestParseSaveRedirect(t *testing.T) {
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rs, skipped := ParseSave(tc.save)
+			rs, skipped := xtables.ParseSave(tc.save)
 			if len(skipped) != 0 {
 				t.Fatalf("skipped %v", skipped)
 			}
@@ -153,13 +154,13 @@ func TestParseSaveIPSets(t *testing.T) {
 		"COMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" +
 		"-A FORWARD -m set ! --match-set ALLOWED src -j DROP\n" +
 		"COMMIT\n")
-	sets := map[string]IPSet{
+	sets := map[string]xtables.IPSet{
 		"STEER":   {Type: "hash:ip,port", Members: []string{"172.30.0.10,tcp:80"}},
 		"ALLOWED": {Type: "hash:net", Members: []string{"10.0.0.0/8"}},
 	}
 	cases := []struct {
 		name string
-		sets map[string]IPSet
+		sets map[string]xtables.IPSet
 		p    dataplane.Packet
 		want dataplane.Verdict
 	}{
@@ -174,7 +175,7 @@ func TestParseSaveIPSets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rs, skipped := ParseSave(save)
+			rs, skipped := xtables.ParseSave(save)
 			if len(skipped) != 0 {
 				t.Fatalf("skipped %v", skipped)
 			}

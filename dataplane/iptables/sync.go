@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -73,14 +74,14 @@ func joinRule(args []string) string {
 // jumps are the rules in built-in chains that hook the dataplane in, in
 // the order they are inserted at the top of their chains (so the last one
 // ends up first), as upstream orders them.
-func (d *Dataplane) jumps() []Jump {
+func (d *Dataplane) jumps() []xtables.Jump {
 	n := d.names
 	newOnly := []string{"-m", "conntrack", "--ctstate", "NEW"}
-	j := func(table, chain string, extra []string, comment, target string) Jump {
+	j := func(table, chain string, extra []string, comment, target string) xtables.Jump {
 		rule := append(slices.Clone(extra), "-m", "comment", "--comment", comment, "-j", target)
-		return Jump{Table: table, Chain: chain, Rule: rule}
+		return xtables.Jump{Table: table, Chain: chain, Rule: rule}
 	}
-	return []Jump{
+	return []xtables.Jump{
 		j("filter", "INPUT", newOnly, "proxykit externally-visible service portals", n.externalServices),
 		j("filter", "FORWARD", newOnly, "proxykit externally-visible service portals", n.externalServices),
 		// Not in upstream: without it the node's own connections to an

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 // TestTraceMatchesLookup is the property test: for random States and
@@ -165,11 +166,11 @@ func TestFailedRestoreKeepsRulesAndForcesFullSync(t *testing.T) {
 	before := dump(fake)
 	svcs[2] = genSvc(r, 2)
 	svcs[2].ports[0].NodePort = 30999
-	fake.Fail = func([]byte) error { return &RestoreError{Line: 3, Output: "iptables-restore: line 3 failed"} }
+	fake.Fail = func([]byte) error { return &xtables.RestoreError{Line: 3, Output: "iptables-restore: line 3 failed"} }
 	err := d.Sync(ctx, makeState(settings, svcs))
-	var re *RestoreError
+	var re *xtables.RestoreError
 	if !errors.As(err, &re) || !re.Partial {
-		t.Fatalf("Sync = %v, want a partial *RestoreError", err)
+		t.Fatalf("Sync = %v, want a partial *xtables.RestoreError", err)
 	}
 	if got := dump(fake); got != before {
 		t.Errorf("a rejected restore changed the tables")
@@ -204,7 +205,7 @@ func TestRestartReconciles(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign := "*nat\n:KUBE-SVC-AAAAAAAAAAAAAAAA - [0:0]\n:OTHER - [0:0]\n-A OTHER -j RETURN\n-A PREROUTING -j OTHER\nCOMMIT\n"
-	if err := fake.Restore(ctx, RestoreBytes(foreign)); err != nil {
+	if err := fake.Restore(ctx, xtables.RestoreBytes(foreign)); err != nil {
 		t.Fatal(err)
 	}
 	delete(svcs, 1)
@@ -226,7 +227,7 @@ func TestRestartReconciles(t *testing.T) {
 // fresh is the nat table a first sync of s writes over the foreign rules.
 func fresh(t *testing.T, s *dataplane.State, foreign string) string {
 	d, fake := newFake(t, Config{})
-	if err := fake.Restore(t.Context(), RestoreBytes(foreign)); err != nil {
+	if err := fake.Restore(t.Context(), xtables.RestoreBytes(foreign)); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Sync(t.Context(), s); err != nil {
@@ -245,7 +246,7 @@ func TestDryRun(t *testing.T) {
 	}
 	s := makeState(genSettings(r), svcs)
 	var out bytes.Buffer
-	fake := NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	fake.Output = &out
 	d, err := New(Config{Runner: fake})
 	if err != nil {
@@ -271,7 +272,7 @@ func TestDryRun(t *testing.T) {
 	if diff := cmp.Diff(strings.Join(body, ""), out.String()); diff != "" {
 		t.Errorf("Render differs from the dry-run sync input:\n%s", diff)
 	}
-	if err := NewRuleset().Apply(a); err != nil {
+	if err := xtables.NewRuleset().Apply(a); err != nil {
 		t.Errorf("rendered input does not apply: %v", err)
 	}
 }
@@ -280,9 +281,9 @@ func TestCleanupRemovesOnlyOwnChains(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	svcs := map[int]genService{0: genSvc(r, 0), 1: genSvc(r, 1)}
 	settings := genSettings(r)
-	fake := NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	foreign := "*filter\n:KUBE-FORWARD - [0:0]\n-A KUBE-FORWARD -j ACCEPT\n-A FORWARD -j KUBE-FORWARD\nCOMMIT\n"
-	if err := fake.Restore(t.Context(), RestoreBytes(foreign)); err != nil {
+	if err := fake.Restore(t.Context(), xtables.RestoreBytes(foreign)); err != nil {
 		t.Fatal(err)
 	}
 	want := dump(fake)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 )
@@ -52,9 +52,9 @@ type Config struct {
 	// NewFakeNetlink run without a kernel; give both or neither.
 	IPVS    IPVS
 	Netlink Netlink
-	// Runner writes the iptables rules; nil means an iptables.ExecRunner
-	// of the family. An iptables.FakeRunner keeps them in memory.
-	Runner iptables.Runner
+	// Runner writes the iptables rules; nil means an xtables.ExecRunner
+	// of the family. An xtables.FakeRunner keeps them in memory.
+	Runner xtables.Runner
 	// Sysctl sets the kernel parameters of the package documentation. nil
 	// means the real /proc/sys (of the calling thread's network
 	// namespace), except with a *FakeIPVS, where it means an empty

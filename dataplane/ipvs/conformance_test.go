@@ -8,7 +8,7 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
@@ -19,12 +19,12 @@ type fakeHarness struct {
 	dp     *Dataplane
 	ipvs   *FakeIPVS
 	nl     *FakeNetlink
-	runner *iptables.FakeRunner
+	runner *xtables.FakeRunner
 	st     *dataplane.State
 }
 
 func newFakeHarness() *fakeHarness {
-	return &fakeHarness{ipvs: NewFakeIPVS(), nl: NewFakeNetlink(), runner: iptables.NewFakeRunner()}
+	return &fakeHarness{ipvs: NewFakeIPVS(), nl: NewFakeNetlink(), runner: xtables.NewFakeRunner()}
 }
 
 func (h *fakeHarness) Name() string { return "ipvs" }

@@ -174,7 +174,7 @@
 // conntrack cleanup the proxykit package runs after syncs needs
 // nf_conntrack_netlink.
 // FakeIPVS and FakeNetlink stand in for both handles, with an
-// iptables.FakeRunner for the rules: the fakes answer as the kernel does,
+// xtables.FakeRunner for the rules: the fakes answer as the kernel does,
 // count every call (one netlink round trip each) and let a test set a
 // real server's connection counts and the node's addresses
 // (FakeNetlink.SetLinkAddrs), which node ports follow.

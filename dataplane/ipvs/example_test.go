@@ -7,8 +7,8 @@ import (
 
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -36,7 +36,7 @@ func Example() {
 	// The node's own address, as the kernel holds it: node ports follow
 	// the kernel's addresses.
 	fakeNetlink.SetLinkAddrs("eth0", netip.MustParseAddr("192.168.0.2"))
-	dp, err := ipvs.New(ipvs.Config{IPVS: fakeIPVS, Netlink: fakeNetlink, Runner: iptables.NewFakeRunner()})
+	dp, err := ipvs.New(ipvs.Config{IPVS: fakeIPVS, Netlink: fakeNetlink, Runner: xtables.NewFakeRunner()})
 	if err != nil {
 		panic(err)
 	}

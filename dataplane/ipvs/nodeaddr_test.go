@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -365,7 +365,7 @@ func TestMissingModules(t *testing.T) {
 		{failingNetlink{NewFakeNetlink(), unix.EOPNOTSUPP, nil}, "modprobe dummy"},
 		{failingNetlink{NewFakeNetlink(), nil, syscall.Errno(nl.IPSET_ERR_FIND_TYPE)}, "create ipset PKV-LOOP-BACK of type hash:ip,port,ip: errno 4098: the kernel lacks ip_set_hash_ipportip; load it with modprobe ip_set_hash_ipportip"},
 	} {
-		d, err := New(Config{IPVS: NewFakeIPVS(), Netlink: tc.nl, Runner: iptables.NewFakeRunner()})
+		d, err := New(Config{IPVS: NewFakeIPVS(), Netlink: tc.nl, Runner: xtables.NewFakeRunner()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	mobyipvs "github.com/moby/ipvs"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -70,7 +70,7 @@ func (vs *VirtualServer) String() string {
 
 // Set is one ipset: its type and its members, as the iptables tracer
 // reads ipsets too.
-type Set = iptables.IPSet
+type Set = xtables.IPSet
 
 // RealServer is one real server of a virtual server.
 type RealServer struct {

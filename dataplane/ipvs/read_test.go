@@ -11,7 +11,7 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
@@ -114,14 +114,14 @@ func TestReadFollowsTheKernel(t *testing.T) {
 			if err := f.ipvs.NewService(&mobyipvs.Service{AddressFamily: 2, Address: netip.MustParseAddr("10.255.0.1").AsSlice(), Protocol: 6, Port: 80, SchedName: "wrr"}); err != nil {
 				t.Fatal(err)
 			}
-			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes("*filter\n-A INPUT -s 10.9.9.9/32 -j DROP\nCOMMIT\n")); err != nil {
+			if err := f.runner.Restore(t.Context(), xtables.RestoreBytes("*filter\n-A INPUT -s 10.9.9.9/32 -j DROP\nCOMMIT\n")); err != nil {
 				t.Fatal(err)
 			}
 		},
 	}, {
 		name: "chain flushed by hand",
 		edit: func(t *testing.T, f fakes) {
-			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes("*filter\n:PKV-FILTER - [0:0]\nCOMMIT\n")); err != nil {
+			if err := f.runner.Restore(t.Context(), xtables.RestoreBytes("*filter\n:PKV-FILTER - [0:0]\nCOMMIT\n")); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -203,7 +203,7 @@ func TestReadingTrace(t *testing.T) {
 		name: "a rule of a form the reading does not know",
 		edit: func(t *testing.T, f fakes) {
 			in := "*filter\n:PKV-FILTER - [0:0]\n-A PKV-FILTER -m set --match-set PKV-DROP dst,dst -m statistic --mode random --probability 0.5 -j DROP\nCOMMIT\n"
-			if err := f.runner.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
+			if err := f.runner.Restore(t.Context(), xtables.RestoreBytes(in)); err != nil {
 				t.Fatal(err)
 			}
 		},

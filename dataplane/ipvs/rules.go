@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -104,13 +104,13 @@ func podMatch(s *dataplane.State) (string, bool) {
 	return "", false
 }
 
-func (d *Dataplane) jumps() []iptables.Jump {
-	j := func(table, chain, target string) iptables.Jump {
-		return iptables.Jump{Table: table, Chain: chain, Rule: []string{
+func (d *Dataplane) jumps() []xtables.Jump {
+	j := func(table, chain, target string) xtables.Jump {
+		return xtables.Jump{Table: table, Chain: chain, Rule: []string{
 			"-m", "comment", "--comment", "proxykit ipvs", "-j", target}}
 	}
 	n := &d.names
-	return []iptables.Jump{
+	return []xtables.Jump{
 		j("nat", "PREROUTING", n.services), j("nat", "OUTPUT", n.services),
 		j("nat", "POSTROUTING", n.postrouting),
 		j("filter", "INPUT", n.filter), j("filter", "FORWARD", n.forward),
@@ -155,7 +155,7 @@ func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State, internal 
 	n := 0
 	if len(changes) > 0 {
 		text := withInternal(static, internal)
-		if err := d.runner.Restore(ctx, iptables.RestoreBytes(text)); err != nil {
+		if err := d.runner.Restore(ctx, xtables.RestoreBytes(text)); err != nil {
 			return 0, nil, fmt.Errorf("write iptables rules: %w", err)
 		}
 		n = len(text)
@@ -181,7 +181,7 @@ func (d *Dataplane) syncInternal(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	text := "*nat\n:" + d.names.internal + " - [0:0]\n" + internal + "COMMIT\n"
-	if err := d.runner.Restore(ctx, iptables.RestoreBytes(text)); err != nil {
+	if err := d.runner.Restore(ctx, xtables.RestoreBytes(text)); err != nil {
 		return 0, fmt.Errorf("write iptables chain %s: %w", d.names.internal, err)
 	}
 	rules, _, err := d.runner.ListChain(ctx, "nat", d.names.internal)
@@ -266,7 +266,7 @@ func (d *Dataplane) Cleanup(ctx context.Context) error {
 		}
 		b.WriteString("COMMIT\n")
 	}
-	if err := d.runner.Restore(ctx, iptables.RestoreBytes(b.String())); err != nil {
+	if err := d.runner.Restore(ctx, xtables.RestoreBytes(b.String())); err != nil {
 		errs = append(errs, fmt.Errorf("remove iptables chains: %w", err))
 	}
 	for id := range numSets {

@@ -14,8 +14,8 @@ import (
 	"github.com/go-logr/logr"
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -31,7 +31,7 @@ type Dataplane struct {
 	log    logr.Logger
 	ipvs   IPVS
 	nl     Netlink
-	runner iptables.Runner
+	runner xtables.Runner
 	sysctl sysctl.Interface
 	names  names
 
@@ -107,7 +107,7 @@ func New(cfg Config) (*Dataplane, error) {
 		d.ipvs, d.nl = h, nl
 	}
 	if d.runner == nil {
-		r, err := iptables.NewExecRunner(iptables.ExecConfig{Family: cfg.Family})
+		r, err := xtables.NewExecRunner(xtables.ExecConfig{Family: cfg.Family})
 		if err != nil {
 			return nil, fmt.Errorf("ipvs: %w", err)
 		}

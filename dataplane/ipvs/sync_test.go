@@ -12,6 +12,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -86,14 +87,14 @@ func (c *cluster) setEndpoint(i, k int, addr, rv string) *dataplane.State {
 type fakes struct {
 	ipvs   *FakeIPVS
 	nl     *FakeNetlink
-	runner *iptables.FakeRunner
+	runner *xtables.FakeRunner
 }
 
 func (f fakes) calls() int { return f.ipvs.Calls() + f.nl.Calls() }
 
 func newFakeDataplane(t testing.TB, cfg Config) (*Dataplane, fakes) {
 	t.Helper()
-	f := fakes{NewFakeIPVS(), NewFakeNetlink(), iptables.NewFakeRunner()}
+	f := fakes{NewFakeIPVS(), NewFakeNetlink(), xtables.NewFakeRunner()}
 	// The test node's addresses, on which node ports are served.
 	var ips []netip.Addr
 	for _, ip := range []string{dataplanetest.NodeIP, dataplanetest.NodeIPAlt, dataplanetest.NodeIPv6, dataplanetest.NodeIPv6Alt} {
@@ -131,7 +132,7 @@ func TestCallsPerChange(t *testing.T) {
 		}
 		t.Logf("%d services: a full sync over a programmed kernel: %d calls", n, f.calls()-full)
 		// The iptables dataplane on the same States, for comparison.
-		ipt, err := iptables.New(iptables.Config{Runner: iptables.NewFakeRunner()})
+		ipt, err := iptables.New(iptables.Config{Runner: xtables.NewFakeRunner()})
 		if err != nil {
 			t.Fatal(err)
 		}

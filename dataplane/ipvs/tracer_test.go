@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 )
 
@@ -19,7 +19,7 @@ type tracer struct {
 	d      *Dataplane
 	ipvs   *FakeIPVS
 	nl     *FakeNetlink
-	runner *iptables.FakeRunner
+	runner *xtables.FakeRunner
 	st     *dataplane.State
 	sets   map[string][]string
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest/kerneltest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 	vnetns "github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
@@ -124,5 +124,5 @@ func (d *Dataplane) disturb(dist dataplanetest.Disturbance) error {
 	default:
 		return dataplanetest.ErrCannotDisturb
 	}
-	return r.runner.Restore(context.Background(), iptables.RestoreBytes(in))
+	return r.runner.Restore(context.Background(), xtables.RestoreBytes(in))
 }

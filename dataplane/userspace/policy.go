@@ -182,7 +182,7 @@ func (n *NetlinkRouting) Remove(_ context.Context, r PolicyRoute) error {
 }
 
 // FakePolicyRouting is a PolicyRouting in memory, for tests of redirect
-// mode over an iptables.FakeRunner.
+// mode over an xtables.FakeRunner.
 type FakePolicyRouting struct {
 	mu        sync.Mutex
 	installed map[PolicyRoute]bool

@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -55,12 +55,12 @@ const (
 // DefaultRouteTable and DefaultRulePriority made over netlink in the
 // network namespace New is called in.
 type RedirectConfig struct {
-	// Runner writes the rules; nil means an iptables.ExecRunner for the
-	// Dataplane's family. An iptables.FakeRunner records them instead.
-	Runner iptables.Runner
+	// Runner writes the rules; nil means an xtables.ExecRunner for the
+	// Dataplane's family. An xtables.FakeRunner records them instead.
+	Runner xtables.Runner
 	// Routing installs the policy route; nil means a NetlinkRouting
 	// opened in the network namespace of the thread calling New. Tests
-	// over an iptables.FakeRunner pass a *FakePolicyRouting, so that
+	// over an xtables.FakeRunner pass a *FakePolicyRouting, so that
 	// nothing reaches the machine's routing.
 	Routing PolicyRouting
 	// ChainPrefix prefixes the chains; "" means
@@ -83,7 +83,7 @@ var validRedirectPrefix = regexp.MustCompile(`^[A-Z0-9_-]{1,16}$`)
 
 // redirector keeps the rules and the policy route of the forwarders.
 type redirector struct {
-	runner  iptables.Runner
+	runner  xtables.Runner
 	routing PolicyRouting
 	policy  PolicyRoute
 	// closeRouting closes a routing the redirector opened itself.
@@ -148,7 +148,7 @@ func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redir
 		closeRouting: func() {},
 	}
 	if r.runner == nil {
-		er, err := iptables.NewExecRunner(iptables.ExecConfig{Family: fam})
+		er, err := xtables.NewExecRunner(xtables.ExecConfig{Family: fam})
 		if err != nil {
 			return nil, fmt.Errorf("userspace: redirect mode: %w", err)
 		}
@@ -165,14 +165,14 @@ func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redir
 	return r, nil
 }
 
-func (r *redirector) jumps() []iptables.Jump {
-	j := func(table, chain, target string, match ...string) iptables.Jump {
-		return iptables.Jump{Table: table, Chain: chain, Rule: append(match,
+func (r *redirector) jumps() []xtables.Jump {
+	j := func(table, chain, target string, match ...string) xtables.Jump {
+		return xtables.Jump{Table: table, Chain: chain, Rule: append(match,
 			"-m", "comment", "--comment", "proxykit userspace redirects", "-j", target)}
 	}
 	// Each jump is inserted first in its chain: the firewall's after the
 	// diversion's, so that it runs ahead of it.
-	return []iptables.Jump{
+	return []xtables.Jump{
 		j("nat", "OUTPUT", r.services), j("nat", "PREROUTING", r.nodePorts, "-m", "addrtype", "--dst-type", "LOCAL"),
 		j("mangle", "PREROUTING", r.divert), j("mangle", "PREROUTING", r.firewall), j("mangle", "OUTPUT", r.firewall),
 		j("filter", "INPUT", r.reject), j("filter", "FORWARD", r.reject), j("filter", "OUTPUT", r.reject),
@@ -182,8 +182,8 @@ func (r *redirector) jumps() []iptables.Jump {
 // legacyJumps are the jumps earlier versions made and this one does not:
 // removed at every full write, so that an upgraded node leaves the
 // traffic entering it to TPROXY.
-func (r *redirector) legacyJumps() []iptables.Jump {
-	return []iptables.Jump{{Table: "nat", Chain: "PREROUTING", Rule: []string{
+func (r *redirector) legacyJumps() []xtables.Jump {
+	return []xtables.Jump{{Table: "nat", Chain: "PREROUTING", Rule: []string{
 		"-m", "comment", "--comment", "proxykit userspace redirects", "-j", r.services}}}
 }
 
@@ -363,7 +363,7 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 		}
 	}
 	if b.Len() > 0 {
-		if err := r.runner.Restore(ctx, iptables.RestoreBytes(b.String())); err != nil {
+		if err := r.runner.Restore(ctx, xtables.RestoreBytes(b.String())); err != nil {
 			r.valid = false
 			return 0, fmt.Errorf("userspace: write redirect rules: %w", err)
 		}
@@ -507,7 +507,7 @@ func (r *redirector) cleanup(ctx context.Context) error {
 		}
 		b.WriteString("COMMIT\n")
 	}
-	if err := r.runner.Restore(ctx, iptables.RestoreBytes(b.String())); err != nil {
+	if err := r.runner.Restore(ctx, xtables.RestoreBytes(b.String())); err != nil {
 		errs = append(errs, err)
 	}
 	if err := r.routing.Remove(ctx, r.policy); err != nil {

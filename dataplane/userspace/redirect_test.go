@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -18,7 +18,7 @@ var redirectPort = regexp.MustCompile(`(--to-ports |--on-port |--to-destination 
 
 // restores returns the restore inputs fake received after the first
 // skip, with the forwarders' ports blanked.
-func restores(fake *iptables.FakeRunner, skip int) []string {
+func restores(fake *xtables.FakeRunner, skip int) []string {
 	var out []string
 	for _, r := range fake.Restores()[skip:] {
 		out = append(out, redirectPort.ReplaceAllString(string(r), "${1}P"))
@@ -41,7 +41,7 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 	c.endpoints("web", []string{"10.0.0.1"}, "http/TCP/8080")
 	c.service("dns", "10.96.0.11", nil, "dns/UDP/53")
 	c.endpoints("dns", []string{"10.0.0.1"}, "dns/UDP/53")
-	fake := iptables.NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	routing := &FakePolicyRouting{}
 	d := newDataplane(t, bk, Config{Redirect: &RedirectConfig{Runner: fake, Routing: routing}})
 
@@ -183,7 +183,7 @@ func TestRedirectDrops(t *testing.T) {
 		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "203.0.113.7"}}
 	}, "http/TCP/80")
 	c.endpoints("lb", []string{"10.0.0.1"}, "http/TCP/8080")
-	fake := iptables.NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	d := newDataplane(t, newBackends(t), Config{Redirect: &RedirectConfig{Runner: fake, Routing: &FakePolicyRouting{}}})
 	s := c.build()
 	mustSync(t, d, s)

@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/examples/customdataplane"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -71,9 +72,9 @@ func run(kubeconfig, nodeName string, dryRun bool, tableAddr string, log logr.Lo
 	if err != nil {
 		return err
 	}
-	var runner iptables.Runner = iptables.NewFakeRunner()
+	var runner xtables.Runner = xtables.NewFakeRunner()
 	if !dryRun {
-		if runner, err = iptables.NewExecRunner(iptables.ExecConfig{}); err != nil {
+		if runner, err = xtables.NewExecRunner(xtables.ExecConfig{}); err != nil {
 			return err
 		}
 	}
@@ -106,7 +107,7 @@ type agent struct {
 	log logr.Logger
 }
 
-func newAgent(nodeName string, runner iptables.Runner, log logr.Logger) (*agent, error) {
+func newAgent(nodeName string, runner xtables.Runner, log logr.Logger) (*agent, error) {
 	ipt, err := iptables.New(iptables.Config{Runner: runner, Logger: log})
 	if err != nil {
 		return nil, err

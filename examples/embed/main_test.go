@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/examples/customdataplane"
 	"github.com/proxykit/proxykit/internal/netns"
 	v1 "k8s.io/api/core/v1"
@@ -33,18 +33,18 @@ const (
 // namespace the test creates.
 func TestEmbed(t *testing.T) {
 	t.Run("iptables fake", func(t *testing.T) {
-		fr := iptables.NewFakeRunner()
-		testEmbed(t, func(ctx context.Context, serve func(iptables.Runner) error) error { return serve(fr) },
+		fr := xtables.NewFakeRunner()
+		testEmbed(t, func(ctx context.Context, serve func(xtables.Runner) error) error { return serve(fr) },
 			func() string { b, _ := fr.Save(t.Context(), "nat"); return string(b) })
 	})
 	t.Run("iptables in a namespace", func(t *testing.T) {
 		netns.Require(t, "iptables-restore", "iptables-save")
 		ns := netns.New(t, "embed")
-		testEmbed(t, func(ctx context.Context, serve func(iptables.Runner) error) error {
+		testEmbed(t, func(ctx context.Context, serve func(xtables.Runner) error) error {
 			// The dataplanes are programmed from the goroutine that
 			// serves, here on a thread inside the namespace.
 			return ns.Do(func() error {
-				r, err := iptables.NewExecRunner(iptables.ExecConfig{})
+				r, err := xtables.NewExecRunner(xtables.ExecConfig{})
 				if err != nil {
 					return err
 				}
@@ -56,13 +56,13 @@ func TestEmbed(t *testing.T) {
 
 // testEmbed runs the agent through start, which calls serve with the
 // iptables Runner, and reads the nat rules through rules.
-func testEmbed(t *testing.T, start func(context.Context, func(iptables.Runner) error) error, rules func() string) {
+func testEmbed(t *testing.T, start func(context.Context, func(xtables.Runner) error) error, rules func() string) {
 	ctx, cancel := context.WithCancel(t.Context())
 	client := fake.NewClientset(node(), service(), slice("10.244.1.5", "10.244.2.9"))
 	agents := make(chan *agent, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- start(ctx, func(r iptables.Runner) error {
+		done <- start(ctx, func(r xtables.Runner) error {
 			a, err := newAgent(nodeName, r, logr.Discard())
 			if err != nil {
 				return err

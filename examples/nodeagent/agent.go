@@ -23,6 +23,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/conntrack"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/source"
 	"github.com/proxykit/proxykit/source/informer"
 	"github.com/proxykit/proxykit/source/manifest"
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type host struct {
 	// runner returns family's iptables Runner, or why its tools cannot be
 	// used.
-	runner func(family v1.IPFamily) (iptables.Runner, error)
+	runner func(family v1.IPFamily) (xtables.Runner, error)
 	// nft returns family's nftables interface for the agent's table, or
 	// why nft cannot be used.
 	nft func(family v1.IPFamily) (knftables.Interface, error)
@@ -86,8 +87,8 @@ type host struct {
 // machine is the host the agent runs on.
 func machine() host {
 	return host{
-		runner: func(f v1.IPFamily) (iptables.Runner, error) {
-			r, err := iptables.NewExecRunner(iptables.ExecConfig{Family: f})
+		runner: func(f v1.IPFamily) (xtables.Runner, error) {
+			r, err := xtables.NewExecRunner(xtables.ExecConfig{Family: f})
 			if err != nil {
 				return nil, err
 			}
@@ -304,7 +305,7 @@ func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer,
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg, MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit)}
 		if o.dryRun {
-			fake := iptables.NewFakeRunner()
+			fake := xtables.NewFakeRunner()
 			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
 			cfg.Runner = fake
 		} else {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/troubleshoot"
 	v1 "k8s.io/api/core/v1"
 )
@@ -110,7 +110,7 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 		var dump func() string
 		var fakeNL *ipvs.FakeNetlink
 		if o.dryRun {
-			fake := iptables.NewFakeRunner()
+			fake := xtables.NewFakeRunner()
 			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
 			fi := ipvs.NewFakeIPVS()
 			fakeNL = ipvs.NewFakeNetlink()

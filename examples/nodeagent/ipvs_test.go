@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -17,7 +17,7 @@ import (
 type fakeIPVSHost struct {
 	ipvs    map[v1.IPFamily]*ipvs.FakeIPVS
 	nl      map[v1.IPFamily]*ipvs.FakeNetlink
-	runners map[v1.IPFamily]*iptables.FakeRunner
+	runners map[v1.IPFamily]*xtables.FakeRunner
 	noIPVS  bool
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -21,8 +21,8 @@ import (
 
 // fakeHost is a machine whose iptables are FakeRunners (a family without
 // one has no usable tools) and that cleans no conntrack.
-func fakeHost(runners map[v1.IPFamily]*iptables.FakeRunner) host {
-	return host{runner: func(f v1.IPFamily) (iptables.Runner, error) {
+func fakeHost(runners map[v1.IPFamily]*xtables.FakeRunner) host {
+	return host{runner: func(f v1.IPFamily) (xtables.Runner, error) {
 		if r, ok := runners[f]; ok {
 			return r, nil
 		}
@@ -30,8 +30,8 @@ func fakeHost(runners map[v1.IPFamily]*iptables.FakeRunner) host {
 	}}
 }
 
-func bothFamilies() map[v1.IPFamily]*iptables.FakeRunner {
-	return map[v1.IPFamily]*iptables.FakeRunner{v1.IPv4Protocol: iptables.NewFakeRunner(), v1.IPv6Protocol: iptables.NewFakeRunner()}
+func bothFamilies() map[v1.IPFamily]*xtables.FakeRunner {
+	return map[v1.IPFamily]*xtables.FakeRunner{v1.IPv4Protocol: xtables.NewFakeRunner(), v1.IPv6Protocol: xtables.NewFakeRunner()}
 }
 
 // runOnHost runs the agent in-process on h.
@@ -90,7 +90,7 @@ const (
 func TestOperatorOutput(t *testing.T) {
 	tests := []struct {
 		name    string
-		runners map[v1.IPFamily]*iptables.FakeRunner
+		runners map[v1.IPFamily]*xtables.FakeRunner
 		args    []string
 		want    []string
 	}{
@@ -123,7 +123,7 @@ func TestOperatorOutput(t *testing.T) {
 		},
 		{
 			name:    "once without ip6tables, masquerading all",
-			runners: map[v1.IPFamily]*iptables.FakeRunner{v1.IPv4Protocol: iptables.NewFakeRunner()},
+			runners: map[v1.IPFamily]*xtables.FakeRunner{v1.IPv4Protocol: xtables.NewFakeRunner()},
 			args:    []string{"--once", "--masquerade-all"},
 			want: []string{
 				`I "IPv6 is not proxied: ip6tables is not usable" err="ip6tables: not found"`,

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -103,7 +104,7 @@ func anyCounted(kv []any) bool {
 
 // chainsOwned describes, for --cleanup, the chains of prefix that r's
 // tables (filter and nat, or those given) hold.
-func chainsOwned(r iptables.Runner, prefix string, tables ...string) func(ctx context.Context) (string, []any, error) {
+func chainsOwned(r xtables.Runner, prefix string, tables ...string) func(ctx context.Context) (string, []any, error) {
 	if len(tables) == 0 {
 		tables = []string{"filter", "nat"}
 	}
@@ -118,7 +119,7 @@ func chainsOwned(r iptables.Runner, prefix string, tables ...string) func(ctx co
 }
 
 // ownedChains counts the chains of prefix in tables.
-func ownedChains(ctx context.Context, r iptables.Runner, prefix string, tables []string) (map[string]int, error) {
+func ownedChains(ctx context.Context, r xtables.Runner, prefix string, tables []string) (map[string]int, error) {
 	counts := map[string]int{}
 	for _, table := range tables {
 		saved, err := r.Save(ctx, table)

@@ -9,14 +9,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane/conntrack"
-	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/troubleshoot"
 	v1 "k8s.io/api/core/v1"
 )
 
 // programmedDemo is a fake machine on which the agent programmed the demo
 // manifests once.
-func programmedDemo(t *testing.T) (host, map[v1.IPFamily]*iptables.FakeRunner) {
+func programmedDemo(t *testing.T) (host, map[v1.IPFamily]*xtables.FakeRunner) {
 	t.Helper()
 	runners := bothFamilies()
 	h := fakeHost(runners)
@@ -27,12 +27,12 @@ func programmedDemo(t *testing.T) (host, map[v1.IPFamily]*iptables.FakeRunner) {
 }
 
 // deleteRule deletes the rule of chain whose text contains match.
-func deleteRule(t *testing.T, r *iptables.FakeRunner, table, chain, match string) {
+func deleteRule(t *testing.T, r *xtables.FakeRunner, table, chain, match string) {
 	t.Helper()
 	for _, rule := range r.Ruleset().Rules(table, chain) {
 		if strings.Contains(rule, match) {
 			in := "*" + table + "\n-D " + chain + " " + rule + "\nCOMMIT\n"
-			if err := r.Restore(t.Context(), iptables.RestoreBytes(in)); err != nil {
+			if err := r.Restore(t.Context(), xtables.RestoreBytes(in)); err != nil {
 				t.Fatal(err)
 			}
 			return

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 )
@@ -19,7 +20,7 @@ import (
 // missing rule.
 func TestVerifierCountsDrift(t *testing.T) {
 	states := demoStates(t)
-	fake := iptables.NewFakeRunner()
+	fake := xtables.NewFakeRunner()
 	d, err := iptables.New(iptables.Config{Runner: fake})
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +32,7 @@ func TestVerifierCountsDrift(t *testing.T) {
 	pl := plane{Dataplane: rec, last: &rec.last, family: v1.IPv4Protocol}
 	o := &options{proxyMode: "iptables", verifyPeriod: time.Hour}
 	reg := prometheus.NewRegistry()
-	v, err := o.newVerifier(fakeHost(map[v1.IPFamily]*iptables.FakeRunner{v1.IPv4Protocol: fake}), logr.Discard(), reg, []plane{pl})
+	v, err := o.newVerifier(fakeHost(map[v1.IPFamily]*xtables.FakeRunner{v1.IPv4Protocol: fake}), logr.Discard(), reg, []plane{pl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package iptables
+package xtables
 
 import (
 	"net/netip"

@@ -1,4 +1,4 @@
-package iptables
+package xtables
 
 import (
 	"bufio"
@@ -169,7 +169,7 @@ func (rs *Ruleset) Apply(data []byte) error {
 }
 
 func validChainName(s string) bool {
-	return s != "" && len(s) <= maxChainName && !strings.ContainsAny(s, " \t!\"'") && s[0] != '-'
+	return s != "" && len(s) <= MaxChainName && !strings.ContainsAny(s, " \t!\"'") && s[0] != '-'
 }
 
 // command applies one -A, -I, -D, -F, -N or -X line.
@@ -361,8 +361,14 @@ func (rs *Ruleset) Save(table string) []byte {
 	if !ok {
 		return nil
 	}
-	var b writer
-	b.line("*", table)
+	var b bytes.Buffer
+	line := func(parts ...string) {
+		for _, p := range parts {
+			b.WriteString(p)
+		}
+		b.WriteByte('\n')
+	}
+	line("*", table)
 	names := rs.Chains(table)
 	slices.SortStableFunc(names, func(a, c string) int {
 		ab, cb := t.chains[a].builtin, t.chains[c].builtin
@@ -379,14 +385,14 @@ func (rs *Ruleset) Save(table string) []byte {
 		if t.chains[n].builtin {
 			pol = "ACCEPT"
 		}
-		b.line(":", n, " ", pol, " [0:0]")
+		line(":", n, " ", pol, " [0:0]")
 	}
 	for _, n := range names {
 		for _, r := range t.chains[n].rules {
-			b.line("-A ", n, " ", r.Text)
+			line("-A ", n, " ", r.Text)
 		}
 	}
-	b.line("COMMIT")
+	line("COMMIT")
 	return b.Bytes()
 }
 

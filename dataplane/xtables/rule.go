@@ -1,4 +1,4 @@
-package iptables
+package xtables
 
 import (
 	"fmt"
@@ -504,4 +504,29 @@ func (r *Rule) Key() string {
 		}
 	}
 	return string(b)
+}
+
+// RuleKey parses the text of one rule (as iptables-save lists it or as
+// restore input gives it) and returns its Key; ok is false for a rule
+// this package does not understand.
+func RuleKey(text string) (string, bool) {
+	words, err := splitWords(text)
+	if err != nil {
+		return "", false
+	}
+	r, err := parseRule(words)
+	if err != nil {
+		return "", false
+	}
+	return r.Key(), true
+}
+
+// Key is the Key of the rule j inserts; ok is false for a rule this
+// package does not understand.
+func (j Jump) Key() (string, bool) {
+	r, err := parseRule(j.Rule)
+	if err != nil {
+		return "", false
+	}
+	return r.Key(), true
 }

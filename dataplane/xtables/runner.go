@@ -1,4 +1,4 @@
-package iptables
+package xtables
 
 import (
 	"bufio"
@@ -16,9 +16,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Runner is the dataplane's only door to the kernel: every change goes
-// through it, which is what lets tests swap in a FakeRunner or run the real
-// one inside a network namespace.
+// MaxChainName is the longest chain name the kernel accepts
+// (XT_EXTENSION_MAXNAMELEN less its terminating NUL).
+const MaxChainName = 28
+
+// Runner is the door to iptables a program's rules go through: every
+// change to the tables and every reading of them, which is what lets tests
+// swap in a FakeRunner or run the real one inside a network namespace.
 type Runner interface {
 	// Restore feeds in to iptables-restore --noflush: only the chains it
 	// names are touched, each table is committed atomically. A rejected

@@ -1,4 +1,4 @@
-package iptables
+package xtables
 
 import "testing"
 
@@ -100,11 +100,11 @@ func TestRuleKey(t *testing.T) {
 			differently: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, ok := ruleKey(tc.written)
+			w, ok := RuleKey(tc.written)
 			if !ok {
 				t.Fatalf("cannot parse %q", tc.written)
 			}
-			l, ok := ruleKey(tc.listed)
+			l, ok := RuleKey(tc.listed)
 			if !ok {
 				t.Fatalf("cannot parse %q", tc.listed)
 			}
