@@ -11,22 +11,10 @@ import (
 // a source of its own (testdata/ownsource) links neither client-go's
 // informers nor its cache: those come only with source/informer.
 func TestNoInformersLinked(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("the go tool is not on PATH; cannot list dependencies")
-	}
 	forbidden := []string{"k8s.io/client-go/informers", "k8s.io/client-go/tools/cache"}
 	for _, pkg := range []string{".", "./testdata/ownsource"} {
-		out, err := exec.Command("go", "list", "-deps", pkg).Output()
-		if err != nil {
-			var stderr string
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				stderr = string(ee.Stderr)
-			}
-			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
-		}
 		var bad []string
-		for _, dep := range strings.Fields(string(out)) {
+		for _, dep := range listDeps(t, pkg) {
 			for _, f := range forbidden {
 				if dep == f || strings.HasPrefix(dep, f+"/") {
 					bad = append(bad, dep)
@@ -37,4 +25,57 @@ func TestNoInformersLinked(t *testing.T) {
 			t.Errorf("go list -deps %s links %v", pkg, bad)
 		}
 	}
+}
+
+// backends are the dataplanes the library ships.
+var backends = []string{"iptables", "nftables", "ipvs", "userspace"}
+
+// TestBackendsStandAlone checks the layering DEVELOPERS.md states: no
+// dataplane backend imports another (what two share lives in a package of
+// its own, such as dataplane/xtables), and troubleshoot imports none (each
+// backend exports its kernel reading and the caller wires it in), nor
+// netlink.
+func TestBackendsStandAlone(t *testing.T) {
+	const module = "github.com/proxykit/proxykit/"
+	check := func(pkg string, forbidden []string) {
+		for _, dep := range listDeps(t, "./"+pkg) {
+			for _, f := range forbidden {
+				if dep == f || strings.HasPrefix(dep, f+"/") {
+					t.Errorf("%s imports %s", pkg, dep)
+				}
+			}
+		}
+	}
+	var all []string
+	for _, b := range backends {
+		all = append(all, module+"dataplane/"+b)
+	}
+	for _, b := range backends {
+		var others []string
+		for _, o := range backends {
+			if o != b {
+				others = append(others, module+"dataplane/"+o)
+			}
+		}
+		check("dataplane/"+b, others)
+	}
+	check("troubleshoot", append(all, "github.com/vishvananda/netlink"))
+}
+
+// listDeps returns what go list -deps prints for pkg.
+func listDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go tool is not on PATH; cannot list dependencies")
+	}
+	out, err := exec.Command("go", "list", "-deps", pkg).Output()
+	if err != nil {
+		var stderr string
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
+	}
+	return strings.Fields(string(out))
 }

@@ -15,6 +15,37 @@
 // externalTrafficPolicy: Local LoadBalancer service, and Prometheus metrics
 // on the caller's Registerer.
 //
+// # A map of the library
+//
+// The data flows through these packages in this order; each imports only
+// packages before it (and its helpers):
+//
+//   - source (Source, Handler, Static, Func), source/informer (a cluster
+//     through client-go), source/manifest (YAML and JSON files): where
+//     objects come from.
+//   - servicemodel and endpoints: Services and EndpointSlices as
+//     normalized, immutable values, their Maps and change Trackers;
+//     affinity: which endpoints serve which traffic.
+//   - dataplane: State (one family's view), Builder (objects to States),
+//     State.Lookup and LookupMode (the executable specification of every
+//     mode), and the Dataplane interface with its optional abilities.
+//   - The dataplanes, each standing alone: dataplane/iptables
+//     (iptables-restore), dataplane/nftables (one nftables table),
+//     dataplane/ipvs (IPVS with its ipsets and a few iptables rules;
+//     dataplane/ipvs/ipvstest fakes its kernel) and dataplane/userspace (Go
+//     forwarders, unprivileged or behind TPROXY). What they share has a
+//     package of its own: dataplane/xtables (the iptables toolkit: runner,
+//     fake, parser, tracer), dataplane/sysctl (kernel settings) and
+//     dataplane/conntrack (stale-flow cleanup).
+//   - dataplane/dataplanetest (a recording fake and the conformance suite)
+//     and dataplane/dataplanetest/kerneltest (the suite through a real
+//     kernel): how every dataplane, yours too, proves it follows the
+//     specification.
+//   - health (/healthz, /livez, health-check node ports) and this package,
+//     which assembles them into a running proxy.
+//   - troubleshoot: Diagnose, Verify and List over States and the readings
+//     of the kernel that each dataplane exports; it imports no dataplane.
+//
 // # Sources
 //
 // A source.Source delivers Services, EndpointSlices and Nodes to a

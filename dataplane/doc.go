@@ -142,8 +142,13 @@
 // # Without a kernel
 //
 // Each dataplane has one way to run without touching the kernel, its fake
-// backend: iptables.FakeRunner (a simulated iptables that records and can
-// print every restore input; the node agent's --dry-run). Code that drives
+// backend, which answers as the kernel would and can trace a packet
+// through what was programmed: iptables an xtables.FakeRunner (a
+// simulated iptables that records and can print every restore input; the
+// node agent's --dry-run), nftables a knftables.Fake, IPVS the handles of
+// ipvs/ipvstest with an xtables.FakeRunner, and userspace, whose
+// unprivileged mode needs no privilege at all, a FakeRunner and a fake
+// policy route for redirect mode. Code that drives
 // a dataplane (a sync loop, a proxy) is tested with
 // dataplanetest.Recorder, which stands in for any dataplane and records
 // the States it is given.

@@ -101,21 +101,21 @@
 //
 // # Without a kernel
 //
-// A FakeRunner is the one way to run the Dataplane without touching the
-// kernel: it keeps a simulated kernel (a Ruleset that applies restore
+// An xtables.FakeRunner is the one way to run the Dataplane without
+// touching the kernel: it keeps a simulated kernel (a Ruleset that applies restore
 // input with iptables' checks), records every input and, with Output set,
 // prints each as iptables-restore would have read it (the node agent's
 // --dry-run); with it, Config.Sysctl defaults to an empty fake. Render
 // returns the exact restore input of a full sync, sorted and deterministic.
-// Ruleset.Trace follows a dataplane.Packet through
+// xtables' Ruleset.Trace follows a dataplane.Packet through
 // such tables and answers in State.Lookup's Verdict shape, which is how the
 // tests prove the rules equal the specification. The same conformance suite
 // also runs through the real kernel (dataplanetest/kerneltest), every case
 // it can send becoming TCP or UDP connections in network namespaces, and
 // the model's fuzz corpora are replayed into a real iptables-restore.
 //
-// ParseSave reads iptables-save output (nat, filter and mangle), everyone's
-// rules, into a Ruleset for the same Trace: that is how a troubleshooting
+// xtables.ParseSave reads iptables-save output (nat, filter and mangle),
+// everyone's rules, into a Ruleset for the same Trace: that is how a troubleshooting
 // tool tells what the kernel does. Trace crosses mangle before nat, where a
 // DROP is the verdict; a REDIRECT, or a TPROXY in mangle PREROUTING, is a
 // DNAT to the node itself (to the unspecified address at the port a

@@ -198,17 +198,18 @@ func virtualServerOf(k vsKey, ks *mobyipvs.Service, dests []*mobyipvs.Destinatio
 // programs'.
 func (d *Dataplane) readChains(ctx context.Context, r *Reading) error {
 	ours := map[string]bool{}
-	for _, c := range d.chains() {
-		ours[c[1]] = true
-		rules, exists, err := d.runner.ListChain(ctx, c[0], c[1])
+	owned := d.owned()
+	for _, c := range owned.Chains {
+		ours[c.Name] = true
+		rules, exists, err := d.runner.ListChain(ctx, c.Table, c.Name)
 		if err != nil {
-			return fmt.Errorf("list iptables chain %s %s: %w", c[0], c[1], err)
+			return fmt.Errorf("list iptables chain %s %s: %w", c.Table, c.Name, err)
 		}
 		if exists {
-			r.Chains[c[0]+" "+c[1]] = rules
+			r.Chains[c.Table+" "+c.Name] = rules
 		}
 	}
-	for _, j := range d.jumps() {
+	for _, j := range owned.Jumps {
 		key := j.Table + " " + j.Chain
 		if _, done := r.Chains[key]; done {
 			continue

@@ -73,8 +73,8 @@ func (d *Dataplane) Leftovers(ctx context.Context) (Leftovers, error) {
 			l.VirtualServers++
 		}
 	}
-	for _, c := range d.chains() {
-		_, exists, err := d.runner.ListChain(ctx, c[0], c[1])
+	for _, c := range d.owned().Chains {
+		_, exists, err := d.runner.ListChain(ctx, c.Table, c.Name)
 		if err != nil {
 			return l, fmt.Errorf("ipvs: %w", err)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
@@ -104,24 +103,24 @@ func podMatch(s *dataplane.State) (string, bool) {
 	return "", false
 }
 
-func (d *Dataplane) jumps() []xtables.Jump {
+// owned are the dataplane's iptables chains and the jumps that hook them
+// in.
+func (d *Dataplane) owned() *xtables.OwnedChains {
+	n := &d.names
 	j := func(table, chain, target string) xtables.Jump {
 		return xtables.Jump{Table: table, Chain: chain, Rule: []string{
 			"-m", "comment", "--comment", "proxykit ipvs", "-j", target}}
 	}
-	n := &d.names
-	return []xtables.Jump{
-		j("nat", "PREROUTING", n.services), j("nat", "OUTPUT", n.services),
-		j("nat", "POSTROUTING", n.postrouting),
-		j("filter", "INPUT", n.filter), j("filter", "FORWARD", n.forward),
-	}
-}
-
-func (d *Dataplane) chains() [][2]string {
-	n := &d.names
-	return [][2]string{
-		{"nat", n.services}, {"nat", n.markMasq}, {"nat", n.postrouting}, {"nat", n.internal},
-		{"filter", n.filter}, {"filter", n.sourceRanges}, {"filter", n.forward},
+	return &xtables.OwnedChains{
+		Chains: []xtables.Chain{
+			{Table: "nat", Name: n.services}, {Table: "nat", Name: n.markMasq}, {Table: "nat", Name: n.postrouting}, {Table: "nat", Name: n.internal},
+			{Table: "filter", Name: n.filter}, {Table: "filter", Name: n.sourceRanges}, {Table: "filter", Name: n.forward},
+		},
+		Jumps: []xtables.Jump{
+			j("nat", "PREROUTING", n.services), j("nat", "OUTPUT", n.services),
+			j("nat", "POSTROUTING", n.postrouting),
+			j("filter", "INPUT", n.filter), j("filter", "FORWARD", n.forward),
+		},
 	}
 }
 
@@ -138,17 +137,14 @@ func withInternal(static, internal string) string {
 // what it repaired.
 func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State, internal string) (int, []string, error) {
 	static := d.rulesText(s)
-	listed, err := d.listRules(ctx)
+	owned := d.owned()
+	listed, err := owned.List(ctx, d.runner)
 	if err != nil {
 		return 0, nil, err
 	}
 	var changes []string
 	if static == d.rules && internal == d.internalText && d.listed != nil {
-		for _, c := range d.chains() {
-			if !slices.Equal(listed[c[1]], d.listed[c[1]]) {
-				changes = append(changes, fmt.Sprintf("%s chain %s: %d rules, want %d", c[0], c[1], len(listed[c[1]]), len(d.listed[c[1]])))
-			}
-		}
+		changes = owned.Changed(d.listed, listed)
 	} else {
 		changes = append(changes, "iptables chains written")
 	}
@@ -159,14 +155,12 @@ func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State, internal 
 			return 0, nil, fmt.Errorf("write iptables rules: %w", err)
 		}
 		n = len(text)
-		if listed, err = d.listRules(ctx); err != nil {
+		if listed, err = owned.List(ctx, d.runner); err != nil {
 			return 0, nil, err
 		}
 	}
-	for _, j := range d.jumps() {
-		if err := d.runner.EnsureJump(ctx, j); err != nil {
-			return 0, nil, fmt.Errorf("hook iptables rules: %w", err)
-		}
+	if err := owned.Hook(ctx, d.runner); err != nil {
+		return 0, nil, fmt.Errorf("hook iptables rules: %w", err)
 	}
 	d.rules, d.internalText, d.listed = static, internal, listed
 	return n, changes, nil
@@ -189,20 +183,8 @@ func (d *Dataplane) syncInternal(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list iptables rules: %w", err)
 	}
 	d.internalText = internal
-	d.listed[d.names.internal] = rules
+	d.listed[xtables.Chain{Table: "nat", Name: d.names.internal}] = rules
 	return len(text), nil
-}
-
-func (d *Dataplane) listRules(ctx context.Context) (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, c := range d.chains() {
-		rules, _, err := d.runner.ListChain(ctx, c[0], c[1])
-		if err != nil {
-			return nil, fmt.Errorf("list iptables rules: %w", err)
-		}
-		out[c[1]] = rules
-	}
-	return out, nil
 }
 
 // Cleanup implements dataplane.Dataplane: it removes what the dataplane
@@ -246,28 +228,8 @@ func (d *Dataplane) Cleanup(ctx context.Context) error {
 	}
 	clear(d.draining)
 	errs = append(errs, d.removeLink(have[setIPs]))
-	for _, j := range d.jumps() {
-		if err := d.runner.DeleteJump(ctx, j); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	var b strings.Builder
-	for _, table := range []string{"nat", "filter"} {
-		fmt.Fprintf(&b, "*%s\n", table)
-		for _, c := range d.chains() {
-			if c[0] == table {
-				fmt.Fprintf(&b, ":%s - [0:0]\n", c[1])
-			}
-		}
-		for _, c := range d.chains() {
-			if c[0] == table {
-				fmt.Fprintf(&b, "-X %s\n", c[1])
-			}
-		}
-		b.WriteString("COMMIT\n")
-	}
-	if err := d.runner.Restore(ctx, xtables.RestoreBytes(b.String())); err != nil {
-		errs = append(errs, fmt.Errorf("remove iptables chains: %w", err))
+	if err := d.owned().Remove(ctx, d.runner); err != nil {
+		errs = append(errs, err)
 	}
 	for id := range numSets {
 		if err := d.nl.IpsetDestroy(d.names.set[id]); err != nil && !errors.Is(err, unix.ENOENT) {

@@ -60,7 +60,7 @@ type Dataplane struct {
 	// after.
 	rules        string
 	internalText string
-	listed       map[string][]string
+	listed       xtables.Listing
 	prepared     bool
 	report       dataplane.SyncReport
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
 var (
@@ -44,30 +44,21 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 
 // drift describes how the kernel differs from the last write.
 func (r *redirector) drift(ctx context.Context) ([]string, error) {
-	got, err := r.list(ctx)
+	owned := r.owned()
+	got, err := owned.List(ctx, r.runner)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, c := range r.allChains() {
-		if want := r.listed[c]; !slices.Equal(want, got[c]) {
-			out = append(out, fmt.Sprintf("%s chain %s: %d rules, want %d", c.table, c.chain, len(got[c]), len(want)))
-		}
-	}
-	for _, j := range r.jumps() {
-		rules, _, err := r.runner.ListChain(ctx, j.Table, j.Chain)
-		if err != nil {
-			return nil, err
-		}
-		if !slices.ContainsFunc(rules, func(s string) bool { return strings.HasSuffix(s, " -j "+j.Rule[len(j.Rule)-1]) }) {
-			out = append(out, fmt.Sprintf("%s chain %s: no jump to %s", j.Table, j.Chain, j.Rule[len(j.Rule)-1]))
-		}
+	out := owned.Changed(r.listed, got)
+	jumps, err := owned.MissingJumps(ctx, r.runner)
+	if err != nil {
+		return nil, err
 	}
 	missing, err := r.routing.Missing(ctx, r.policy)
 	if err != nil {
 		return nil, err
 	}
-	return append(out, missing...), nil
+	return append(append(out, jumps...), missing...), nil
 }
 
 // KernelChanged implements dataplane.KernelWatcher: in redirect mode the
@@ -81,9 +72,9 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	if r == nil || r.listed == nil {
 		return false, nil
 	}
-	for _, c := range []tableChain{{"nat", r.services}, {"mangle", r.divert}} {
+	for _, c := range []xtables.Chain{{Table: "nat", Name: r.services}, {Table: "mangle", Name: r.divert}} {
 		want := r.listed[c]
-		rules, ok, err := r.runner.ListChain(ctx, c.table, c.chain)
+		rules, ok, err := r.runner.ListChain(ctx, c.Table, c.Name)
 		if err != nil {
 			return false, fmt.Errorf("userspace: canary: %w", err)
 		}
@@ -98,27 +89,14 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	return len(missing) > 0, nil
 }
 
-type tableChain struct{ table, chain string }
-
-func (r *redirector) allChains() []tableChain {
-	var out []tableChain
+// owned are the redirect rules' chains, heads first in each table, and
+// the jumps into them.
+func (r *redirector) owned() *xtables.OwnedChains {
+	o := &xtables.OwnedChains{Jumps: r.jumps()}
 	for _, table := range redirectTables {
 		for _, c := range r.chains(table) {
-			out = append(out, tableChain{table, c})
+			o.Chains = append(o.Chains, xtables.Chain{Table: table, Name: c})
 		}
 	}
-	return out
-}
-
-// list returns the rules of the chains as "iptables -S" prints them.
-func (r *redirector) list(ctx context.Context) (map[tableChain][]string, error) {
-	out := map[tableChain][]string{}
-	for _, c := range r.allChains() {
-		rules, _, err := r.runner.ListChain(ctx, c.table, c.chain)
-		if err != nil {
-			return nil, err
-		}
-		out[c] = rules
-	}
-	return out, nil
+	return o
 }

@@ -105,7 +105,7 @@ type redirector struct {
 	valid      bool
 	// listed is the chains as listed right after the last write, what
 	// Reconcile compares the kernel with; nil before the first.
-	listed map[tableChain][]string
+	listed xtables.Listing
 }
 
 type rule struct {
@@ -367,7 +367,7 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 			r.valid = false
 			return 0, fmt.Errorf("userspace: write redirect rules: %w", err)
 		}
-		listed, err := r.list(ctx)
+		listed, err := r.owned().List(ctx, r.runner)
 		if err != nil {
 			r.valid = false
 			return 0, fmt.Errorf("userspace: list redirect rules: %w", err)
@@ -446,10 +446,8 @@ func (r *redirector) render(table string, keys []destKey, want map[destKey][]rul
 // hook inserts the jumps into the chains, removes those of earlier
 // versions and makes sure of the policy route.
 func (r *redirector) hook(ctx context.Context) error {
-	for _, j := range r.jumps() {
-		if err := r.runner.EnsureJump(ctx, j); err != nil {
-			return fmt.Errorf("userspace: hook redirect rules: %w", err)
-		}
+	if err := r.owned().Hook(ctx, r.runner); err != nil {
+		return fmt.Errorf("userspace: hook redirect rules: %w", err)
 	}
 	for _, j := range r.legacyJumps() {
 		if err := r.runner.DeleteJump(ctx, j); err != nil {
@@ -491,23 +489,12 @@ func sortedKeys(m map[destKey][]rule) []destKey {
 // or not they exist.
 func (r *redirector) cleanup(ctx context.Context) error {
 	var errs []error
-	for _, j := range append(r.jumps(), r.legacyJumps()...) {
+	for _, j := range r.legacyJumps() {
 		if err := r.runner.DeleteJump(ctx, j); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	var b strings.Builder
-	for _, table := range redirectTables {
-		fmt.Fprintf(&b, "*%s\n", table)
-		for _, c := range r.chains(table) {
-			fmt.Fprintf(&b, ":%s - [0:0]\n", c)
-		}
-		for _, c := range r.chains(table) {
-			fmt.Fprintf(&b, "-X %s\n", c)
-		}
-		b.WriteString("COMMIT\n")
-	}
-	if err := r.runner.Restore(ctx, xtables.RestoreBytes(b.String())); err != nil {
+	if err := r.owned().Remove(ctx, r.runner); err != nil {
 		errs = append(errs, err)
 	}
 	if err := r.routing.Remove(ctx, r.policy); err != nil {

@@ -1,0 +1,145 @@
+package xtables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Chain is one chain of one table.
+type Chain struct{ Table, Name string }
+
+// OwnedChains are the chains a program owns outright, with the jumps from
+// the built-in chains that hook them in. A program that keeps only a few
+// helper chains (the IPVS and userspace dataplanes) rewrites them whole
+// and finds out what others changed by comparing a listing taken right
+// after its last write with one taken now: iptables-save spells a rule
+// its own way, so the listing after the write, not the restore input, is
+// what later listings must equal.
+type OwnedChains struct {
+	// Chains in the order they are declared; a table's chains may refer
+	// to those before them.
+	Chains []Chain
+	// Jumps from the built-in chains, inserted in this order (so the last
+	// ends up first in its chain).
+	Jumps []Jump
+}
+
+// Listing is the rules of each owned chain, as Runner.ListChain prints
+// them; a chain that does not exist has none.
+type Listing map[Chain][]string
+
+// List lists every owned chain.
+func (o *OwnedChains) List(ctx context.Context, r Runner) (Listing, error) {
+	out := Listing{}
+	for _, c := range o.Chains {
+		rules, _, err := r.ListChain(ctx, c.Table, c.Name)
+		if err != nil {
+			return nil, fmt.Errorf("list iptables chain %s %s: %w", c.Table, c.Name, err)
+		}
+		out[c] = rules
+	}
+	return out, nil
+}
+
+// Changed describes each owned chain whose rules in got differ from want
+// ("nat chain PKV-SERVICES: 0 rules, want 3"), in the order of Chains.
+func (o *OwnedChains) Changed(want, got Listing) []string {
+	var out []string
+	for _, c := range o.Chains {
+		if !slices.Equal(want[c], got[c]) {
+			out = append(out, fmt.Sprintf("%s chain %s: %d rules, want %d", c.Table, c.Name, len(got[c]), len(want[c])))
+		}
+	}
+	return out
+}
+
+// Hook inserts the jumps that are missing.
+func (o *OwnedChains) Hook(ctx context.Context, r Runner) error {
+	for _, j := range o.Jumps {
+		if err := r.EnsureJump(ctx, j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MissingJumps describes each jump the built-in chains do not hold
+// ("nat chain OUTPUT: no jump to PKU-SERVICES"), compared by what the rule
+// does rather than how iptables-save spells it.
+func (o *OwnedChains) MissingJumps(ctx context.Context, r Runner) ([]string, error) {
+	var out []string
+	for _, j := range o.Jumps {
+		rules, _, err := r.ListChain(ctx, j.Table, j.Chain)
+		if err != nil {
+			return nil, fmt.Errorf("list iptables chain %s %s: %w", j.Table, j.Chain, err)
+		}
+		if !slices.ContainsFunc(rules, j.matches) {
+			out = append(out, fmt.Sprintf("%s chain %s: no jump to %s", j.Table, j.Chain, j.target()))
+		}
+	}
+	return out, nil
+}
+
+// matches reports whether the listed rule is j: by Key, or for a rule this
+// package cannot parse, by its target.
+func (j Jump) matches(listed string) bool {
+	want, ok := j.Key()
+	if got, ok2 := RuleKey(listed); ok && ok2 {
+		return want == got
+	}
+	return strings.HasSuffix(listed, " -j "+j.target())
+}
+
+func (j Jump) target() string {
+	if len(j.Rule) == 0 {
+		return ""
+	}
+	return j.Rule[len(j.Rule)-1]
+}
+
+// Remove deletes the jumps and then the chains, whether or not they
+// exist, in one restore per table. It tries everything and returns every
+// failure.
+func (o *OwnedChains) Remove(ctx context.Context, r Runner) error {
+	var errs []error
+	for _, j := range o.Jumps {
+		if err := r.DeleteJump(ctx, j); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var b strings.Builder
+	for _, table := range o.tables() {
+		fmt.Fprintf(&b, "*%s\n", table)
+		for _, c := range o.Chains {
+			if c.Table == table {
+				fmt.Fprintf(&b, ":%s - [0:0]\n", c.Name)
+			}
+		}
+		for _, c := range o.Chains {
+			if c.Table == table {
+				fmt.Fprintf(&b, "-X %s\n", c.Name)
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	if b.Len() > 0 {
+		if err := r.Restore(ctx, RestoreBytes(b.String())); err != nil {
+			errs = append(errs, fmt.Errorf("remove iptables chains: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tables are the tables of the chains, in order of first appearance.
+func (o *OwnedChains) tables() []string {
+	var out []string
+	for _, c := range o.Chains {
+		if !slices.Contains(out, c.Table) {
+			out = append(out, c.Table)
+		}
+	}
+	return out
+}
