@@ -147,7 +147,7 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *p
 	for nn, ports := range s.Services.Services() {
 		all = append(all, service{nn, ports})
 	}
-	slices.SortFunc(all, func(a, b service) int { return compareNames(a.nn, b.nn) })
+	slices.SortFunc(all, func(a, b service) int { return servicemodel.CompareNames(a.nn, b.nn) })
 	rendered := make([]*rendering, len(all))
 	fanout.Map(d.workers, parallelMin, all, rendered, d.skip, func(skip fanout.Skip) func(service) *rendering {
 		r := d.newRenderer(s, skip)
@@ -207,7 +207,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	for nn := range prog.services {
 		names = append(names, nn)
 	}
-	slices.SortFunc(names, compareNames)
+	slices.SortFunc(names, servicemodel.CompareNames)
 	want := make(map[string]bool, prog.chains)
 	var chainOps []op
 	// Endpoint maps: used by some chain, and to rewrite whole because a
