@@ -111,9 +111,6 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.MasqueradeBit, err = backend.MasqueradeBit("iptables", cfg.MasqueradeBit); err != nil {
 		return nil, err
 	}
-	if cfg.MetricsNamespace == "" {
-		cfg.MetricsNamespace = backend.DefaultMetricsNamespace
-	}
 	workers, err := backend.RenderWorkers("iptables", cfg.RenderWorkers)
 	if err != nil {
 		return nil, err

@@ -163,9 +163,6 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	if cfg.MetricsNamespace == "" {
-		cfg.MetricsNamespace = backend.DefaultMetricsNamespace
-	}
 	workers, err := backend.RenderWorkers("nftables", cfg.RenderWorkers)
 	if err != nil {
 		return nil, err

@@ -235,9 +235,6 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.Balance != RoundRobin && cfg.Balance != Random {
 		return nil, fmt.Errorf("userspace: Config.Balance %d is neither RoundRobin nor Random", cfg.Balance)
 	}
-	if cfg.MetricsNamespace == "" {
-		cfg.MetricsNamespace = backend.DefaultMetricsNamespace
-	}
 	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
 	if err != nil {
 		return nil, err
