@@ -126,96 +126,135 @@ func runChild(a childArgs) (childResult, error) {
 		runtime.KeepAlive(c)
 		return res, nil
 	}
+	return runSystem(a)
+}
+
+// childRun is one system measured on one workload: the samples so far.
+type childRun struct {
+	c   *cluster
+	sys system
+	be  backend
+	res childResult
+}
+
+// runSystem measures a.System on a.Workload: the first sync into the
+// kernel alone for a kernel backend, else the first sync and a.Reps
+// rounds of changes.
+func runSystem(a childArgs) (childResult, error) {
 	spec, err := lookupSystem(a.System)
 	if err != nil {
-		return res, err
+		return childResult{}, err
 	}
 	c := newCluster(a.Workload)
 	sys, err := newSystem(spec, a.Backend, a.Workload.families())
 	if err != nil {
-		return res, err
+		return childResult{}, err
 	}
-	be := sys.backend()
-	add := func(op string, f func() error) error {
-		be.beginSync()
-		s, err := measure(op, f)
-		if err != nil {
+	r := &childRun{c: c, sys: sys, be: sys.backend()}
+	if a.Backend != discard {
+		err = r.kernelFirst(a.InputOut)
+	} else {
+		err = r.syncs(a.Reps)
+	}
+	if err != nil {
+		return r.res, err
+	}
+	r.res.PeakRSSKB = peakRSSKB()
+	return r.res, nil
+}
+
+// add measures f as op and records it with what it wrote.
+func (r *childRun) add(op string, f func() error) error {
+	r.be.beginSync()
+	s, err := measure(op, f)
+	if err != nil {
+		return err
+	}
+	s.Written = r.be.written()
+	r.res.Samples = append(r.res.Samples, s)
+	return nil
+}
+
+// feed gives the system the cluster's node, services and slices.
+func (r *childRun) feed() {
+	r.sys.updateNode(r.c.node)
+	for i := range r.c.services {
+		r.sys.updateService(nil, r.c.services[i])
+		for _, sl := range r.c.slicesOf(i) {
+			r.sys.updateSlice(nil, sl)
+		}
+	}
+}
+
+// kernelFirst measures the first sync alone, the objects given
+// beforehand, to set it beside the floor: a bare restore of its input,
+// which it writes to inputOut.
+func (r *childRun) kernelFirst(inputOut string) error {
+	r.feed()
+	if err := r.add(opKernelFirst, r.sys.sync); err != nil {
+		return err
+	}
+	return os.WriteFile(inputOut, r.be.firstInput(), 0o600)
+}
+
+// syncs measures the first sync, objects given included, then reps rounds
+// of an endpoint change, a service added, an idle sync and a full one.
+func (r *childRun) syncs(reps int) error {
+	if err := r.add(opFirst, func() error {
+		r.feed()
+		return r.sys.sync()
+	}); err != nil {
+		return err
+	}
+	for rep := range reps {
+		if err := r.round(rep); err != nil {
 			return err
 		}
-		s.Written = be.written()
-		res.Samples = append(res.Samples, s)
-		return nil
 	}
-	feed := func() {
-		sys.updateNode(c.node)
-		for i := range c.services {
-			sys.updateService(nil, c.services[i])
-			for _, sl := range c.slicesOf(i) {
-				sys.updateSlice(nil, sl)
-			}
-		}
-	}
-	if a.Backend != discard {
-		// A kernel run measures the first sync alone, the objects
-		// given beforehand, to set it beside the floor: a bare restore
-		// of its input.
-		feed()
-		if err := add(opKernelFirst, sys.sync); err != nil {
-			return res, err
-		}
-		if err := os.WriteFile(a.InputOut, be.firstInput(), 0o600); err != nil {
-			return res, err
-		}
-		res.PeakRSSKB = peakRSSKB()
-		return res, nil
-	}
-	if err := add(opFirst, func() error {
-		feed()
-		return sys.sync()
-	}); err != nil {
-		return res, err
-	}
-	for r := range a.Reps {
-		i := (r*7919 + 13) % len(c.services)
-		if err := add(opEndpoint, func() error {
-			for _, u := range c.changeEndpoint(i, r%c.w.Endpoints) {
-				sys.updateSlice(u.old, u.new)
-			}
-			return sys.sync()
-		}); err != nil {
-			return res, err
-		}
-		if err := add(opAddService, func() error {
-			svc, slices := c.addService()
-			sys.updateService(nil, svc)
-			for _, sl := range slices {
-				sys.updateSlice(nil, sl)
-			}
-			return sys.sync()
-		}); err != nil {
-			return res, err
-		}
-		if err := add(opIdle, sys.sync); err != nil {
-			return res, err
-		}
-		// A failed sync is what forces a full one in every system; it
-		// must have something to write, so it carries a change.
-		be.failNext()
-		for _, u := range c.changeEndpoint(i, (r+1)%c.w.Endpoints) {
+	return nil
+}
+
+// round is the rep-th round of syncs.
+func (r *childRun) round(rep int) error {
+	c, sys := r.c, r.sys
+	i := (rep*7919 + 13) % len(c.services)
+	if err := r.add(opEndpoint, func() error {
+		for _, u := range c.changeEndpoint(i, rep%c.w.Endpoints) {
 			sys.updateSlice(u.old, u.new)
 		}
-		if err := sys.sync(); err == nil {
-			return res, fmt.Errorf("the sync meant to fail succeeded")
-		}
-		if err := add(opFull, sys.sync); err != nil {
-			return res, err
-		}
-		if pk, ok := sys.(*proxykitSystem); ok && !pk.full {
-			return res, fmt.Errorf("the sync after a failure was not a full one")
-		}
+		return sys.sync()
+	}); err != nil {
+		return err
 	}
-	res.PeakRSSKB = peakRSSKB()
-	return res, nil
+	if err := r.add(opAddService, func() error {
+		svc, slices := c.addService()
+		sys.updateService(nil, svc)
+		for _, sl := range slices {
+			sys.updateSlice(nil, sl)
+		}
+		return sys.sync()
+	}); err != nil {
+		return err
+	}
+	if err := r.add(opIdle, sys.sync); err != nil {
+		return err
+	}
+	// A failed sync is what forces a full one in every system; it
+	// must have something to write, so it carries a change.
+	r.be.failNext()
+	for _, u := range c.changeEndpoint(i, (rep+1)%c.w.Endpoints) {
+		sys.updateSlice(u.old, u.new)
+	}
+	if err := sys.sync(); err == nil {
+		return fmt.Errorf("the sync meant to fail succeeded")
+	}
+	if err := r.add(opFull, sys.sync); err != nil {
+		return err
+	}
+	if pk, ok := sys.(*proxykitSystem); ok && !pk.full {
+		return fmt.Errorf("the sync after a failure was not a full one")
+	}
+	return nil
 }
 
 // restoreFloor times one bare restore of the input in file, by the

@@ -138,7 +138,7 @@ func (c *claims) conflicts(touched map[destination]bool) []conflict {
 		for i, cl := range list {
 			services[i] = cl.service
 		}
-		slices.SortFunc(services, compareNames)
+		slices.SortFunc(services, servicemodel.CompareNames)
 		prev := c.warned[d]
 		c.warned[d] = services
 		if slices.ContainsFunc(services, func(nn types.NamespacedName) bool { return !slices.Contains(prev, nn) }) {
@@ -147,10 +147,6 @@ func (c *claims) conflicts(touched map[destination]bool) []conflict {
 	}
 	slices.SortFunc(out, func(a, b conflict) int { return a.dest.compare(b.dest) })
 	return out
-}
-
-func compareNames(a, b types.NamespacedName) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // warnConflicts logs each conflict. Which service is served there is

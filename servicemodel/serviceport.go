@@ -28,15 +28,21 @@ func (n PortName) String() string {
 	return n.NamespacedName.String() + ":" + n.Port
 }
 
-// Compare orders port names by namespace, name, port name and protocol,
-// the order Map.Service returns ports in; it returns -1, 0 or +1.
+// Compare orders port names by service (CompareNames), port name and
+// protocol, the order Map.Service returns ports in; it returns -1, 0 or +1.
 func (n PortName) Compare(o PortName) int {
 	return cmp.Or(
-		cmp.Compare(n.Namespace, o.Namespace),
-		cmp.Compare(n.Name, o.Name),
+		CompareNames(n.NamespacedName, o.NamespacedName),
 		cmp.Compare(n.Port, o.Port),
 		cmp.Compare(n.Protocol, o.Protocol),
 	)
+}
+
+// CompareNames orders service names by namespace, then name, the order
+// in which the dataplanes program and report services; it returns -1, 0
+// or +1, for slices.SortFunc.
+func CompareNames(a, b types.NamespacedName) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // ServicePort is one normalized port of a Service in one IP family. It is

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/fanout"
@@ -71,6 +72,8 @@ type Dataplane struct {
 	metrics *metrics
 	// workers is Config.RenderWorkers resolved.
 	workers int
+	// skip reports an input left out as invalid.
+	skip fanout.Skip
 
 	sysctl sysctl.Interface
 
@@ -97,27 +100,21 @@ var (
 // New checks cfg and returns a Dataplane. Unless cfg.Runner
 // is set it probes the iptables binaries.
 func New(cfg Config) (*Dataplane, error) {
-	if cfg.Family == "" {
-		cfg.Family = v1.IPv4Protocol
+	family, err := backend.Family("iptables", cfg.Family)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Family != v1.IPv4Protocol && cfg.Family != v1.IPv6Protocol {
-		return nil, fmt.Errorf("iptables: unknown IP family %q", cfg.Family)
-	}
+	cfg.Family = family
 	names, err := newChainNames(cfg.ChainPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("iptables: %w", err)
 	}
-	if cfg.MasqueradeBit == 0 {
-		cfg.MasqueradeBit = 14
+	if cfg.MasqueradeBit, err = backend.MasqueradeBit("iptables", cfg.MasqueradeBit); err != nil {
+		return nil, err
 	}
-	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
-		return nil, fmt.Errorf("iptables: masquerade bit %d out of range [0, 31]", cfg.MasqueradeBit)
-	}
-	if cfg.MetricsNamespace == "" {
-		cfg.MetricsNamespace = "proxykit"
-	}
-	if cfg.RenderWorkers < 0 {
-		return nil, fmt.Errorf("iptables: RenderWorkers %d is negative", cfg.RenderWorkers)
+	workers, err := backend.RenderWorkers("iptables", cfg.RenderWorkers)
+	if err != nil {
+		return nil, err
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
 	if err != nil {
@@ -127,11 +124,12 @@ func New(cfg Config) (*Dataplane, error) {
 		metrics: m,
 		cfg:     cfg,
 		names:   names,
-		workers: fanout.Workers(cfg.RenderWorkers),
+		workers: workers,
 		mark:    fmt.Sprintf("%#08x", uint32(1)<<cfg.MasqueradeBit),
 		ipv6:    cfg.Family == v1.IPv6Protocol,
 		log:     cfg.Logger.WithValues("dataplane", "iptables", "ipFamily", cfg.Family),
 	}
+	d.skip = backend.Skipper{Log: d.log, OnSkip: cfg.OnSkip}.Skip
 	d.runner, d.sysctl = cfg.Runner, cfg.Sysctl
 	if d.runner == nil {
 		r, err := xtables.NewExecRunner(xtables.ExecConfig{Family: cfg.Family})
@@ -165,35 +163,14 @@ type SyncStats struct {
 }
 
 // Stats returns the statistics of the last successful Sync.
-func (d *Dataplane) Stats() SyncStats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stats
-}
+func (d *Dataplane) Stats() SyncStats { return backend.Locked(&d.mu, &d.stats) }
 
 // LastSync implements dataplane.SyncReporter.
 func (d *Dataplane) LastSync() dataplane.SyncReport { return d.Stats().SyncReport }
 
-func (d *Dataplane) skip(reason string, kv ...any) {
-	d.log.V(1).Info("Skipping invalid input", append([]any{"reason", reason}, kv...)...)
-	if d.cfg.OnSkip != nil {
-		d.cfg.OnSkip(reason)
-	}
-}
-
 // checkState refuses States the dataplane cannot program at all.
 func (d *Dataplane) checkState(s *dataplane.State) error {
-	if s == nil {
-		return fmt.Errorf("iptables: nil State")
-	}
-	fam := s.Family
-	if fam == "" {
-		fam = v1.IPv4Protocol
-	}
-	if fam != d.cfg.Family {
-		return fmt.Errorf("iptables: State is %s, dataplane programs %s", fam, d.cfg.Family)
-	}
-	return nil
+	return backend.CheckState("iptables", d.cfg.Family, s)
 }
 
 // Render returns the complete restore input that the first full sync of s

@@ -2,10 +2,9 @@ package iptables
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -33,37 +32,13 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metrics, error) {
-	const sub = "iptables"
-	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "restore_failures_total",
-		Help: "iptables-restore runs that failed, by kind of sync (full, partial, or repair after a reconcile found drift).",
-	}, []string{"ip_family", "sync"})
-	timeouts := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "restore_timeouts_total",
-		Help: "iptables-restore runs killed at the deadline their input's size allows (also counted as failures).",
-	}, []string{"ip_family"})
-	rules := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "rules",
-		Help: "Rules in the dataplane's own chains, by table; kube-proxy's sync_proxy_rules_iptables_total.",
-	}, []string{"ip_family", "table"})
-	last := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "rules_last_sync",
-		Help: "Rules the last Sync wrote (appended or inserted), by table; kube-proxy's sync_proxy_rules_iptables_last.",
-	}, []string{"ip_family", "table"})
-	if reg != nil {
-		var err error
-		if failures, err = register(reg, failures); err != nil {
-			return nil, err
-		}
-		if timeouts, err = register(reg, timeouts); err != nil {
-			return nil, err
-		}
-		if rules, err = register(reg, rules); err != nil {
-			return nil, err
-		}
-		if last, err = register(reg, last); err != nil {
-			return nil, err
-		}
+	r := backend.NewMetrics(reg, ns, "iptables")
+	failures := r.CounterVec("restore_failures_total", "iptables-restore runs that failed, by kind of sync (full, partial, or repair after a reconcile found drift).", "ip_family", "sync")
+	timeouts := r.CounterVec("restore_timeouts_total", "iptables-restore runs killed at the deadline their input's size allows (also counted as failures).", "ip_family")
+	rules := r.GaugeVec("rules", "Rules in the dataplane's own chains, by table; kube-proxy's sync_proxy_rules_iptables_total.", "ip_family", "table")
+	last := r.GaugeVec("rules_last_sync", "Rules the last Sync wrote (appended or inserted), by table; kube-proxy's sync_proxy_rules_iptables_last.", "ip_family", "table")
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	fam := string(family)
 	m := &metrics{
@@ -77,22 +52,6 @@ func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metr
 		m.rulesLastSync[t] = last.WithLabelValues(fam, name)
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector of the same description
-// registered before (by the other family's Dataplane).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-		return c, nil
-	case errors.As(err, &are):
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("iptables: register metrics: %w", err)
 }
 
 // countWritten counts, per table, the rules a restore input appends or

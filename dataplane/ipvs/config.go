@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
@@ -109,12 +110,9 @@ const (
 
 // resolve fills in cfg's defaults and checks it.
 func (cfg Config) resolve() (Config, error) {
-	switch cfg.Family {
-	case "":
-		cfg.Family = v1.IPv4Protocol
-	case v1.IPv4Protocol, v1.IPv6Protocol:
-	default:
-		return cfg, fmt.Errorf("ipvs: unknown family %q", cfg.Family)
+	var err error
+	if cfg.Family, err = backend.Family("ipvs", cfg.Family); err != nil {
+		return cfg, err
 	}
 	if (cfg.IPVS == nil) != (cfg.Netlink == nil) {
 		return cfg, fmt.Errorf("ipvs: Config.IPVS and Config.Netlink must be given together")
@@ -150,11 +148,8 @@ func (cfg Config) resolve() (Config, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
 	}
-	if cfg.MasqueradeBit == 0 {
-		cfg.MasqueradeBit = 14
-	}
-	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
-		return cfg, fmt.Errorf("ipvs: masquerade bit %d: want 0 to 31", cfg.MasqueradeBit)
+	if cfg.MasqueradeBit, err = backend.MasqueradeBit("ipvs", cfg.MasqueradeBit); err != nil {
+		return cfg, err
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}

@@ -11,6 +11,7 @@ import (
 
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/servicemodel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -156,7 +157,7 @@ func (d *Dataplane) wanted(s *dataplane.State, addrs nodeAddrs) *desired {
 	for nn := range s.Services.Services() {
 		w.names = append(w.names, nn)
 	}
-	slices.SortFunc(w.names, compareNames)
+	slices.SortFunc(w.names, servicemodel.CompareNames)
 	for _, nn := range w.names {
 		pr := d.programOf(s, nn, addrs)
 		if pr == nil {

@@ -14,8 +14,10 @@ import (
 	"github.com/go-logr/logr"
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	"github.com/proxykit/proxykit/dataplane/xtables"
+	"github.com/proxykit/proxykit/servicemodel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -132,11 +134,7 @@ func (d *Dataplane) Name() string { return "ipvs" }
 
 // LastSync implements dataplane.SyncReporter. Bytes is the iptables input
 // written, if any.
-func (d *Dataplane) LastSync() dataplane.SyncReport {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.report
-}
+func (d *Dataplane) LastSync() dataplane.SyncReport { return backend.Locked(&d.mu, &d.report) }
 
 // Sync implements dataplane.Dataplane: a full diff against the kernel's
 // IPVS table, link and ipsets on the first Sync, after a failure and when
@@ -144,11 +142,8 @@ func (d *Dataplane) LastSync() dataplane.SyncReport {
 // State.ChangedSince names, each compared with the kernel's real servers
 // of its virtual servers.
 func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
-	if s == nil {
-		return errors.New("ipvs: Sync of a nil State")
-	}
-	if f := s.Family; f != d.cfg.Family && !(f == "" && d.cfg.Family == v1.IPv4Protocol) {
-		return fmt.Errorf("ipvs: a %s dataplane cannot program a %s State", d.cfg.Family, f)
+	if err := backend.CheckState("ipvs", d.cfg.Family, s); err != nil {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -166,7 +161,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if !full {
 		set, ok := s.ChangedSince(d.last.Generation)
 		full = !ok
-		changed = slices.SortedFunc(maps.Keys(set), compareNames)
+		changed = slices.SortedFunc(maps.Keys(set), servicemodel.CompareNames)
 	}
 	var err error
 	var report dataplane.SyncReport
@@ -182,22 +177,6 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	d.valid, d.last, d.report = true, s, report
 	d.log.V(2).Info("Synced", "full", report.Full, "services", report.Services)
 	return nil
-}
-
-func compareNames(a, b types.NamespacedName) int {
-	if a.Namespace != b.Namespace {
-		if a.Namespace < b.Namespace {
-			return -1
-		}
-		return 1
-	}
-	switch {
-	case a.Name < b.Name:
-		return -1
-	case a.Name > b.Name:
-		return 1
-	}
-	return 0
 }
 
 // prepare sets the sysctls and timeouts once, and makes sure the link

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/internal/fanout"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
@@ -94,6 +95,8 @@ type Dataplane struct {
 	metrics *metrics
 	// workers is Config.RenderWorkers resolved.
 	workers int
+	// skip reports an input left out as invalid.
+	skip fanout.Skip
 
 	mu sync.Mutex
 	// prog is what the table holds; nil until a full sync succeeded and
@@ -134,23 +137,19 @@ var (
 // New checks cfg and returns a Dataplane. Unless cfg.NFT is set it probes
 // the nft binary; the error then says what is missing.
 func New(cfg Config) (*Dataplane, error) {
-	if cfg.Family == "" {
-		cfg.Family = v1.IPv4Protocol
+	family, err := backend.Family("nftables", cfg.Family)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Family != v1.IPv4Protocol && cfg.Family != v1.IPv6Protocol {
-		return nil, fmt.Errorf("nftables: unknown IP family %q", cfg.Family)
-	}
+	cfg.Family = family
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
 	if err := checkTableName(cfg.Table); err != nil {
 		return nil, err
 	}
-	if cfg.MasqueradeBit == 0 {
-		cfg.MasqueradeBit = 14
-	}
-	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
-		return nil, fmt.Errorf("nftables: masquerade bit %d out of range [0, 31]", cfg.MasqueradeBit)
+	if cfg.MasqueradeBit, err = backend.MasqueradeBit("nftables", cfg.MasqueradeBit); err != nil {
+		return nil, err
 	}
 	if cfg.FullSyncPeriod == 0 {
 		cfg.FullSyncPeriod = time.Hour
@@ -164,11 +163,9 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	if cfg.MetricsNamespace == "" {
-		cfg.MetricsNamespace = "proxykit"
-	}
-	if cfg.RenderWorkers < 0 {
-		return nil, fmt.Errorf("nftables: RenderWorkers %d is negative", cfg.RenderWorkers)
+	workers, err := backend.RenderWorkers("nftables", cfg.RenderWorkers)
+	if err != nil {
+		return nil, err
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
 	if err != nil {
@@ -184,9 +181,10 @@ func New(cfg Config) (*Dataplane, error) {
 		log:     cfg.Logger.WithValues("dataplane", "nftables", "ipFamily", cfg.Family),
 		clock:   cfg.Clock,
 		metrics: m,
-		workers: fanout.Workers(cfg.RenderWorkers),
+		workers: workers,
 		stale:   map[string]time.Time{},
 	}
+	d.skip = backend.Skipper{Log: d.log, Skipped: m.skipped, OnSkip: cfg.OnSkip}.Skip
 	if d.ipv6 {
 		d.ipX, d.addrT = "ip6", "ipv6_addr"
 	}
@@ -249,34 +247,12 @@ type SyncStats struct {
 }
 
 // Stats returns the statistics of the last successful Sync.
-func (d *Dataplane) Stats() SyncStats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stats
-}
+func (d *Dataplane) Stats() SyncStats { return backend.Locked(&d.mu, &d.stats) }
 
 // LastSync implements dataplane.SyncReporter.
 func (d *Dataplane) LastSync() dataplane.SyncReport { return d.Stats().SyncReport }
 
-func (d *Dataplane) skip(reason string, kv ...any) {
-	d.log.V(1).Info("Skipping invalid input", append([]any{"reason", reason}, kv...)...)
-	d.metrics.skipped.Inc()
-	if d.cfg.OnSkip != nil {
-		d.cfg.OnSkip(reason)
-	}
-}
-
 // checkState refuses States the dataplane cannot program at all.
 func (d *Dataplane) checkState(s *dataplane.State) error {
-	if s == nil {
-		return fmt.Errorf("nftables: nil State")
-	}
-	fam := s.Family
-	if fam == "" {
-		fam = v1.IPv4Protocol
-	}
-	if fam != d.cfg.Family {
-		return fmt.Errorf("nftables: State is %s, dataplane programs %s", fam, d.cfg.Family)
-	}
-	return nil
+	return backend.CheckState("nftables", d.cfg.Family, s)
 }

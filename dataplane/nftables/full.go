@@ -147,7 +147,7 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *p
 	for nn, ports := range s.Services.Services() {
 		all = append(all, service{nn, ports})
 	}
-	slices.SortFunc(all, func(a, b service) int { return compareNames(a.nn, b.nn) })
+	slices.SortFunc(all, func(a, b service) int { return servicemodel.CompareNames(a.nn, b.nn) })
 	rendered := make([]*rendering, len(all))
 	fanout.Map(d.workers, parallelMin, all, rendered, d.skip, func(skip fanout.Skip) func(service) *rendering {
 		r := d.newRenderer(s, skip)
@@ -196,191 +196,241 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 // diffPlan adds to p the operations that make the per-service objects of
 // table k those of prog, describing each in drift when it is not nil.
 func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[]string) {
-	// Callers test tracking before they call note: boxing its arguments
-	// would cost a full sync an allocation per element.
-	tracking := drift != nil
-	note := func(format string, args ...any) {
-		*drift = append(*drift, fmt.Sprintf(format, args...))
-	}
-
-	names := make([]types.NamespacedName, 0, len(prog.services))
+	x := &differ{d: d, p: p, prog: prog, k: k, drift: drift, tracking: drift != nil}
+	x.names = make([]types.NamespacedName, 0, len(prog.services))
 	for nn := range prog.services {
-		names = append(names, nn)
+		x.names = append(x.names, nn)
 	}
-	slices.SortFunc(names, compareNames)
-	want := make(map[string]bool, prog.chains)
-	var chainOps []op
+	slices.SortFunc(x.names, servicemodel.CompareNames)
+	x.want = make(map[string]bool, prog.chains)
+	x.fresh = make(map[string]bool, max(0, prog.chains-len(k.chains)))
+	for _, nn := range x.names {
+		x.service(prog.services[nn])
+	}
+	x.maps()
+	x.deleteElements()
+	x.addElements()
+	x.removeStale()
+}
+
+// differ is one diffPlan under way: what it learnt of the table so far.
+type differ struct {
+	d    *Dataplane
+	p    *plan
+	prog *programmed
+	k    *kernelTable
+	// tracking is set when drift collects descriptions. Callers test it
+	// before they call note: boxing its arguments would cost a full sync
+	// an allocation per element.
+	tracking bool
+	drift    *[]string
+	// names are prog's services, sorted.
+	names []types.NamespacedName
+	// want holds the chains and sets prog has.
+	want map[string]bool
+	// chainOps are the chain writes, added to p once the maps they refer
+	// to exist.
+	chainOps []op
 	// Endpoint maps: used by some chain, and to rewrite whole because a
 	// chain of theirs is rewritten (its elements may be anything).
-	var used, dirty [mapCount]bool
-	fresh := make(map[string]bool, max(0, prog.chains-len(k.chains)))
-	for _, nn := range names {
-		r := prog.services[nn]
-		for _, s := range r.sets {
-			if !want[s.name] && !k.sets[s.name] {
-				p.ops = append(p.ops, op{verbAdd, d.affinitySetObj(s)})
-				if tracking {
-					note("set %s: missing", s.name)
-				}
+	used, dirty [mapCount]bool
+	// fresh holds the new DNAT chains, whose elements are all added.
+	fresh map[string]bool
+}
+
+func (x *differ) note(format string, args ...any) {
+	*x.drift = append(*x.drift, fmt.Sprintf(format, args...))
+}
+
+// service diffs one service's affinity sets and chains.
+func (x *differ) service(r *rendering) {
+	for _, s := range r.sets {
+		if !x.want[s.name] && !x.k.sets[s.name] {
+			x.p.ops = append(x.p.ops, op{verbAdd, x.d.affinitySetObj(s)})
+			if x.tracking {
+				x.note("set %s: missing", s.name)
 			}
-			want[s.name] = true
 		}
-		for _, c := range r.chains {
-			want[c.name] = true
-			have, exists := k.chains[c.name]
-			if c.dnat != nil {
-				used[c.dnat.shard] = true
-			}
-			if exists && have.rules == len(c.rules) && (len(c.rules) == 0 || have.comment == c.sig) {
-				continue
-			}
-			if c.dnat != nil {
-				// A chain the table has is not right: its elements are
-				// unknown. A new chain's slot is one no chain of the
-				// table holds, which has none.
-				if exists {
-					dirty[c.dnat.shard] = true
-				} else {
-					fresh[c.name] = true
-				}
-			}
-			if exists && have.rules > 0 {
-				chainOps = append(chainOps, op{verbFlush, &knftables.Chain{Name: c.name}})
-				if tracking {
-					note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
-				}
-			} else {
-				chainOps = append(chainOps, op{verbAdd, &knftables.Chain{Name: c.name}})
-				switch {
-				case !tracking:
-				case !exists:
-					note("chain %s: missing", c.name)
-				default:
-					note("chain %s: empty, want %d rules", c.name, len(c.rules))
-				}
-			}
-			delete(d.stale, c.name)
-			chainOps = appendRules(chainOps, c)
+		x.want[s.name] = true
+	}
+	for i := range r.chains {
+		x.chain(&r.chains[i])
+	}
+}
+
+// chain rewrites c unless the table holds it as prog has it.
+func (x *differ) chain(c *chainDef) {
+	x.want[c.name] = true
+	have, exists := x.k.chains[c.name]
+	if c.dnat != nil {
+		x.used[c.dnat.shard] = true
+	}
+	if exists && have.rules == len(c.rules) && (len(c.rules) == 0 || have.comment == c.sig) {
+		return
+	}
+	if c.dnat != nil {
+		// A chain the table has is not right: its elements are
+		// unknown. A new chain's slot is one no chain of the
+		// table holds, which has none.
+		if exists {
+			x.dirty[c.dnat.shard] = true
+		} else {
+			x.fresh[c.name] = true
 		}
 	}
-	for name, has := range k.chains {
-		if !want[name] && has.rules > 0 {
+	if exists && have.rules > 0 {
+		x.chainOps = append(x.chainOps, op{verbFlush, &knftables.Chain{Name: c.name}})
+		if x.tracking {
+			x.note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
+		}
+	} else {
+		x.chainOps = append(x.chainOps, op{verbAdd, &knftables.Chain{Name: c.name}})
+		switch {
+		case !x.tracking:
+		case !exists:
+			x.note("chain %s: missing", c.name)
+		default:
+			x.note("chain %s: empty, want %d rules", c.name, len(c.rules))
+		}
+	}
+	delete(x.d.stale, c.name)
+	x.chainOps = appendRules(x.chainOps, *c)
+}
+
+// maps adds the endpoint maps missing, then the chain writes, then the
+// flushes of the maps to rewrite whole.
+func (x *differ) maps() {
+	for name, has := range x.k.chains {
+		if !x.want[name] && has.rules > 0 {
 			_, hasSlot := slotOfSig(has.comment)
 			if i, ok := shardOf(name, strings.ToLower(string(portOfChain(name).Protocol))); ok && hasSlot {
-				dirty[i] = true
+				x.dirty[i] = true
 			}
 		}
 	}
 	for i := range mapCount {
-		prog.declared[i] = used[i]
-		if !used[i] {
+		x.prog.declared[i] = x.used[i]
+		if !x.used[i] {
 			continue
 		}
 		switch name := shardName(i); {
-		case !k.maps[name]:
-			p.add(d.shardMap(i))
-			if tracking {
-				note("map %s: missing", name)
+		case !x.k.maps[name]:
+			x.p.add(x.d.shardMap(i))
+			if x.tracking {
+				x.note("map %s: missing", name)
 			}
-			dirty[i] = true
-		case d.suspect[i]:
-			dirty[i] = true
+			x.dirty[i] = true
+		case x.d.suspect[i]:
+			x.dirty[i] = true
 		}
 	}
-	p.ops = append(p.ops, chainOps...)
+	x.p.ops = append(x.p.ops, x.chainOps...)
 	// A rewritten map is flushed after its chains are rewritten and
 	// before its elements are added back.
 	for i := range mapCount {
-		if dirty[i] && k.maps[shardName(i)] {
-			p.flush(&knftables.Map{Name: shardName(i)})
-			if tracking {
-				note("map %s: rewritten", shardName(i))
+		if x.dirty[i] && x.k.maps[shardName(i)] {
+			x.p.flush(&knftables.Map{Name: shardName(i)})
+			if x.tracking {
+				x.note("map %s: rewritten", shardName(i))
 			}
 		}
 	}
+}
 
-	// Elements: deletions first, as nft refuses to add an existing map key.
-	keys := make([]elemKey, 0, len(prog.winners))
-	for k := range prog.winners {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, compareElemKeys)
-	for _, sd := range d.sets() {
-		have := k.elems[sd.name]
+// deleteElements deletes the elements the table holds and prog does not,
+// or with another value: first, as nft refuses to add an existing map key.
+func (x *differ) deleteElements() {
+	for _, sd := range x.d.sets() {
+		have := x.k.elems[sd.name]
 		for _, key := range sortedKeys(have) {
 			ek := elemKey{sd.name, key}
-			if c, ok := prog.winner(ek); !ok || c.value != have[key] {
-				p.ops = append(p.ops, op{verbDelete, element(ek, claim{value: have[key]})})
+			if c, ok := x.prog.winner(ek); !ok || c.value != have[key] {
+				x.p.ops = append(x.p.ops, op{verbDelete, element(ek, claim{value: have[key]})})
 				switch {
-				case !tracking:
+				case !x.tracking:
 				case !ok:
-					note("%s: unexpected element %s", sd.name, key)
+					x.note("%s: unexpected element %s", sd.name, key)
 				default:
-					note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
+					x.note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
 				}
 			}
 		}
 	}
+}
+
+// addElements adds the claimed elements the table lacks, and the
+// elements of the endpoint maps rewritten whole and of the new chains.
+func (x *differ) addElements() {
+	keys := make([]elemKey, 0, len(x.prog.winners))
+	for ek := range x.prog.winners {
+		keys = append(keys, ek)
+	}
+	slices.SortFunc(keys, compareElemKeys)
 	missing := make([]elemClaim, 0, len(keys))
 	for _, ek := range keys {
-		c := prog.winners[ek]
-		if v, ok := k.elems[ek.set][ek.key]; !ok || v != c.value {
+		c := x.prog.winners[ek]
+		if v, ok := x.k.elems[ek.set][ek.key]; !ok || v != c.value {
 			missing = append(missing, elemClaim{ek, c})
-			if tracking && !ok {
-				note("%s: element %s missing", ek.set, ek.key)
+			if x.tracking && !ok {
+				x.note("%s: element %s missing", ek.set, ek.key)
 			}
 		}
 	}
-	p.ops = appendClaimed(p.ops, missing)
+	x.p.ops = appendClaimed(x.p.ops, missing)
 	// By map and key: the kernel handles a run of elements of one map as
 	// one, which makes loading a third faster.
 	var adds []*dnatDef
-	for _, nn := range names {
-		for _, c := range prog.services[nn].chains {
-			if n := c.dnat; n != nil && (dirty[n.shard] || fresh[c.name]) {
+	for _, nn := range x.names {
+		for _, c := range x.prog.services[nn].chains {
+			if n := c.dnat; n != nil && (x.dirty[n.shard] || x.fresh[c.name]) {
 				adds = append(adds, n)
 			}
 		}
 	}
 	slices.SortFunc(adds, func(a, b *dnatDef) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.slot, b.slot)) })
 	for _, n := range adds {
-		p.ops = appendElements(p.ops, verbAdd, n, 0, len(n.eps))
+		x.p.ops = appendElements(x.p.ops, verbAdd, n, 0, len(n.eps))
 	}
+}
 
+// removeStale flushes the service chains prog does not have, leaving them
+// for a later sync to delete, and deletes the affinity sets and endpoint
+// maps it does not use.
+func (x *differ) removeStale() {
 	// Stale chains someone else removed need no deleting.
-	for name := range d.stale {
-		if _, ok := k.chains[name]; !ok {
-			delete(d.stale, name)
+	for name := range x.d.stale {
+		if _, ok := x.k.chains[name]; !ok {
+			delete(x.d.stale, name)
 		}
 	}
-	now := d.clock.Now()
-	for _, name := range sortedKeys(k.chains) {
-		if !isServiceChain(name) || want[name] {
+	now := x.d.clock.Now()
+	for _, name := range sortedKeys(x.k.chains) {
+		if !isServiceChain(name) || x.want[name] {
 			continue
 		}
-		if k.chains[name].rules > 0 {
-			p.flush(&knftables.Chain{Name: name})
-			if tracking {
-				note("chain %s: unexpected", name)
+		if x.k.chains[name].rules > 0 {
+			x.p.flush(&knftables.Chain{Name: name})
+			if x.tracking {
+				x.note("chain %s: unexpected", name)
 			}
 		}
-		if _, ok := d.stale[name]; !ok {
-			d.stale[name] = now
+		if _, ok := x.d.stale[name]; !ok {
+			x.d.stale[name] = now
 		}
 	}
-	for _, name := range sortedKeys(k.sets) {
-		if strings.HasPrefix(name, prefixAffinity) && !want[name] {
-			p.delete(&knftables.Set{Name: name})
-			if tracking {
-				note("set %s: unexpected", name)
+	for _, name := range sortedKeys(x.k.sets) {
+		if strings.HasPrefix(name, prefixAffinity) && !x.want[name] {
+			x.p.delete(&knftables.Set{Name: name})
+			if x.tracking {
+				x.note("set %s: unexpected", name)
 			}
 		}
 	}
 	// Endpoint maps no chain uses any more, once the rules that did are
 	// flushed.
-	for _, name := range sortedKeys(k.maps) {
-		if i, ok := shardIndex(name); ok && !used[i] {
-			p.delete(&knftables.Map{Name: name})
+	for _, name := range sortedKeys(x.k.maps) {
+		if i, ok := shardIndex(name); ok && !x.used[i] {
+			x.p.delete(&knftables.Map{Name: name})
 		}
 	}
 }

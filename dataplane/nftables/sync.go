@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/knftables"
@@ -78,7 +79,7 @@ func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed
 	for nn := range changed {
 		names = append(names, nn)
 	}
-	slices.SortFunc(names, compareNames)
+	slices.SortFunc(names, servicemodel.CompareNames)
 	for _, nn := range names {
 		w.service(nn, r.service(s.Services.Service(nn)))
 	}
@@ -89,10 +90,6 @@ func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed
 	}
 	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Services: len(names), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
 	return nil
-}
-
-func compareNames(a, b types.NamespacedName) int {
-	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
 
 // writer collects the operations that change what d.prog says the table

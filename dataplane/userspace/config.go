@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -202,12 +203,11 @@ var (
 // New checks cfg and returns a Dataplane that serves nothing until its
 // first Sync.
 func New(cfg Config) (*Dataplane, error) {
-	if cfg.Family == "" {
-		cfg.Family = v1.IPv4Protocol
+	family, err := backend.Family("userspace", cfg.Family)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Family != v1.IPv4Protocol && cfg.Family != v1.IPv6Protocol {
-		return nil, fmt.Errorf("userspace: unknown IP family %q", cfg.Family)
-	}
+	cfg.Family = family
 	for _, d := range []struct {
 		field string
 		v     *time.Duration
@@ -234,9 +234,6 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	if cfg.Balance != RoundRobin && cfg.Balance != Random {
 		return nil, fmt.Errorf("userspace: Config.Balance %d is neither RoundRobin nor Random", cfg.Balance)
-	}
-	if cfg.MetricsNamespace == "" {
-		cfg.MetricsNamespace = "proxykit"
 	}
 	m, err := newMetrics(cfg.Registerer, cfg.MetricsNamespace, cfg.Family)
 	if err != nil {
@@ -268,11 +265,7 @@ func New(cfg Config) (*Dataplane, error) {
 func (d *Dataplane) Name() string { return "userspace" }
 
 // LastSync describes the last successful Sync.
-func (d *Dataplane) LastSync() dataplane.SyncReport {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.report
-}
+func (d *Dataplane) LastSync() dataplane.SyncReport { return backend.Locked(&d.mu, &d.report) }
 
 // Listeners returns the local address each serving frontend listens on,
 // with port 0 resolved; a frontend that could not bind, or has no endpoint

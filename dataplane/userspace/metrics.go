@@ -1,10 +1,8 @@
 package userspace
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
@@ -36,62 +34,20 @@ type portMetrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metrics, error) {
-	const sub = "userspace"
+	r := backend.NewMetrics(reg, ns, "userspace")
 	port := []string{"ip_family", "service", "protocol"}
 	m := &metrics{
-		family: string(family),
-		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "active_connections",
-			Help: "Open TCP connections and UDP sessions, by service port.",
-		}, port),
-		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "accepted_total",
-			Help: "TCP connections and UDP sessions forwarded to an endpoint, by service port.",
-		}, port),
-		dialFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "dial_failures_total",
-			Help: "Failed attempts to connect to an endpoint, by service port.",
-		}, port),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "bytes_total",
-			Help: "Payload bytes forwarded, by service port and direction (to_endpoint, to_client).",
-		}, append(port, "direction")),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "refused_total",
-			Help: "Connections not forwarded, by service port and reason (no_endpoints, dropped, limit).",
-		}, append(port, "reason")),
+		family:       string(family),
+		active:       r.GaugeVec("active_connections", "Open TCP connections and UDP sessions, by service port.", port...),
+		accepted:     r.CounterVec("accepted_total", "TCP connections and UDP sessions forwarded to an endpoint, by service port.", port...),
+		dialFailures: r.CounterVec("dial_failures_total", "Failed attempts to connect to an endpoint, by service port.", port...),
+		bytes:        r.CounterVec("bytes_total", "Payload bytes forwarded, by service port and direction (to_endpoint, to_client).", append(port, "direction")...),
+		refused:      r.CounterVec("refused_total", "Connections not forwarded, by service port and reason (no_endpoints, dropped, limit).", append(port, "reason")...),
 	}
-	bind := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: sub, Name: "bind_failures_total",
-		Help: "Attempts to listen for a frontend that failed (each is retried).",
-	}, []string{"ip_family"})
-	unbound := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: ns, Subsystem: sub, Name: "unbound_frontends",
-		Help: "Frontends with endpoints that could not listen, waiting for a retry.",
-	}, []string{"ip_family"})
-	if reg != nil {
-		var err error
-		if m.active, err = register(reg, m.active); err != nil {
-			return nil, err
-		}
-		if m.accepted, err = register(reg, m.accepted); err != nil {
-			return nil, err
-		}
-		if m.dialFailures, err = register(reg, m.dialFailures); err != nil {
-			return nil, err
-		}
-		if m.bytes, err = register(reg, m.bytes); err != nil {
-			return nil, err
-		}
-		if m.refused, err = register(reg, m.refused); err != nil {
-			return nil, err
-		}
-		if bind, err = register(reg, bind); err != nil {
-			return nil, err
-		}
-		if unbound, err = register(reg, unbound); err != nil {
-			return nil, err
-		}
+	bind := r.CounterVec("bind_failures_total", "Attempts to listen for a frontend that failed (each is retried).", "ip_family")
+	unbound := r.GaugeVec("unbound_frontends", "Frontends with endpoints that could not listen, waiting for a retry.", "ip_family")
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	m.bindFailures = bind.WithLabelValues(m.family)
 	m.unbound = unbound.WithLabelValues(m.family)
@@ -131,20 +87,4 @@ func (m *metrics) forget(n servicemodel.PortName) {
 	for _, r := range []string{"no_endpoints", "dropped", "limit"} {
 		m.refused.DeleteLabelValues(append(l[:3:3], r)...)
 	}
-}
-
-// register registers c, or returns the collector of the same description
-// registered before (by the other family's Dataplane).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	var are prometheus.AlreadyRegisteredError
-	switch {
-	case err == nil:
-		return c, nil
-	case errors.As(err, &are):
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("userspace: register metrics: %w", err)
 }

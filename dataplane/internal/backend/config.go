@@ -1,0 +1,64 @@
+package backend
+
+import (
+	"fmt"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/internal/fanout"
+	v1 "k8s.io/api/core/v1"
+)
+
+// DefaultMasqueradeBit is the masquerade mark bit a zero Config.MasqueradeBit
+// means: kube-proxy's default.
+const DefaultMasqueradeBit = 14
+
+// Family resolves a Config.Family: "" means IPv4, and only IPv4 and IPv6
+// are programmed.
+func Family(name string, f v1.IPFamily) (v1.IPFamily, error) {
+	switch f {
+	case "":
+		return v1.IPv4Protocol, nil
+	case v1.IPv4Protocol, v1.IPv6Protocol:
+		return f, nil
+	}
+	return f, fmt.Errorf("%s: unknown IP family %q", name, f)
+}
+
+// MasqueradeBit resolves a Config.MasqueradeBit: 0 means
+// DefaultMasqueradeBit (so bit 0 cannot be chosen), and a fwmark has 32
+// bits.
+func MasqueradeBit(name string, bit int) (int, error) {
+	if bit == 0 {
+		return DefaultMasqueradeBit, nil
+	}
+	if bit < 0 || bit > 31 {
+		return bit, fmt.Errorf("%s: masquerade bit %d out of range [0, 31]", name, bit)
+	}
+	return bit, nil
+}
+
+// RenderWorkers checks a Config.RenderWorkers and returns how many
+// goroutines a full sync renders on: 0 means GOMAXPROCS, at most 4.
+func RenderWorkers(name string, n int) (int, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("%s: RenderWorkers %d is negative", name, n)
+	}
+	return fanout.Workers(n), nil
+}
+
+// CheckState refuses a State a dataplane of family (resolved by Family)
+// cannot program at all: nil, or of the other family. A State's "" family
+// is IPv4.
+func CheckState(name string, family v1.IPFamily, s *dataplane.State) error {
+	if s == nil {
+		return fmt.Errorf("%s: nil State", name)
+	}
+	fam := s.Family
+	if fam == "" {
+		fam = v1.IPv4Protocol
+	}
+	if fam != family {
+		return fmt.Errorf("%s: State is %s, dataplane programs %s", name, fam, family)
+	}
+	return nil
+}
