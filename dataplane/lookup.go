@@ -420,8 +420,7 @@ func (t *trace) servesNodePorts() bool {
 		if dst.IsLoopback() {
 			return loopbackOK
 		}
-		// IPVS mode leaves IPv6 link-local addresses out of "every".
-		return slices.Contains(t.s.Node.IPs, dst) && !(t.mode == ModeIPVS && dst.Is6() && dst.IsLinkLocalUnicast())
+		return slices.Contains(t.s.Node.IPs, dst)
 	}
 	// Only the selected addresses of the node's interfaces; the loopback
 	// interface's is 127.0.0.1 (or ::1).
