@@ -113,7 +113,8 @@
 // proxy does by design:
 //
 //   - The proxy connects to every endpoint from its own address: every
-//     DNAT is masqueraded, and none is a Hairpin.
+//     DNAT is masqueraded (Hairpin still lists the candidates that are
+//     the source).
 //   - Health-check node ports get no accept rule (there is no firewall to
 //     open): they are NotAService.
 //   - SCTP is not served: every SCTP packet is NotAService.

@@ -334,7 +334,7 @@ func (t *trace) dnat(v *portView, eps []*endpoints.Endpoint, masq bool, via, why
 	slices.SortFunc(hairpin, netip.AddrPort.Compare)
 	if t.mode == ModeUserspace {
 		// The proxy connects to the endpoint from its own address.
-		masq, hairpin = true, nil
+		masq = true
 		why = strings.TrimSuffix("masqueraded: the userspace proxy connects from its own address; "+strings.TrimPrefix(why, "masqueraded: "), "; ")
 	}
 	verdict := Verdict{

@@ -91,8 +91,9 @@ func TestLookupModeIPVSAndUserspace(t *testing.T) {
 		// Userspace: the proxy connects from its own address.
 		{name: "pod to cluster IP is masqueraded", mode: userspace,
 			packet: pkt(dataplane.FromLocalPod, "10.0.0.2", "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, true, both...)},
-		{name: "hairpin is no hairpin", mode: userspace,
-			packet: pkt(dataplane.FromLocalPod, "10.180.0.1", "172.30.0.41:80", v1.ProtocolTCP), want: dnatTo(svc1, true, both...)},
+		{name: "hairpin through one of two endpoints is masqueraded either way", mode: userspace,
+			packet: pkt(dataplane.FromLocalPod, "10.180.0.1", "172.30.0.41:80", v1.ProtocolTCP),
+			want:   dataplane.Verdict{Action: dataplane.DNAT, Service: svc1, Endpoints: dpt.AddrPorts(both...), Hairpin: dpt.AddrPorts("10.180.0.1:80"), Masquerade: true}},
 		{name: "outside to an externalTrafficPolicy Local node port is masqueraded", mode: userspace, mutate: externalLocal,
 			packet: pkt(dataplane.FromOutside, dpt.ExternalClient, dpt.NodeIP+":3001", v1.ProtocolTCP), want: dnatTo(svc1, true, local)},
 		{name: "health-check node port is no service", mode: userspace, mutate: withHealthCheck,

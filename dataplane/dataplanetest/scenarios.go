@@ -108,8 +108,8 @@ func ipvsCase(c *PacketCase) {
 
 // userspaceCase adds the userspace verdict, which differs wholesale: the
 // proxy connects to every endpoint from its own address (every DNAT is
-// masqueraded, none is a hairpin), it has no firewall to open for
-// health-check node ports and it serves no SCTP.
+// masqueraded), it has no firewall to open for health-check node ports and
+// it serves no SCTP.
 func userspaceCase(c *PacketCase) {
 	if _, ok := c.ByMode[dataplane.ModeUserspace]; ok {
 		return
@@ -119,7 +119,7 @@ func userspaceCase(c *PacketCase) {
 	case c.Packet.Protocol == v1.ProtocolSCTP || v.Action == dataplane.Accept:
 		v = none()
 	case v.Action == dataplane.DNAT:
-		v.Masquerade, v.Hairpin = true, nil
+		v.Masquerade = true
 	default:
 		return
 	}

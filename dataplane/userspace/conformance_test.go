@@ -95,6 +95,11 @@ func (d *Dataplane) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	case dataplane.DNAT:
 		v.Endpoints = slices.Clone(dec.candidates)
 		v.Masquerade = true
+		for _, ep := range v.Endpoints {
+			if ep.Addr() == p.Src {
+				v.Hairpin = append(v.Hairpin, ep)
+			}
+		}
 		v.Affinity = dec.view.sp.SessionAffinity.ClientIP
 		fallthrough
 	case dataplane.Drop:
