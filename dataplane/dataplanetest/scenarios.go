@@ -21,8 +21,8 @@ import (
 // and Cluster, TestInternalExternalMasquerade in its four configurations),
 // with upstream's names and expectations, plus cases of ours for hairpins,
 // session affinity, each local-traffic detector, externalTrafficPolicy
-// Local without local endpoints and IPv6. Each call
-// returns new values, so callers may modify them.
+// Local without local endpoints, both traffic policies Local and IPv6.
+// Each call returns new values, so callers may modify them.
 //
 // Where upstream's own case is mistaken the table corrects it:
 // TestInternalExternalMasquerade's "node to NodePort with eTP:Local" sends
@@ -39,6 +39,7 @@ func Scenarios() []Scenario {
 		healthCheckNodePort(),
 		externalTrafficPolicy(),
 		internalTrafficPolicy(),
+		bothTrafficPoliciesLocal(),
 		terminatingEndpoints(),
 		internalExternalMasquerade(),
 		localDetectors(),

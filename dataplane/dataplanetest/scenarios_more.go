@@ -458,3 +458,59 @@ func ipv6LoadBalancer() []Scenario {
 		},
 	}
 }
+
+// bothTrafficPoliciesLocal is a service whose internal and external
+// traffic policies are both Local, with and without a local endpoint.
+// Internal traffic to its external destinations reaches every endpoint in
+// iptables mode; kube-proxy's IPVS mode sends it to the cluster IP, whose
+// local endpoints alone serve it (dropped without any).
+func bothTrafficPoliciesLocal() []Scenario {
+	svc := PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
+	service := MakeService("ns1", "svc1", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.ClusterIP = "172.30.0.41"
+		s.Spec.ExternalIPs = []string{ExternalIP}
+		s.Spec.Ports = []v1.ServicePort{ServicePort("p80", v1.ProtocolTCP, 80, 3001, 80)}
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+	})
+	slice := func(eps ...discovery.Endpoint) []*discovery.EndpointSlice {
+		return []*discovery.EndpointSlice{oneSlice("ns1", "svc1", SlicePort("p80", v1.ProtocolTCP, 80), eps...)}
+	}
+	both, local := []string{"10.180.0.1:80", "10.180.2.1:80"}, "10.180.2.1:80"
+	remote := []string{"10.180.0.1:80", "10.180.1.1:80"}
+	return []Scenario{{
+		Name:     "BothTrafficPoliciesLocal",
+		Services: []*v1.Service{service},
+		Slices:   slice(ReadyEndpoint("10.180.0.1", ""), ReadyEndpoint("10.180.2.1", NodeName)),
+		Node:     TestNode(nil),
+		Settings: DefaultSettings(),
+		Packets: []PacketCase{
+			pkt("pod to cluster IP hits the local endpoint", pod, "10.0.0.2", "172.30.0.41:80", dnat(svc, false, local)),
+			inMode(pkt("pod to external IP", pod, "10.0.0.2", ExternalIP+":80", dnat(svc, false, both...)),
+				ipvsMode, dnat(svc, false, local)),
+			inMode(pkt("pod to NodePort", pod, "10.0.0.2", NodeIP+":3001", dnat(svc, false, both...)),
+				ipvsMode, dnat(svc, false, local)),
+			inMode(pkt("node to NodePort", node, NodeIP, NodeIP+":3001", dnat(svc, true, both...)),
+				ipvsMode, dnat(svc, true, local)),
+			pkt("external to NodePort hits the local endpoint", outside, ExternalClient, NodeIP+":3001", dnat(svc, false, local)),
+			pkt("external to external IP hits the local endpoint", outside, ExternalClient, ExternalIP+":80", dnat(svc, false, local)),
+		},
+	}, {
+		Name:     "BothTrafficPoliciesLocal without local endpoints",
+		Services: []*v1.Service{service},
+		Slices:   slice(ReadyEndpoint("10.180.0.1", ""), ReadyEndpoint("10.180.1.1", "remote")),
+		Node:     TestNode(nil),
+		Settings: DefaultSettings(),
+		Packets: []PacketCase{
+			pkt("pod to cluster IP is dropped", pod, "10.0.0.2", "172.30.0.41:80", drop(svc)),
+			inMode(pkt("pod to external IP", pod, "10.0.0.2", ExternalIP+":80", dnat(svc, false, remote...)),
+				ipvsMode, drop(svc)),
+			inMode(pkt("pod to NodePort", pod, "10.0.0.2", NodeIP+":3001", dnat(svc, false, remote...)),
+				ipvsMode, drop(svc)),
+			inMode(pkt("node to NodePort", node, NodeIP, NodeIP+":3001", dnat(svc, true, remote...)),
+				ipvsMode, drop(svc)),
+			pkt("external to NodePort is dropped", outside, ExternalClient, NodeIP+":3001", drop(svc)),
+		},
+	}}
+}
