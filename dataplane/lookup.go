@@ -384,6 +384,10 @@ func plural(n int, what string) string {
 // rejected when the port has none at all, dropped when the traffic policy
 // (policyLocal, named policy) leaves none on this node.
 func (t *trace) noEndpoints(v *portView, via string, policyLocal bool, policy string) Verdict {
+	if v.hasEndpoints && t.mode == ModeIPVS && t.p.From == FromNode {
+		return Verdict{Action: Reject, Service: v.sp.Name,
+			Reason: fmt.Sprintf("%s %s: rejected, IPVS takes the node's own packets before the filter's drop, and the virtual server has no real server (%s Local and no local endpoints)", v.sp.Name, via, policy)}
+	}
 	if !v.hasEndpoints {
 		return Verdict{Action: Reject, Service: v.sp.Name,
 			Reason: fmt.Sprintf("%s %s: rejected, the service port has no endpoints", v.sp.Name, via)}

@@ -75,12 +75,12 @@ func (t *trace) ipvsInternalLocal(v *portView) bool {
 
 // ipvsToClusterIP is the verdict for traffic ipvsInternalLocal holds:
 // the cluster IP's local endpoints, masqueraded when the node sent it, or
-// a drop without any.
+// without any a drop (a reject for the node's own packets, see
+// noEndpoints).
 func (t *trace) ipvsToClusterIP(v *portView, via string) (Verdict, bool) {
 	eps := v.internalEndpoints()
 	if len(eps) == 0 {
-		return Verdict{Action: Drop, Service: v.sp.Name,
-			Reason: fmt.Sprintf("%s %s: dropped, IPVS mode sends internal traffic to the cluster IP, and internalTrafficPolicy Local leaves no local endpoints", v.sp.Name, via)}, true
+		return t.noEndpoints(v, via+" (IPVS mode sends internal traffic to the cluster IP)", true, "internalTrafficPolicy"), true
 	}
 	why := "IPVS mode sends internal traffic to the cluster IP: internalTrafficPolicy Local, local endpoints"
 	if t.srcLocal {

@@ -463,7 +463,8 @@ func ipv6LoadBalancer() []Scenario {
 // traffic policies are both Local, with and without a local endpoint.
 // Internal traffic to its external destinations reaches every endpoint in
 // iptables mode; kube-proxy's IPVS mode sends it to the cluster IP, whose
-// local endpoints alone serve it (dropped without any).
+// local endpoints alone serve it (without any, dropped, and rejected for
+// the node's own packets, which IPVS takes before the filter's drop).
 func bothTrafficPoliciesLocal() []Scenario {
 	svc := PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
 	service := MakeService("ns1", "svc1", func(s *v1.Service) {
@@ -508,8 +509,9 @@ func bothTrafficPoliciesLocal() []Scenario {
 				ipvsMode, drop(svc)),
 			inMode(pkt("pod to NodePort", pod, "10.0.0.2", NodeIP+":3001", dnat(svc, false, remote...)),
 				ipvsMode, drop(svc)),
+			// IPVS takes the node's own packets before the filter's drop.
 			inMode(pkt("node to NodePort", node, NodeIP, NodeIP+":3001", dnat(svc, true, remote...)),
-				ipvsMode, drop(svc)),
+				ipvsMode, reject(svc)),
 			pkt("external to NodePort is dropped", outside, ExternalClient, NodeIP+":3001", drop(svc)),
 		},
 	}}
