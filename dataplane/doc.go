@@ -89,6 +89,39 @@
 // node's primary IPs (Settings.NodePortPrimary): that is configuration,
 // which the caller sets, not a difference of semantics.
 //
+// # ipvs mode
+//
+// State.LookupMode(ModeIPVS, p) answers as kube-proxy's IPVS mode, and the
+// ipvs package, do by design:
+//
+//   - Every service address (cluster IP, external IP, VIP) is bound to
+//     the node, so a port or protocol no service serves on it is rejected
+//     by the node's stack (with no Service in the Verdict).
+//   - Node ports are never served on loopback (LocalhostNodePorts is
+//     ignored), and node ports without endpoints are rejected or dropped
+//     only on the addresses that serve node ports.
+//   - Internal traffic (from the node or a local pod) to an external IP,
+//     VIP or node port of a service whose internal and external traffic
+//     policies are both Local goes to its cluster IP: it reaches the local
+//     endpoints only (masqueraded from the node), and is dropped without
+//     any. With externalTrafficPolicy Local alone it reaches every
+//     endpoint, as in iptables mode.
+//
+// # userspace mode
+//
+// State.LookupMode(ModeUserspace, p) answers as the userspace package's
+// proxy does by design:
+//
+//   - The proxy connects to every endpoint from its own address: every
+//     DNAT is masqueraded (Hairpin still lists the candidates that are
+//     the source).
+//   - Health-check node ports get no accept rule (there is no firewall to
+//     open): they are NotAService.
+//   - SCTP is not served: every SCTP packet is NotAService.
+//
+// Lookup, ModeIPTables and any other Mode follow iptables mode; the four
+// Mode values are kube-proxy's --proxy-mode names.
+//
 // Local pod traffic is decided by Settings.LocalDetector: by source
 // address (ClusterCIDR: the configured CIDRs; NodeCIDR: the node's pod
 // CIDRs) or by input interface (BridgeInterface, InterfaceNamePrefix:
@@ -162,5 +195,6 @@
 // re-implementation of traffic policy or topology. Cleanup removes what
 // the dataplane owns and succeeds when there is nothing to remove. Run
 // dataplanetest.Run against the implementation: it checks, packet by
-// packet, that what was programmed agrees with Lookup.
+// packet, that what was programmed agrees with Lookup, or with LookupMode
+// of the mode its harness names (dataplanetest.Moded).
 package dataplane

@@ -57,6 +57,9 @@ type lookupIndex struct {
 	// clusterIPs maps each cluster IP to a port on it, to explain packets
 	// to a cluster IP on a port it does not serve.
 	clusterIPs map[netip.Addr]*servicemodel.ServicePort
+	// addrs maps every service address (cluster IP, external IP, VIP) to
+	// the first port on it: IPVS mode binds them all to the node.
+	addrs map[netip.Addr]*servicemodel.ServicePort
 }
 
 func (s *State) lookupIndex() *lookupIndex {
@@ -70,10 +73,14 @@ func newLookupIndex(m servicemodel.Map) *lookupIndex {
 		nodePorts:    map[nodePortKey][]*servicemodel.ServicePort{},
 		healthChecks: map[uint16]*servicemodel.ServicePort{},
 		clusterIPs:   make(map[netip.Addr]*servicemodel.ServicePort, m.Len()),
+		addrs:        make(map[netip.Addr]*servicemodel.ServicePort, m.Len()),
 	}
 	add := func(addr netip.Addr, sp *servicemodel.ServicePort, kind frontendKind) {
 		k := frontendKey{addr, sp.Port, sp.Protocol}
 		idx.frontends[k] = append(idx.frontends[k], frontend{sp, kind})
+		if cur, ok := idx.addrs[addr]; !ok || comparePorts(sp, cur) < 0 {
+			idx.addrs[addr] = sp
+		}
 	}
 	for sp := range m.All() {
 		add(sp.ClusterIP, sp, kindClusterIP)

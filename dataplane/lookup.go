@@ -12,15 +12,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Mode is a kube-proxy proxy mode, whose semantics LookupMode follows.
-type Mode string
-
-// The modes whose semantics differ; see the package documentation.
-const (
-	ModeIPTables Mode = "iptables"
-	ModeNFTables Mode = "nftables"
-)
-
 // Lookup answers where p goes under s, as kube-proxy's iptables mode would
 // send it; see the package documentation for the rules. It is the
 // executable specification every dataplane is tested against. The first
@@ -29,14 +20,18 @@ const (
 func (s *State) Lookup(p Packet) Verdict { return s.LookupMode(ModeIPTables, p) }
 
 // LookupMode is Lookup following the semantics of mode m: ModeIPTables
-// (also any unknown mode) or ModeNFTables, which differs where kube-proxy's
-// nftables mode deliberately does (see the package documentation).
+// (also any unknown mode), or ModeNFTables, ModeIPVS or ModeUserspace,
+// which differ where those dataplanes deliberately do (see the package
+// documentation).
 func (s *State) LookupMode(m Mode, p Packet) Verdict {
 	p, bad := s.checkPacket(p)
 	if bad != "" {
 		return Verdict{Action: NotAService, Reason: bad}
 	}
-	t := &trace{s: s, p: p, idx: s.lookupIndex(), nft: m == ModeNFTables}
+	if m == ModeUserspace && p.Protocol == v1.ProtocolSCTP {
+		return Verdict{Action: NotAService, Reason: "userspace mode serves no SCTP (Go has no SCTP sockets): nothing catches the packet"}
+	}
+	t := &trace{s: s, p: p, idx: s.lookupIndex(), mode: m, nft: m == ModeNFTables}
 	t.classify()
 	return t.run()
 }
@@ -88,8 +83,10 @@ type trace struct {
 	s   *State
 	p   Packet
 	idx *lookupIndex
-	// nft selects kube-proxy's nftables semantics.
-	nft bool
+	// mode is the semantics followed; nft is mode == ModeNFTables, the
+	// mode that differs the most.
+	mode Mode
+	nft  bool
 
 	// detector is whether a local-traffic detector is configured, fromPod
 	// whether it matches p.
@@ -143,7 +140,7 @@ func (t *trace) view(sp *servicemodel.ServicePort) *portView {
 func (t *trace) classify() {
 	n, d := &t.s.Node, &t.s.Settings.LocalDetector
 	src, dst := t.p.Src, t.p.Dst.Addr()
-	t.srcLocal = t.p.From == FromNode || src.IsLoopback() || slices.Contains(n.IPs, src)
+	t.srcLocal = t.p.From == FromNode || src.IsLoopback() || slices.Contains(n.IPs, src) || t.ipvsBound(src)
 	t.dstLocal = dst.IsLoopback() || slices.Contains(n.IPs, dst)
 	switch d.Mode {
 	case LocalModeClusterCIDR, LocalModeNodeCIDR:
@@ -209,17 +206,14 @@ func (t *trace) run() Verdict {
 			return t.noEndpoints(v, fe.kind.String()+" "+t.dest(), v.pol.ExternalLocal, "externalTrafficPolicy")
 		}
 	}
-	// Kube-proxy's iptables mode rejects and drops node port traffic on
-	// every local address, whatever nodePortAddresses says; its nftables
-	// mode only where node ports are served.
-	if t.nft && servesNodePorts || !t.nft && t.dstLocal {
+	if t.filtersNodePortsEverywhere() && t.dstLocal || !t.filtersNodePortsEverywhere() && servesNodePorts {
 		for _, sp := range nodePorts {
 			if v := t.view(sp); !v.hasExternal {
 				return t.noEndpoints(v, "node port "+t.dest(), v.pol.ExternalLocal, "externalTrafficPolicy")
 			}
 		}
 	}
-	if t.dstLocal && !t.nft {
+	if t.dstLocal && t.acceptsHealthChecks() {
 		if sp, ok := t.idx.healthChecks[dst.Port()]; ok && t.p.Protocol == v1.ProtocolTCP {
 			return Verdict{Action: Accept, Service: sp.Name,
 				Reason: fmt.Sprintf("health-check node port %d of %s: accepted through the local firewall", dst.Port(), serviceOf(sp))}
@@ -233,6 +227,9 @@ func (t *trace) run() Verdict {
 	if sp, ok := t.idx.clusterIPs[dst.Addr()]; ok && t.nft {
 		return Verdict{Action: Reject,
 			Reason: fmt.Sprintf("cluster IP %s of %s has no port %d/%s: rejected", dst.Addr(), serviceOf(sp), dst.Port(), t.p.Protocol)}
+	}
+	if v, ok := t.refusedByNode(); ok {
+		return v
 	}
 	if t.nft {
 		for _, c := range t.s.ServiceCIDRs {
@@ -306,6 +303,8 @@ func (t *trace) allowedBySourceRanges(sp *servicemodel.ServicePort) bool {
 // VIPs, node ports); ok is false when the packet falls through it.
 func (t *trace) external(v *portView, via string) (Verdict, bool) {
 	switch {
+	case t.ipvsInternalLocal(v):
+		return t.ipvsToClusterIP(v, via)
 	case !v.pol.ExternalLocal:
 		return t.dnat(v, v.sel.Cluster, true, via, "masqueraded: externalTrafficPolicy Cluster")
 	case t.detector && t.fromPod:
@@ -333,6 +332,11 @@ func (t *trace) dnat(v *portView, eps []*endpoints.Endpoint, masq bool, via, why
 	}
 	slices.SortFunc(addrs, netip.AddrPort.Compare)
 	slices.SortFunc(hairpin, netip.AddrPort.Compare)
+	if t.mode == ModeUserspace {
+		// The proxy connects to the endpoint from its own address.
+		masq = true
+		why = strings.TrimSuffix("masqueraded: the userspace proxy connects from its own address; "+strings.TrimPrefix(why, "masqueraded: "), "; ")
+	}
 	verdict := Verdict{
 		Action:     DNAT,
 		Service:    v.sp.Name,
@@ -380,6 +384,10 @@ func plural(n int, what string) string {
 // rejected when the port has none at all, dropped when the traffic policy
 // (policyLocal, named policy) leaves none on this node.
 func (t *trace) noEndpoints(v *portView, via string, policyLocal bool, policy string) Verdict {
+	if v.hasEndpoints && t.mode == ModeIPVS && t.p.From == FromNode {
+		return Verdict{Action: Reject, Service: v.sp.Name,
+			Reason: fmt.Sprintf("%s %s: rejected, IPVS takes the node's own packets before the filter's drop, and the virtual server has no real server (%s Local and no local endpoints)", v.sp.Name, via, policy)}
+	}
 	if !v.hasEndpoints {
 		return Verdict{Action: Reject, Service: v.sp.Name,
 			Reason: fmt.Sprintf("%s %s: rejected, the service port has no endpoints", v.sp.Name, via)}
@@ -397,8 +405,8 @@ func (t *trace) servesNodePorts() bool {
 	st := &t.s.Settings
 	dst := t.p.Dst.Addr()
 	family := t.s.family()
-	// nftables mode never serves node ports on loopback.
-	loopbackOK := family == v1.IPv4Protocol && st.LocalhostNodePorts && !t.nft
+	// nftables and IPVS modes never serve node ports on loopback.
+	loopbackOK := family == v1.IPv4Protocol && st.LocalhostNodePorts && !t.nft && t.mode != ModeIPVS
 
 	var cidrs []netip.Prefix
 	matchAll := false
@@ -429,8 +437,8 @@ func (t *trace) servesNodePorts() bool {
 func (t *trace) whyNotAService(nodePorts []*servicemodel.ServicePort, servesNodePorts bool) string {
 	dst, proto := t.p.Dst, t.p.Protocol
 	if sp, ok := t.idx.clusterIPs[dst.Addr()]; ok {
-		return fmt.Sprintf("cluster IP %s of %s has no port %d/%s: iptables lets the packet through untouched (nftables would reject it)",
-			dst.Addr(), serviceOf(sp), dst.Port(), proto)
+		return fmt.Sprintf("cluster IP %s of %s has no port %d/%s: %s mode lets the packet through untouched (nftables mode would reject it)",
+			dst.Addr(), serviceOf(sp), dst.Port(), proto, t.modeName())
 	}
 	if len(nodePorts) > 0 && t.dstLocal && !servesNodePorts {
 		return fmt.Sprintf("node port %d/%s of %s is not served on %s (nodePortAddresses, localhost node ports)",

@@ -42,7 +42,7 @@ func TestLookupModeScenarios(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			_, st := sc.Build(t)
 			for _, c := range sc.Packets {
-				for _, m := range []dataplane.Mode{dataplane.ModeIPTables, dataplane.ModeNFTables} {
+				for _, m := range []dataplane.Mode{dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS, dataplane.ModeUserspace} {
 					got := st.LookupMode(m, c.Packet)
 					if d := dpt.DiffVerdict(c.WantIn(m), got); d != "" {
 						t.Errorf("%s: LookupMode(%s) (-want +got):\n%s", c.Name, m, d)

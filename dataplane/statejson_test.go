@@ -169,7 +169,7 @@ func TestStateJSONLookup(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, pc := range sc.Packets {
-			for _, m := range []dataplane.Mode{dataplane.ModeIPTables, dataplane.ModeNFTables} {
+			for _, m := range []dataplane.Mode{dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS, dataplane.ModeUserspace} {
 				if d := dpt.DiffVerdict(st.LookupMode(m, pc.Packet), got.LookupMode(m, pc.Packet)); d != "" {
 					t.Errorf("%s/%s (%s): decoded State answers otherwise:\n%s", sc.Name, pc.Name, m, d)
 				}

@@ -294,7 +294,7 @@ func (k *Userspace) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string,
 		// Another program's redirect.
 		return v, steps, nil
 	}
-	model := k.Model.Lookup(p)
+	model := k.Model.LookupMode(dataplane.ModeUserspace, p)
 	if model.Service != v.Service {
 		return v, steps, nil
 	}

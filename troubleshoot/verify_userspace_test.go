@@ -207,7 +207,7 @@ func TestUserspaceTraceSteps(t *testing.T) {
 	}{{
 		name: "pod to cluster IP",
 		p:    fromPod,
-		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080", webHTTP, "TPROXY", "forwarder of default/web:http/TCP on 172.30.0.10:80: routes as the model does"},
+		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", webHTTP, "TPROXY", "forwarder of default/web:http/TCP on 172.30.0.10:80: routes as the model does"},
 	}, {
 		name: "node to cluster IP",
 		p:    fromNode,

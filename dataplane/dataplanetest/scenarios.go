@@ -21,8 +21,8 @@ import (
 // and Cluster, TestInternalExternalMasquerade in its four configurations),
 // with upstream's names and expectations, plus cases of ours for hairpins,
 // session affinity, each local-traffic detector, externalTrafficPolicy
-// Local without local endpoints and IPv6. Each call
-// returns new values, so callers may modify them.
+// Local without local endpoints, both traffic policies Local and IPv6.
+// Each call returns new values, so callers may modify them.
 //
 // Where upstream's own case is mistaken the table corrects it:
 // TestInternalExternalMasquerade's "node to NodePort with eTP:Local" sends
@@ -39,6 +39,7 @@ func Scenarios() []Scenario {
 		healthCheckNodePort(),
 		externalTrafficPolicy(),
 		internalTrafficPolicy(),
+		bothTrafficPoliciesLocal(),
 		terminatingEndpoints(),
 		internalExternalMasquerade(),
 		localDetectors(),
@@ -55,6 +56,8 @@ func Scenarios() []Scenario {
 		for j := range s.Packets {
 			tagCase(&s.Packets[j])
 			nftablesCase(&s.Packets[j])
+			ipvsCase(&s.Packets[j])
+			userspaceCase(&s.Packets[j])
 		}
 	}
 	return all
@@ -87,8 +90,41 @@ func nftablesCase(c *PacketCase) {
 		return
 	}
 	if c.Want.Action == dataplane.Accept || c.Packet.Dst.Addr().IsLoopback() {
-		c.ByMode = map[dataplane.Mode]dataplane.Verdict{dataplane.ModeNFTables: none()}
+		*c = inMode(*c, nft, none())
 	}
+}
+
+// ipvsCase adds the IPVS verdict of the kind of case kube-proxy's IPVS mode
+// answers wholesale differently: it neither serves nor rejects node ports
+// on loopback (its health-check accept rule covers loopback). Cases that
+// differ otherwise say so themselves (inMode).
+func ipvsCase(c *PacketCase) {
+	if _, ok := c.ByMode[ipvsMode]; ok {
+		return
+	}
+	if c.Want.Action != dataplane.Accept && c.Packet.Dst.Addr().IsLoopback() {
+		*c = inMode(*c, ipvsMode, none())
+	}
+}
+
+// userspaceCase adds the userspace verdict, which differs wholesale: the
+// proxy connects to every endpoint from its own address (every DNAT is
+// masqueraded), it has no firewall to open for health-check node ports and
+// it serves no SCTP.
+func userspaceCase(c *PacketCase) {
+	if _, ok := c.ByMode[dataplane.ModeUserspace]; ok {
+		return
+	}
+	v := c.Want
+	switch {
+	case c.Packet.Protocol == v1.ProtocolSCTP || v.Action == dataplane.Accept:
+		v = none()
+	case v.Action == dataplane.DNAT:
+		v.Masquerade = true
+	default:
+		return
+	}
+	*c = inMode(*c, dataplane.ModeUserspace, v)
 }
 
 // inMode sets the case's verdict under mode m.
@@ -100,7 +136,10 @@ func inMode(c PacketCase, m dataplane.Mode, v dataplane.Verdict) PacketCase {
 	return c
 }
 
-const nft = dataplane.ModeNFTables
+const (
+	nft      = dataplane.ModeNFTables
+	ipvsMode = dataplane.ModeIPVS
+)
 
 const (
 	pod     = dataplane.FromLocalPod
@@ -250,11 +289,12 @@ func clusterIPGeneral() []Scenario {
 				dnat(svc2("dns-udp", v1.ProtocolUDP), false, "10.180.0.1:53", "10.180.2.1:53")),
 			pkt("clusterIP with TCP, UDP, and SCTP on same port (SCTP)", pod, "10.180.0.2", "172.30.0.42:53/SCTP",
 				dnat(svc2("dns-sctp", v1.ProtocolSCTP), false, "10.180.0.1:53", "10.180.2.1:53")),
-			// nftables rejects unserved ports of cluster IPs.
-			inMode(pkt("TCP-only port does not match UDP traffic", pod, "10.180.0.2", "172.30.0.42:80/UDP", none()),
-				nft, dataplane.Verdict{Action: dataplane.Reject}),
-			inMode(pkt("svc1 does not accept svc2's ports", pod, "10.180.0.2", "172.30.0.41:443", none()),
-				nft, dataplane.Verdict{Action: dataplane.Reject}),
+			// nftables rejects unserved ports of cluster IPs; in IPVS mode
+			// a cluster IP is the node's, whose stack refuses them.
+			inMode(inMode(pkt("TCP-only port does not match UDP traffic", pod, "10.180.0.2", "172.30.0.42:80/UDP", none()),
+				nft, dataplane.Verdict{Action: dataplane.Reject}), ipvsMode, dataplane.Verdict{Action: dataplane.Reject}),
+			inMode(inMode(pkt("svc1 does not accept svc2's ports", pod, "10.180.0.2", "172.30.0.41:443", none()),
+				nft, dataplane.Verdict{Action: dataplane.Reject}), ipvsMode, dataplane.Verdict{Action: dataplane.Reject}),
 			// nftables drops new connections to unallocated addresses of the
 			// service CIDRs; iptables ignores them.
 			inMode(pkt("unallocated cluster IP is not a service", pod, "10.180.0.2", "172.30.0.50:80", none()),
@@ -351,9 +391,9 @@ func healthCheckNodePort() []Scenario {
 			pkt("HealthCheckNodePort only on node addresses", outside, ExternalClient, "192.168.99.22:30000", none()),
 			// The filter rules for node ports without endpoints match every
 			// local address, whatever nodePortAddresses says.
-			// nftables rejects only where node ports are served.
-			inMode(pkt("NodePort without endpoints rejected outside nodePortAddresses", outside, ExternalClient, NodeIP+":3001", reject(svc)),
-				nft, none()),
+			// nftables and IPVS reject only where node ports are served.
+			inMode(inMode(pkt("NodePort without endpoints rejected outside nodePortAddresses", outside, ExternalClient, NodeIP+":3001", reject(svc)),
+				nft, none()), ipvsMode, none()),
 			pkt("localhost NodePort without endpoints rejected", node, "127.0.0.1", "127.0.0.1:3001", reject(svc)),
 		},
 	}}

@@ -161,75 +161,8 @@ func terminatingEndpoints() []Scenario {
 // internalTrafficPolicy Local, each with one local and one remote endpoint;
 // a base table is run under four configurations with per-case overrides.
 func internalExternalMasquerade() []Scenario {
-	svc1 := PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
-	svc2 := PortName("ns2", "svc2", "p80", v1.ProtocolTCP)
-	svc3 := PortName("ns3", "svc3", "p80", v1.ProtocolTCP)
-	service := func(ns, name, ip string, nodePort int32, vip string, mutate func(*v1.Service)) *v1.Service {
-		return MakeService(ns, name, func(s *v1.Service) {
-			s.Spec.Type = v1.ServiceTypeLoadBalancer
-			s.Spec.ClusterIP = ip
-			s.Spec.Ports = []v1.ServicePort{ServicePort("p80", v1.ProtocolTCP, 80, nodePort, 0)}
-			s.Spec.HealthCheckNodePort = nodePort + 27000
-			s.Status.LoadBalancer.Ingress = lbIngress(vip)
-			if mutate != nil {
-				mutate(s)
-			}
-		})
-	}
-	services := []*v1.Service{
-		service("ns1", "svc1", "172.30.0.41", 3001, "1.2.3.4", nil),
-		service("ns2", "svc2", "172.30.0.42", 3002, "5.6.7.8", func(s *v1.Service) {
-			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		}),
-		service("ns3", "svc3", "172.30.0.43", 3003, "9.10.11.12", func(s *v1.Service) {
-			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
-		}),
-	}
-	slice := func(ns, name, local, remote string) *discovery.EndpointSlice {
-		return oneSlice(ns, name, SlicePort("p80", v1.ProtocolTCP, 80), ReadyEndpoint(local, NodeName), ReadyEndpoint(remote, "remote"))
-	}
-	sl := []*discovery.EndpointSlice{
-		slice("ns1", "svc1", "10.180.0.1", "10.180.1.1"),
-		slice("ns2", "svc2", "10.180.0.2", "10.180.1.2"),
-		slice("ns3", "svc3", "10.180.0.3", "10.180.1.3"),
-	}
-	all1 := []string{"10.180.0.1:80", "10.180.1.1:80"}
-	all2 := []string{"10.180.0.2:80", "10.180.1.2:80"}
-	all3 := []string{"10.180.0.3:80", "10.180.1.3:80"}
-	base := []PacketCase{
-		pkt("pod to ClusterIP", pod, "10.0.0.2", "172.30.0.41:80", dnat(svc1, false, all1...)),
-		pkt("pod to NodePort", pod, "10.0.0.2", NodeIP+":3001", dnat(svc1, true, all1...)),
-		pkt("pod to LB", pod, "10.0.0.2", "1.2.3.4:80", dnat(svc1, true, all1...)),
-		pkt("node to ClusterIP", node, NodeIP, "172.30.0.41:80", dnat(svc1, true, all1...)),
-		pkt("node to NodePort", node, NodeIP, NodeIP+":3001", dnat(svc1, true, all1...)),
-		pkt("localhost to NodePort", node, "127.0.0.1", "127.0.0.1:3001", dnat(svc1, true, all1...)),
-		pkt("node to LB", node, NodeIP, "1.2.3.4:80", dnat(svc1, true, all1...)),
-		pkt("external to ClusterIP", outside, ExternalClient, "172.30.0.41:80", dnat(svc1, true, all1...)),
-		pkt("external to NodePort", outside, ExternalClient, NodeIP+":3001", dnat(svc1, true, all1...)),
-		pkt("external to LB", outside, ExternalClient, "1.2.3.4:80", dnat(svc1, true, all1...)),
-
-		pkt("pod to ClusterIP with eTP:Local", pod, "10.0.0.2", "172.30.0.42:80", dnat(svc2, false, all2...)),
-		pkt("pod to NodePort with eTP:Local", pod, "10.0.0.2", NodeIP+":3002", dnat(svc2, false, all2...)),
-		pkt("pod to LB with eTP:Local", pod, "10.0.0.2", "5.6.7.8:80", dnat(svc2, false, all2...)),
-		pkt("node to ClusterIP with eTP:Local", node, NodeIP, "172.30.0.42:80", dnat(svc2, true, all2...)),
-		pkt("node to NodePort with eTP:Local", node, NodeIP, NodeIP+":3002", dnat(svc2, true, all2...)),
-		pkt("localhost to NodePort with eTP:Local", node, "127.0.0.1", "127.0.0.1:3002", dnat(svc2, true, all2...)),
-		pkt("node to LB with eTP:Local", node, NodeIP, "5.6.7.8:80", dnat(svc2, true, all2...)),
-		pkt("external to ClusterIP with eTP:Local", outside, ExternalClient, "172.30.0.42:80", dnat(svc2, true, all2...)),
-		pkt("external to NodePort with eTP:Local", outside, ExternalClient, NodeIP+":3002", dnat(svc2, false, "10.180.0.2:80")),
-		pkt("external to LB with eTP:Local", outside, ExternalClient, "5.6.7.8:80", dnat(svc2, false, "10.180.0.2:80")),
-
-		pkt("pod to ClusterIP with iTP:Local", pod, "10.0.0.2", "172.30.0.43:80", dnat(svc3, false, "10.180.0.3:80")),
-		pkt("pod to NodePort with iTP:Local", pod, "10.0.0.2", NodeIP+":3003", dnat(svc3, true, all3...)),
-		pkt("pod to LB with iTP:Local", pod, "10.0.0.2", "9.10.11.12:80", dnat(svc3, true, all3...)),
-		pkt("node to ClusterIP with iTP:Local", node, NodeIP, "172.30.0.43:80", dnat(svc3, true, "10.180.0.3:80")),
-		pkt("node to NodePort with iTP:Local", node, NodeIP, NodeIP+":3003", dnat(svc3, true, all3...)),
-		pkt("localhost to NodePort with iTP:Local", node, "127.0.0.1", "127.0.0.1:3003", dnat(svc3, true, all3...)),
-		pkt("node to LB with iTP:Local", node, NodeIP, "9.10.11.12:80", dnat(svc3, true, all3...)),
-		pkt("external to ClusterIP with iTP:Local", outside, ExternalClient, "172.30.0.43:80", dnat(svc3, true, "10.180.0.3:80")),
-		pkt("external to NodePort with iTP:Local", outside, ExternalClient, NodeIP+":3003", dnat(svc3, true, all3...)),
-		pkt("external to LB with iTP:Local", outside, ExternalClient, "9.10.11.12:80", dnat(svc3, true, all3...)),
-	}
+	services, sl := internalExternalMasqueradeObjects()
+	base := internalExternalMasqueradeCases()
 
 	unmasq := func(v *dataplane.Verdict) { v.Masquerade = false }
 	masq := func(v *dataplane.Verdict) { v.Masquerade = true }
@@ -282,6 +215,88 @@ func internalExternalMasquerade() []Scenario {
 		variant("no LocalTrafficDetector", noDet, noDetector),
 		variant("masqueradeAll", allDet, masqueradeAll),
 		variant("masqueradeAll, no LocalTrafficDetector", allNoDet, both),
+	}
+}
+
+// internalExternalMasqueradeObjects are TestInternalExternalMasquerade's
+// services: svc1 (Cluster policies), svc2 (eTP:Local) and svc3
+// (iTP:Local), LoadBalancers with node ports 3001 to 3003, each with one
+// local and one remote endpoint.
+func internalExternalMasqueradeObjects() ([]*v1.Service, []*discovery.EndpointSlice) {
+	service := func(ns, name, ip string, nodePort int32, vip string, mutate func(*v1.Service)) *v1.Service {
+		return MakeService(ns, name, func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIP = ip
+			s.Spec.Ports = []v1.ServicePort{ServicePort("p80", v1.ProtocolTCP, 80, nodePort, 0)}
+			s.Spec.HealthCheckNodePort = nodePort + 27000
+			s.Status.LoadBalancer.Ingress = lbIngress(vip)
+			if mutate != nil {
+				mutate(s)
+			}
+		})
+	}
+	services := []*v1.Service{
+		service("ns1", "svc1", "172.30.0.41", 3001, "1.2.3.4", nil),
+		service("ns2", "svc2", "172.30.0.42", 3002, "5.6.7.8", func(s *v1.Service) {
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		}),
+		service("ns3", "svc3", "172.30.0.43", 3003, "9.10.11.12", func(s *v1.Service) {
+			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+		}),
+	}
+	slice := func(ns, name, local, remote string) *discovery.EndpointSlice {
+		return oneSlice(ns, name, SlicePort("p80", v1.ProtocolTCP, 80), ReadyEndpoint(local, NodeName), ReadyEndpoint(remote, "remote"))
+	}
+	sl := []*discovery.EndpointSlice{
+		slice("ns1", "svc1", "10.180.0.1", "10.180.1.1"),
+		slice("ns2", "svc2", "10.180.0.2", "10.180.1.2"),
+		slice("ns3", "svc3", "10.180.0.3", "10.180.1.3"),
+	}
+	return services, sl
+}
+
+// internalExternalMasqueradeCases are the packet cases of the base
+// configuration (a ClusterCIDR detector, no masqueradeAll).
+func internalExternalMasqueradeCases() []PacketCase {
+	svc1 := PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
+	svc2 := PortName("ns2", "svc2", "p80", v1.ProtocolTCP)
+	svc3 := PortName("ns3", "svc3", "p80", v1.ProtocolTCP)
+	all1 := []string{"10.180.0.1:80", "10.180.1.1:80"}
+	all2 := []string{"10.180.0.2:80", "10.180.1.2:80"}
+	all3 := []string{"10.180.0.3:80", "10.180.1.3:80"}
+	return []PacketCase{
+		pkt("pod to ClusterIP", pod, "10.0.0.2", "172.30.0.41:80", dnat(svc1, false, all1...)),
+		pkt("pod to NodePort", pod, "10.0.0.2", NodeIP+":3001", dnat(svc1, true, all1...)),
+		pkt("pod to LB", pod, "10.0.0.2", "1.2.3.4:80", dnat(svc1, true, all1...)),
+		pkt("node to ClusterIP", node, NodeIP, "172.30.0.41:80", dnat(svc1, true, all1...)),
+		pkt("node to NodePort", node, NodeIP, NodeIP+":3001", dnat(svc1, true, all1...)),
+		pkt("localhost to NodePort", node, "127.0.0.1", "127.0.0.1:3001", dnat(svc1, true, all1...)),
+		pkt("node to LB", node, NodeIP, "1.2.3.4:80", dnat(svc1, true, all1...)),
+		pkt("external to ClusterIP", outside, ExternalClient, "172.30.0.41:80", dnat(svc1, true, all1...)),
+		pkt("external to NodePort", outside, ExternalClient, NodeIP+":3001", dnat(svc1, true, all1...)),
+		pkt("external to LB", outside, ExternalClient, "1.2.3.4:80", dnat(svc1, true, all1...)),
+
+		pkt("pod to ClusterIP with eTP:Local", pod, "10.0.0.2", "172.30.0.42:80", dnat(svc2, false, all2...)),
+		pkt("pod to NodePort with eTP:Local", pod, "10.0.0.2", NodeIP+":3002", dnat(svc2, false, all2...)),
+		pkt("pod to LB with eTP:Local", pod, "10.0.0.2", "5.6.7.8:80", dnat(svc2, false, all2...)),
+		pkt("node to ClusterIP with eTP:Local", node, NodeIP, "172.30.0.42:80", dnat(svc2, true, all2...)),
+		pkt("node to NodePort with eTP:Local", node, NodeIP, NodeIP+":3002", dnat(svc2, true, all2...)),
+		pkt("localhost to NodePort with eTP:Local", node, "127.0.0.1", "127.0.0.1:3002", dnat(svc2, true, all2...)),
+		pkt("node to LB with eTP:Local", node, NodeIP, "5.6.7.8:80", dnat(svc2, true, all2...)),
+		pkt("external to ClusterIP with eTP:Local", outside, ExternalClient, "172.30.0.42:80", dnat(svc2, true, all2...)),
+		pkt("external to NodePort with eTP:Local", outside, ExternalClient, NodeIP+":3002", dnat(svc2, false, "10.180.0.2:80")),
+		pkt("external to LB with eTP:Local", outside, ExternalClient, "5.6.7.8:80", dnat(svc2, false, "10.180.0.2:80")),
+
+		pkt("pod to ClusterIP with iTP:Local", pod, "10.0.0.2", "172.30.0.43:80", dnat(svc3, false, "10.180.0.3:80")),
+		pkt("pod to NodePort with iTP:Local", pod, "10.0.0.2", NodeIP+":3003", dnat(svc3, true, all3...)),
+		pkt("pod to LB with iTP:Local", pod, "10.0.0.2", "9.10.11.12:80", dnat(svc3, true, all3...)),
+		pkt("node to ClusterIP with iTP:Local", node, NodeIP, "172.30.0.43:80", dnat(svc3, true, "10.180.0.3:80")),
+		pkt("node to NodePort with iTP:Local", node, NodeIP, NodeIP+":3003", dnat(svc3, true, all3...)),
+		pkt("localhost to NodePort with iTP:Local", node, "127.0.0.1", "127.0.0.1:3003", dnat(svc3, true, all3...)),
+		pkt("node to LB with iTP:Local", node, NodeIP, "9.10.11.12:80", dnat(svc3, true, all3...)),
+		pkt("external to ClusterIP with iTP:Local", outside, ExternalClient, "172.30.0.43:80", dnat(svc3, true, "10.180.0.3:80")),
+		pkt("external to NodePort with iTP:Local", outside, ExternalClient, NodeIP+":3003", dnat(svc3, true, all3...)),
+		pkt("external to LB with iTP:Local", outside, ExternalClient, "9.10.11.12:80", dnat(svc3, true, all3...)),
 	}
 }
 
@@ -442,4 +457,62 @@ func ipv6LoadBalancer() []Scenario {
 			},
 		},
 	}
+}
+
+// bothTrafficPoliciesLocal is a service whose internal and external
+// traffic policies are both Local, with and without a local endpoint.
+// Internal traffic to its external destinations reaches every endpoint in
+// iptables mode; kube-proxy's IPVS mode sends it to the cluster IP, whose
+// local endpoints alone serve it (without any, dropped, and rejected for
+// the node's own packets, which IPVS takes before the filter's drop).
+func bothTrafficPoliciesLocal() []Scenario {
+	svc := PortName("ns1", "svc1", "p80", v1.ProtocolTCP)
+	service := MakeService("ns1", "svc1", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.ClusterIP = "172.30.0.41"
+		s.Spec.ExternalIPs = []string{ExternalIP}
+		s.Spec.Ports = []v1.ServicePort{ServicePort("p80", v1.ProtocolTCP, 80, 3001, 80)}
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+	})
+	slice := func(eps ...discovery.Endpoint) []*discovery.EndpointSlice {
+		return []*discovery.EndpointSlice{oneSlice("ns1", "svc1", SlicePort("p80", v1.ProtocolTCP, 80), eps...)}
+	}
+	both, local := []string{"10.180.0.1:80", "10.180.2.1:80"}, "10.180.2.1:80"
+	remote := []string{"10.180.0.1:80", "10.180.1.1:80"}
+	return []Scenario{{
+		Name:     "BothTrafficPoliciesLocal",
+		Services: []*v1.Service{service},
+		Slices:   slice(ReadyEndpoint("10.180.0.1", ""), ReadyEndpoint("10.180.2.1", NodeName)),
+		Node:     TestNode(nil),
+		Settings: DefaultSettings(),
+		Packets: []PacketCase{
+			pkt("pod to cluster IP hits the local endpoint", pod, "10.0.0.2", "172.30.0.41:80", dnat(svc, false, local)),
+			inMode(pkt("pod to external IP", pod, "10.0.0.2", ExternalIP+":80", dnat(svc, false, both...)),
+				ipvsMode, dnat(svc, false, local)),
+			inMode(pkt("pod to NodePort", pod, "10.0.0.2", NodeIP+":3001", dnat(svc, false, both...)),
+				ipvsMode, dnat(svc, false, local)),
+			inMode(pkt("node to NodePort", node, NodeIP, NodeIP+":3001", dnat(svc, true, both...)),
+				ipvsMode, dnat(svc, true, local)),
+			pkt("external to NodePort hits the local endpoint", outside, ExternalClient, NodeIP+":3001", dnat(svc, false, local)),
+			pkt("external to external IP hits the local endpoint", outside, ExternalClient, ExternalIP+":80", dnat(svc, false, local)),
+		},
+	}, {
+		Name:     "BothTrafficPoliciesLocal without local endpoints",
+		Services: []*v1.Service{service},
+		Slices:   slice(ReadyEndpoint("10.180.0.1", ""), ReadyEndpoint("10.180.1.1", "remote")),
+		Node:     TestNode(nil),
+		Settings: DefaultSettings(),
+		Packets: []PacketCase{
+			pkt("pod to cluster IP is dropped", pod, "10.0.0.2", "172.30.0.41:80", drop(svc)),
+			inMode(pkt("pod to external IP", pod, "10.0.0.2", ExternalIP+":80", dnat(svc, false, remote...)),
+				ipvsMode, drop(svc)),
+			inMode(pkt("pod to NodePort", pod, "10.0.0.2", NodeIP+":3001", dnat(svc, false, remote...)),
+				ipvsMode, drop(svc)),
+			// IPVS takes the node's own packets before the filter's drop.
+			inMode(pkt("node to NodePort", node, NodeIP, NodeIP+":3001", dnat(svc, true, remote...)),
+				ipvsMode, reject(svc)),
+			pkt("external to NodePort is dropped", outside, ExternalClient, NodeIP+":3001", drop(svc)),
+		},
+	}}
 }

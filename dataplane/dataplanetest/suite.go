@@ -185,10 +185,11 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 
 // RunScenarios runs each scenario as a subtest with a fresh harness from
 // newHarness: Sync the scenario's State, require every packet's Trace to
-// equal its Want and State.Lookup, check the reconcile contract when the
-// harness is a Drifter (see there), remove one endpoint and Sync again
-// (Trace must follow the new State's Lookup), then Cleanup (nothing is a
-// service any more; a second Cleanup succeeds too).
+// equal its WantIn and State.LookupMode of the harness's mode (see
+// Moded), check the reconcile contract when the harness is a Drifter (see
+// there), remove one endpoint and Sync again (Trace must follow the new
+// State's LookupMode), then Cleanup (nothing is a service any more; a
+// second Cleanup succeeds too).
 func RunScenarios(t *testing.T, scenarios []Scenario, newHarness func(t *testing.T) Harness) {
 	t.Helper()
 	for _, s := range scenarios {

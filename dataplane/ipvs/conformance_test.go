@@ -3,7 +3,6 @@ package ipvs
 import (
 	"context"
 	"net/netip"
-	"slices"
 	"testing"
 
 	"github.com/proxykit/proxykit/dataplane"
@@ -58,52 +57,11 @@ func (h *fakeHarness) Trace(_ context.Context, p dataplane.Packet) (dataplane.Ve
 	return t.trace(p)
 }
 
+// Mode: the suite expects State.LookupMode(ModeIPVS).
+func (h *fakeHarness) Mode() dataplane.Mode { return dataplane.ModeIPVS }
+
 func TestConformance(t *testing.T) {
-	dataplanetest.RunScenarios(t, ipvsScenarios(t), func(t *testing.T) dataplanetest.Harness { return newFakeHarness() })
-}
-
-// ipvsScenarios are the conformance scenarios without the cases where IPVS
-// mode differs from iptables mode by design (see "Differences from
-// kube-proxy's iptables mode" in the package documentation).
-func ipvsScenarios(t *testing.T) []dataplanetest.Scenario {
-	states := map[string]*dataplane.State{}
-	all := dataplanetest.Scenarios()
-	for _, s := range all {
-		_, states[s.Name] = s.Build(t)
-	}
-	return dataplanetest.Filter(all, func(s dataplanetest.Scenario, c dataplanetest.PacketCase) bool {
-		return ipvsDiffers(states[s.Name], c.Packet) == ""
-	})
-}
-
-// ipvsDiffers says why IPVS mode treats p otherwise than State.Lookup,
-// "" when it does not.
-func ipvsDiffers(st *dataplane.State, p dataplane.Packet) string {
-	dst, port, proto := p.Dst.Addr(), p.Dst.Port(), p.Protocol
-	v := st.Lookup(p)
-	if dst.IsLoopback() {
-		return "node ports are not served on loopback"
-	}
-	local := slices.Contains(st.Node.IPs, dst)
-	srcLocal := p.From == dataplane.FromNode || p.Src.IsLoopback() || slices.Contains(st.Node.IPs, p.Src)
-	for sp := range st.Services.All() {
-		addrs := append(append([]netip.Addr{sp.ClusterIP}, sp.ExternalIPs...), sp.LoadBalancerVIPs...)
-		if v.Action == dataplane.NotAService && slices.Contains(addrs, dst) {
-			return "a service address is bound to the link: the node refuses its unserved ports"
-		}
-		if sp.Protocol != proto {
-			continue
-		}
-		nodePort := sp.NodePort != 0 && port == sp.NodePort && local
-		if nodePort && !slices.Contains(nodeAddrsOf(st, st.Node.IPs, st.Family == v1.IPv6Protocol).nodePort, dst) {
-			return "node ports are served only on the addresses nodePortAddresses selects"
-		}
-		external := nodePort || port == sp.Port && slices.Contains(addrs[1:], dst)
-		if external && sp.ExternalPolicyLocal && sp.InternalPolicyLocal && (p.From != dataplane.FromOutside || srcLocal) {
-			return "internal traffic to an external destination of a service with both policies Local reaches its cluster IP's (local) endpoints"
-		}
-	}
-	return ""
+	dataplanetest.Run(t, func(t *testing.T) dataplanetest.Harness { return newFakeHarness() })
 }
 
 func (h *fakeHarness) Reconcile(ctx context.Context) (dataplane.Drift, error) {
@@ -196,5 +154,5 @@ func memoryNames(d *Dataplane, st *dataplane.State) Namer {
 }
 
 func TestConformanceRead(t *testing.T) {
-	dataplanetest.RunScenarios(t, ipvsScenarios(t), func(t *testing.T) dataplanetest.Harness { return readHarness{newFakeHarness()} })
+	dataplanetest.Run(t, func(t *testing.T) dataplanetest.Harness { return readHarness{newFakeHarness()} })
 }

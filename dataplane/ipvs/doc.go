@@ -181,25 +181,26 @@
 //
 // # Differences from kube-proxy's iptables mode
 //
-// IPVS mode differs from the semantics State.Lookup specifies where
-// kube-proxy's own IPVS mode does, by design:
+// IPVS mode differs from iptables mode where kube-proxy's own IPVS mode
+// does, by design; State.LookupMode(dataplane.ModeIPVS, p) is the
+// executable statement of them, and the conformance tests (fakes and
+// kernel) hold every scenario case to it:
 //
 //   - Service addresses are local addresses of the node, so a port no
-//     service serves on them is refused by the node's stack rather than
-//     passed on.
+//     service serves on them is refused by the node's stack (a Reject)
+//     rather than passed on.
 //   - Node ports are served only on the addresses NodePortAddresses
 //     selects, never on loopback (no localhost node ports); elsewhere the
-//     node's stack answers.
+//     node's stack answers, and node ports without endpoints are rejected
+//     or dropped only where they are served.
 //   - A service whose internal and external traffic policies are both
 //     Local: internal traffic to its external destinations goes to its
 //     cluster IP's virtual server, so reaches the local endpoints only
-//     (and is dropped without any), where State.Lookup has it reach every
+//     (and is dropped without any), where iptables mode has it reach every
 //     endpoint. With an externalTrafficPolicy Local alone, internal
-//     traffic reaches every endpoint, as in State.Lookup and unlike
+//     traffic reaches every endpoint, as in iptables mode and unlike
 //     kube-proxy's IPVS mode (whose virtual server has only the local
 //     endpoints when there are some); outside traffic reaches the local
 //     endpoints, or is dropped without any, as the Service API says
 //     (kube-proxy then sends it to every endpoint).
-//
-// The conformance tests run the shared suite without exactly those cases.
 package ipvs

@@ -46,21 +46,22 @@ func requireIPVS(t testing.TB) {
 }
 
 // kernelScenarios are the cases a kernel lab reproduces, without the
-// documented differences of IPVS mode and the ClientIP affinity cases:
-// IPVS keeps its persistence templates where no call can clear them
-// between two connections, so a lab client only ever sees the endpoint
-// it is pinned to.
-func kernelScenarios(t *testing.T) []dataplanetest.Scenario {
-	states := map[string]*dataplane.State{}
-	all := dataplanetest.Scenarios()
-	for _, s := range all {
-		_, states[s.Name] = s.Build(t)
-	}
-	return dataplanetest.Filter(all, func(s dataplanetest.Scenario, c dataplanetest.PacketCase) bool {
-		return kerneltest.Reproducible(s, c) && ipvsDiffers(states[s.Name], c.Packet) == "" &&
-			!c.WantIn(dataplane.ModeIPTables).Affinity
+// ClientIP affinity cases: IPVS keeps its persistence templates where no
+// call can clear them between two connections, so a lab client only ever
+// sees the endpoint it is pinned to.
+func kernelScenarios() []dataplanetest.Scenario {
+	return dataplanetest.Filter(dataplanetest.Scenarios(), func(s dataplanetest.Scenario, c dataplanetest.PacketCase) bool {
+		return kerneltest.Reproducible(s, c) && !c.WantIn(dataplane.ModeIPVS).Affinity
 	})
 }
+
+// kernelHarness is a kerneltest.Harness over the IPVS dataplane, in the
+// IPVS mode.
+type kernelHarness struct {
+	*kerneltest.Harness
+}
+
+func (kernelHarness) Mode() dataplane.Mode { return dataplane.ModeIPVS }
 
 // TestKernelConformance runs the suite's reproducible cases through IPVS
 // in a lab's node namespace, with real connections deciding each verdict,
@@ -78,14 +79,14 @@ func TestKernelConformanceBridge(t *testing.T) {
 
 func conformanceIn(t *testing.T, n kerneltest.PodNetwork) {
 	requireIPVS(t)
-	scenarios := dataplanetest.Filter(kernelScenarios(t), n.Reproducible)
+	scenarios := dataplanetest.Filter(kernelScenarios(), n.Reproducible)
 	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
-		return kerneltest.New(t, kerneltest.Config{
+		return kernelHarness{kerneltest.New(t, kerneltest.Config{
 			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
 				return New(Config{Family: family})
 			},
-		})
+		})}
 	})
 }
 

@@ -72,7 +72,12 @@ func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (d
 		}
 		switch res {
 		case "DROP":
-			return dataplane.Verdict{Action: dataplane.Drop, Service: named()}, t.steps, nil
+			if p.From != dataplane.FromNode {
+				return dataplane.Verdict{Action: dataplane.Drop, Service: named()}, t.steps, nil
+			}
+			// IPVS takes the node's own packets at LOCAL_OUT, before
+			// filter INPUT.
+			t.steps = append(t.steps, "filter INPUT: not reached by the node's own packet, which IPVS takes at LOCAL_OUT")
 		case "ACCEPT":
 			accepted = true
 		}

@@ -81,7 +81,10 @@ func (t *tracer) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	vs, ok := t.ipvs.lookup(k)
 
 	if local {
-		if t.in(setDrop, de) {
+		// IPVS takes the node's own packets at LOCAL_OUT, before the
+		// filter INPUT's drops: a dropped destination's virtual server
+		// has no real server, so they are rejected.
+		if t.in(setDrop, de) && p.From != dataplane.FromNode {
 			return dataplane.Verdict{Action: dataplane.Drop, Service: name}, nil
 		}
 		if t.in(setFirewall, de) && !t.inNet(setSourceCIDR, de, src) && !t.inNet(setSourceIP, de, src) {

@@ -25,10 +25,12 @@ var vmTools = []string{"iptables", "iptables-restore", "iptables-save", "ip6tabl
 // hour under TCG on a busy machine, these two to four minutes a shape:
 // cluster IPs with UDP and hairpins, LoadBalancer VIPs with source
 // ranges, node ports, external IPs under both external traffic policies,
-// services without endpoints, and IPv6. Every reproducible case runs on
-// a host whose kernel has IPVS.
+// services with both traffic policies Local (where IPVS mode differs
+// most), services without endpoints, and IPv6. Every reproducible case
+// runs on a host whose kernel has IPVS.
 const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-nodeports_disabled|ExternalTrafficPolicyLocal|" +
-	"ExternalTrafficPolicyCluster|NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal"
+	"ExternalTrafficPolicyCluster|BothTrafficPoliciesLocal|BothTrafficPoliciesLocal_without_local_endpoints|" +
+	"NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal"
 
 // TestKernelTestsInVM runs this package's kernel tests inside a VM whose
 // kernel has IPVS and dummy links (this machine's may have neither) and

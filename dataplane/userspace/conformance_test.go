@@ -2,6 +2,7 @@ package userspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -10,7 +11,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
-	v1 "k8s.io/api/core/v1"
 )
 
 // harness runs an unprivileged Dataplane whose forwarders listen on free
@@ -51,17 +51,8 @@ func (h *harness) Trace(_ context.Context, p dataplane.Packet) (dataplane.Verdic
 	return h.dp.trace(p)
 }
 
-// Observable: every proxied connection comes from the proxy, so every
-// DNAT is masqueraded; health-check node ports need no firewall opening.
-func (h *harness) Observable(v dataplane.Verdict) dataplane.Verdict {
-	switch v.Action {
-	case dataplane.DNAT:
-		v.Masquerade, v.Hairpin = true, nil
-	case dataplane.Accept:
-		v = dataplane.Verdict{Action: dataplane.NotAService}
-	}
-	return v
-}
+// Mode: the suite expects State.LookupMode(ModeUserspace).
+func (h *harness) Mode() dataplane.Mode { return dataplane.ModeUserspace }
 
 // loopbackListen puts every frontend on a free port of 127.0.0.1.
 func loopbackListen(Frontend) (netip.AddrPort, bool) {
@@ -85,11 +76,16 @@ func (d *Dataplane) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	if f == nil {
 		f = d.fwds[destKey{port: p.Dst.Port(), proto: p.Protocol}]
 	}
-	bound := false
+	bound, sctp := false, false
 	if f != nil {
 		_, bound = f.boundAddr()
+		sctp = errors.Is(f.bindErr, errSCTP)
 	}
 	d.mu.Unlock()
+	if sctp {
+		// No socket and no rule catches an SCTP frontend's packets.
+		return dataplane.Verdict{Action: dataplane.NotAService}, nil
+	}
 
 	v := dataplane.Verdict{Action: dec.action}
 	if dec.view != nil {
@@ -99,6 +95,11 @@ func (d *Dataplane) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	case dataplane.DNAT:
 		v.Endpoints = slices.Clone(dec.candidates)
 		v.Masquerade = true
+		for _, ep := range v.Endpoints {
+			if ep.Addr() == p.Src {
+				v.Hairpin = append(v.Hairpin, ep)
+			}
+		}
 		v.Affinity = dec.view.sp.SessionAffinity.ClientIP
 		fallthrough
 	case dataplane.Drop:
@@ -110,11 +111,7 @@ func (d *Dataplane) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 }
 
 func TestConformance(t *testing.T) {
-	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), func(_ dataplanetest.Scenario, c dataplanetest.PacketCase) bool {
-		return c.Packet.Protocol != v1.ProtocolSCTP
-	})
-	t.Log("SCTP cases left out: the userspace dataplane serves no SCTP")
-	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
+	dataplanetest.Run(t, func(t *testing.T) dataplanetest.Harness {
 		return &harness{t: t}
 	})
 }

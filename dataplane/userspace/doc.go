@@ -76,9 +76,9 @@
 //
 // # Where connections go
 //
-// A connection is routed as State.Lookup specifies, from what the
-// forwarder knows: the destination it was caught for and the client's
-// address. The client is the node itself when its address is loopback,
+// A connection is routed as State.LookupMode(dataplane.ModeUserspace)
+// specifies, from what the forwarder knows: the destination it was caught
+// for and the client's address. The client is the node itself when its address is loopback,
 // one of the State's Node.IPs or any other address the node holds (a
 // second NIC's, say), as kube-proxy's rules take every source of address
 // type LOCAL for the node, where State.Lookup knows only Node.IPs; the
@@ -200,16 +200,20 @@
 //
 // # Differences from kube-proxy
 //
+// State.LookupMode(dataplane.ModeUserspace, p) is the executable statement
+// of the first three, and the conformance tests (unprivileged and kernel)
+// hold every scenario case to it:
+//
 //   - Every connection reaches its endpoint from the proxy's own address:
 //     the client's address is never kept, whatever the traffic policy
 //     says (upstream's userspace proxier did the same).
 //   - SCTP is not served: Go's net package has no SCTP sockets. SCTP
 //     frontends are logged once and left alone.
+//   - Health-check node ports need no firewall opening: there is none.
 //   - A UDP datagram that would be rejected while its destination's socket
 //     is open for another client is dropped (a bound socket cannot answer
 //     one client with an ICMP error).
 //   - The interface-based local-traffic detectors learn a connection's
 //     interface from the route back to its source, through netlink in the
 //     network namespace of the Sync that configured them.
-//   - Health-check node ports need no firewall opening: there is none.
 package userspace

@@ -31,13 +31,21 @@ func TestKernelConformanceBridge(t *testing.T) {
 	kernelConformance(t, kerneltest.PodNetworkBridge)
 }
 
+// kernelHarness is a kerneltest.Harness over the userspace dataplane, in
+// the userspace mode.
+type kernelHarness struct {
+	*kerneltest.Harness
+}
+
+func (kernelHarness) Mode() dataplane.Mode { return dataplane.ModeUserspace }
+
 func kernelConformance(t *testing.T, n kerneltest.PodNetwork) {
 	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save")
 	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), n.Reproducible)
 	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
 		t.Parallel()
 		var dp *Dataplane
-		return kerneltest.New(t, kerneltest.Config{
+		return kernelHarness{kerneltest.New(t, kerneltest.Config{
 			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
 				dialer, err := dialerHere()
@@ -54,7 +62,7 @@ func kernelConformance(t *testing.T, n kerneltest.PodNetwork) {
 			},
 			Disturb: func(d dataplanetest.Disturbance) error { return dp.disturb(d) },
 			Proxy:   true,
-		})
+		})}
 	})
 }
 
