@@ -40,7 +40,7 @@
 // external IPs, LoadBalancer VIPs from inside and outside their source
 // ranges, and the node port on each node address) through the model
 // (State.LookupMode) and through a Kernel, and reports each difference as
-// a Drift: rules Missing, Extra (also whole service ports the kernel
+// a Mismatch: rules Missing, Extra (also whole service ports the kernel
 // holds and the model lacks, from a ServiceLister), WrongEndpoints,
 // Shadowed (a rule that is not the proxy's decides first), WrongVerdict,
 // or Untraceable (a rule the reading cannot follow).

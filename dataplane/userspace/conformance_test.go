@@ -64,7 +64,7 @@ func (h *harness) Observable(v dataplane.Verdict) dataplane.Verdict {
 }
 
 // loopbackListen puts every frontend on a free port of 127.0.0.1.
-func loopbackListen(Frontend) (netip.AddrPort, bool) {
+func loopbackListen(Destination) (netip.AddrPort, bool) {
 	return netip.MustParseAddrPort("127.0.0.1:0"), true
 }
 

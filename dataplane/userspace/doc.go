@@ -8,7 +8,7 @@
 // # Two ways to catch traffic
 //
 // Unprivileged mode (the zero Config) listens on addresses the caller
-// chooses: Config.Listen maps each Frontend (a cluster IP, external IP or
+// chooses: Config.Listen maps each Destination (a cluster IP, external IP or
 // LoadBalancer VIP with its port, or a node port) to a local address, such
 // as a free loopback port, and Dataplane.Listeners says where each ended
 // up. Without Listen a forwarder listens on the service address itself,
