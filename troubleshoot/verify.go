@@ -15,8 +15,8 @@ import (
 
 // Kernel answers what the rules a kernel holds do with the first packet of
 // a connection, in the shape State.Lookup answers: a dataplane's reading of
-// the kernel, such as IPTables or NFTables. An error means the rules could
-// not be followed (a form the reading does not know).
+// the kernel, such as xtables.Reading or nftables.Reading. An error means
+// the rules could not be followed (a form the reading does not know).
 type Kernel interface {
 	Trace(p dataplane.Packet) (dataplane.Verdict, error)
 }
