@@ -25,54 +25,43 @@ type ListenerLister interface {
 // listener may serve a frontend the model lacks or that has no endpoint
 // (Extra).
 func VerifyListeners(s *dataplane.State, l ListenerLister) []Mismatch {
-	type key struct {
-		addr  netip.AddrPort
-		proto string
-	}
-	want := map[key]servicemodel.PortName{}
-	var order []key
-	unspec := unspecified(s.Family)
+	want := map[servicemodel.Frontend]servicemodel.PortName{}
+	var order []servicemodel.Frontend
 	for sp := range s.Services.All() {
 		if !s.Select(sp).HasAny {
 			continue
 		}
 		addrs := append([]netip.Addr{sp.ClusterIP}, sp.ExternalIPs...)
 		addrs = append(addrs, sp.LoadBalancerVIPs...)
-		var keys []key
+		var fes []servicemodel.Frontend
 		for _, a := range addrs {
-			keys = append(keys, key{netip.AddrPortFrom(a, sp.Port), string(sp.Protocol)})
+			fes = append(fes, servicemodel.Frontend{IP: a, Port: sp.Port, Protocol: sp.Protocol})
 		}
 		if sp.NodePort != 0 {
-			keys = append(keys, key{netip.AddrPortFrom(unspec, sp.NodePort), string(sp.Protocol)})
+			fes = append(fes, servicemodel.Frontend{Port: sp.NodePort, Protocol: sp.Protocol})
 		}
-		for _, k := range keys {
+		for _, fe := range fes {
 			// The first claim in the model's order wins, as in Lookup.
-			if old, ok := want[k]; !ok || sp.Name.Compare(old) < 0 {
+			if old, ok := want[fe]; !ok || sp.Name.Compare(old) < 0 {
 				if !ok {
-					order = append(order, k)
+					order = append(order, fe)
 				}
-				want[k] = sp.Name
+				want[fe] = sp.Name
 			}
 		}
 	}
 	var out []Mismatch
-	have := map[key]bool{}
-	for fe, kind := range l.ListeningFrontends() {
-		at := fe.IP
-		if !at.IsValid() {
-			at = unspec
-		}
-		k := key{netip.AddrPortFrom(at, fe.Port), string(fe.Protocol)}
-		have[k] = true
-		if _, ok := want[k]; !ok {
+	listening := l.ListeningFrontends()
+	for fe, kind := range listening {
+		if _, ok := want[fe]; !ok {
 			at := frontendString(fe, s.Family)
 			out = append(out, Mismatch{Kind: Extra, Frontend: at,
 				Detail: fmt.Sprintf("a forwarder listens for %s (%s), the model has no endpoint there", at, kind)})
 		}
 	}
-	for _, k := range order {
-		if !have[k] {
-			out = append(out, Mismatch{Service: want[k], Kind: Missing, Frontend: k.addr.String() + "/" + k.proto,
+	for _, fe := range order {
+		if _, ok := listening[fe]; !ok {
+			out = append(out, Mismatch{Service: want[fe], Kind: Missing, Frontend: frontendString(fe, s.Family),
 				Detail: "no forwarder listens for it; the model has endpoints"})
 		}
 	}

@@ -37,22 +37,18 @@ type FrontendLister interface {
 }
 
 // frontendString returns "ip:port/PROTO"; a node port's frontend, which
-// has no IP, is at the unspecified address of family.
+// has no IP, is at the unspecified address of family, which stands for
+// any of the node's.
 func frontendString(fe servicemodel.Frontend, family v1.IPFamily) string {
 	ip := fe.IP
-	if !ip.IsValid() {
-		ip = unspecified(family)
+	switch {
+	case ip.IsValid():
+	case family == v1.IPv6Protocol:
+		ip = netip.IPv6Unspecified()
+	default:
+		ip = netip.IPv4Unspecified()
 	}
 	return netip.AddrPortFrom(ip, fe.Port).String() + "/" + string(fe.Protocol)
-}
-
-// unspecified is family's unspecified address, which stands for any of
-// the node's.
-func unspecified(family v1.IPFamily) netip.Addr {
-	if family == v1.IPv6Protocol {
-		return netip.IPv6Unspecified()
-	}
-	return netip.IPv4Unspecified()
 }
 
 // modelFrontends yields each frontend of every service port of s: the
