@@ -56,7 +56,7 @@ func newConntrackDebt() *conntrackDebt {
 }
 
 // add records what one Build of this family reported.
-func (d *conntrackDebt) add(c dataplane.Changes) {
+func (d *conntrackDebt) add(c dataplane.FamilyChanges) {
 	for _, f := range c.Services.Stale {
 		if conntrackProtocol(f.Protocol) {
 			d.frontends.Insert(f)

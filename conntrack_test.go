@@ -44,7 +44,7 @@ func TestProxyReconcilesPortThatAppearsAfterItsEndpoints(t *testing.T) {
 func TestConntrackDebtClear(t *testing.T) {
 	for _, n := range []int{2, emptyReused + 1} {
 		d := newConntrackDebt()
-		var c dataplane.Changes
+		var c dataplane.FamilyChanges
 		c.Endpoints.Ports = sets.New[servicemodel.PortName]()
 		for i := range n {
 			c.Endpoints.Ports.Insert(servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("svc", i)}, Protocol: v1.ProtocolUDP})
@@ -58,7 +58,7 @@ func TestConntrackDebtClear(t *testing.T) {
 			t.Fatalf("%d ports: cleared debt of %d", n, got)
 		}
 		again := servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "again"}, Protocol: v1.ProtocolSCTP}
-		d.add(dataplane.Changes{Services: servicemodel.Changes{Ports: sets.New(again)}})
+		d.add(dataplane.FamilyChanges{Services: servicemodel.Changes{Ports: sets.New(again)}})
 		st := &dataplane.State{Family: v1.IPv4Protocol, Services: servicemodel.NewMap(&servicemodel.ServicePort{Name: again, Protocol: v1.ProtocolSCTP})}
 		if diff := cmp.Diff([]servicemodel.PortName{again}, d.flows(v1.IPv4Protocol, st).Ports); diff != "" {
 			t.Errorf("%d ports: debt after clearing (-want +got):\n%s", n, diff)

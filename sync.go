@@ -95,7 +95,7 @@ func (p *Proxy) sync(ctx context.Context) error {
 // absorb records what one Build reported until it is acted upon: conntrack
 // debt and trigger times until the family syncs, health-check node ports as
 // the latest known.
-func (p *Proxy) absorb(b dataplane.Build) error {
+func (p *Proxy) absorb(b dataplane.BuildResult) error {
 	if len(b.States) != len(p.families) || len(b.Changes) != len(p.families) {
 		return fmt.Errorf("builder returned %d states and %d changes for %d families", len(b.States), len(b.Changes), len(p.families))
 	}

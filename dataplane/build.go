@@ -21,7 +21,7 @@ import (
 // Build's State of its family (see State.ChangedSince), except the first
 // and those after a node change that affects every service (zone, IPs, and
 // pod CIDRs under LocalModeNodeCIDR).
-func (b *Builder) Build() Build {
+func (b *Builder) Build() BuildResult {
 	b.mu.Lock()
 	zone, full := b.zone, b.nodeFull
 	nodes := make([]Node, len(b.families))
@@ -34,9 +34,9 @@ func (b *Builder) Build() Build {
 
 	prev := b.gen
 	b.gen++
-	out := Build{
+	out := BuildResult{
 		States:  make([]*State, len(b.families)),
-		Changes: make([]Changes, len(b.families)),
+		Changes: make([]FamilyChanges, len(b.families)),
 	}
 	hasChanges := prev > 0 && !full
 	checkouts := make([]struct {
@@ -101,7 +101,7 @@ func (b *Builder) Build() Build {
 			changedSince: prev,
 			hasChanges:   hasChanges,
 		}
-		out.Changes[i] = Changes{Services: svcChanges, Endpoints: epChanges}
+		out.Changes[i] = FamilyChanges{Services: svcChanges, Endpoints: epChanges}
 	}
 	b.warnConflicts(b.claims.conflicts(touched))
 	return out
@@ -111,16 +111,16 @@ func (b *Builder) Build() Build {
 // Checkout Build runs on a goroutine of its own.
 const concurrentCheckout = 256
 
-// Build is the result of one Builder.Build.
-type Build struct {
+// BuildResult is the result of one Builder.Build.
+type BuildResult struct {
 	States []*State
 	// Changes holds, per family (same order as States), what the trackers
 	// reported since the previous Build.
-	Changes []Changes
+	Changes []FamilyChanges
 }
 
-// Changes is what changed in one family between two Builds.
-type Changes struct {
+// FamilyChanges is what changed in one family between two Builds.
+type FamilyChanges struct {
 	Services  servicemodel.Changes
 	Endpoints endpoints.Changes
 }

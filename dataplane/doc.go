@@ -7,9 +7,10 @@
 // # The flow
 //
 // Services, EndpointSlices and this node's Node object go into a Builder
-// (from informers, manifest files or the caller's own source). Build checks
-// out the Builder's per-family trackers and returns one State per family,
-// plus what changed, including the UDP and SCTP destinations that became
+// (from informers, manifest files or the caller's own source).
+// Builder.Build checks out the Builder's per-family trackers and returns a
+// BuildResult: one State per family, plus what changed in each
+// (FamilyChanges), including the UDP and SCTP destinations that became
 // stale for conntrack cleanup. The caller Syncs each State into its
 // dataplanes. A Build costs O(changes since the previous one): States share
 // everything unchanged with their predecessors.

@@ -40,36 +40,38 @@
 // external IPs, LoadBalancer VIPs from inside and outside their source
 // ranges, and the node port on each node address) through the model
 // (State.LookupMode) and through a Kernel, and reports each difference as
-// a Drift: rules Missing, Extra (also whole service ports the kernel
+// a Mismatch: rules Missing, Extra (also whole service ports the kernel
 // holds and the model lacks, from a ServiceLister), WrongEndpoints,
 // Shadowed (a rule that is not the proxy's decides first), WrongVerdict,
 // or Untraceable (a rule the reading cannot follow).
-// IPTables is the Kernel of the iptables dataplane: iptables-save's
-// listing of the nat, filter and mangle tables, everyone's rules, parsed
-// by xtables.ParseSave and followed by its tracer, which sees another
-// program's rules too (a REDIRECT, a TPROXY, or a DNAT of the port alone
-// of a packet for a node address, is a DNAT to a socket of the node; its
-// set matches follow the node's ipsets, IPSets). NFTables is that of the nftables dataplane: its
-// table as nft lists it (nftables.ParseListing) and, with Others, the
-// other tables whose base chains run first (nftables.ParseOthers).
-// Userspace is that of the userspace dataplane in redirect mode: its
-// mangle TPROXYs and drops (traffic entering the node), nat REDIRECTs (the
-// node's own) and node ports' DNATs of the port alone, read as IPTables
-// reads them, to forwarders that listen where each rule leads
-// (Userspace.Listening, as ListeningSockets answers: at a TPROXY's
-// --on-ip and --on-port, on a REDIRECT's port at any address; where none does,
-// the kernel drops a TPROXY's packet and refuses the others) and route
-// by the model. IPVS is that of the ipvs
-// dataplane, after the other programs' iptables rules (IPVS.Others,
-// NewIPTablesWithout the dataplane's chains): its virtual
-// and real servers, link addresses, ipsets and chains as
-// ipvs.Dataplane.Read finds them in the kernel, followed by
+//
+// The kernel readings are the dataplanes' own, behind the interfaces this
+// package defines (Kernel, ServiceLister, FrontendLister, ListenerLister),
+// so that it imports no dataplane backend and a new one needs no change
+// here; the
+// caller (the node agent) reads the kernel and hands the reading over.
+// xtables.Reading is the iptables dataplane's: iptables-save's listing of
+// the nat, filter and mangle tables, everyone's rules, followed by the
+// toolkit's tracer, which sees another program's rules too (a REDIRECT, a
+// TPROXY, or a DNAT of the port alone of a packet for a node address, is
+// a DNAT to a socket of the node; its set matches follow the node's
+// ipsets, IPSets). nftables.Reading is the nftables dataplane's: its
+// table as nft lists it and, with Others, the other tables whose base
+// chains run first. userspace.Reading is the userspace dataplane's in
+// redirect mode: its rules read as xtables.Reading reads them, to
+// forwarders that listen where each rule leads (where none does, the
+// kernel drops a TPROXY's packet and refuses the others) and route by the
+// model. IPVS is that of the ipvs dataplane, after the other programs'
+// iptables rules (IPVS.Others, xtables.NewReadingWithout the dataplane's
+// chains): its virtual and real servers, link addresses, ipsets and
+// chains as ipvs.Dataplane.Read finds them in the kernel, followed by
 // ipvs.Reading.Trace; the kernel holds no service names there, so a
 // frontend is named after the model's service port at it, and the virtual
 // servers no service port of the model has are reported as Extra
-// frontends (FrontendLister). VerifyListeners is the userspace dataplane's
-// in-process counterpart, comparing the model's frontends with the
-// forwarders' listeners.
+// frontends (FrontendLister). VerifyListeners is the counterpart for a
+// dataplane that serves in-process (a ListenerLister, such as the
+// userspace dataplane), comparing the model's frontends with the ones its
+// forwarders listen for.
 //
 // # List
 //

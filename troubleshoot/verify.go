@@ -15,8 +15,8 @@ import (
 
 // Kernel answers what the rules a kernel holds do with the first packet of
 // a connection, in the shape State.Lookup answers: a dataplane's reading of
-// the kernel, such as IPTables or NFTables. An error means the rules could
-// not be followed (a form the reading does not know).
+// the kernel, such as xtables.Reading or nftables.Reading. An error means
+// the rules could not be followed (a form the reading does not know).
 type Kernel interface {
 	Trace(p dataplane.Packet) (dataplane.Verdict, error)
 }
@@ -32,32 +32,40 @@ type ServiceLister interface {
 // not name their services (IPVS holds no names), so that Verify reports as
 // Extra those where no service port of the model is.
 type FrontendLister interface {
-	Frontends() []Frontend
+	// Frontends lists the frontends the kernel serves, each with its IP.
+	Frontends() []servicemodel.Frontend
 }
 
-// Frontend is an address and port of one protocol.
-type Frontend struct {
-	Addr     netip.AddrPort
-	Protocol v1.Protocol
+// frontendString returns "ip:port/PROTO"; a node port's frontend, which
+// has no IP, is at the unspecified address of family, which stands for
+// any of the node's.
+func frontendString(fe servicemodel.Frontend, family v1.IPFamily) string {
+	ip := fe.IP
+	switch {
+	case ip.IsValid():
+	case family == v1.IPv6Protocol:
+		ip = netip.IPv6Unspecified()
+	default:
+		ip = netip.IPv4Unspecified()
+	}
+	return netip.AddrPortFrom(ip, fe.Port).String() + "/" + string(fe.Protocol)
 }
-
-func (f Frontend) String() string { return f.Addr.String() + "/" + string(f.Protocol) }
 
 // modelFrontends yields each frontend of every service port of s: the
 // cluster IP, external IPs and LoadBalancer VIPs at the port, and the node
 // port on each node address; the first claim of a frontend only, in the
 // model's order, as Lookup decides.
-func modelFrontends(s *dataplane.State) iter.Seq2[*servicemodel.ServicePort, Frontend] {
-	return func(yield func(*servicemodel.ServicePort, Frontend) bool) {
-		seen := map[Frontend]bool{}
+func modelFrontends(s *dataplane.State) iter.Seq2[*servicemodel.ServicePort, servicemodel.Frontend] {
+	return func(yield func(*servicemodel.ServicePort, servicemodel.Frontend) bool) {
+		seen := map[servicemodel.Frontend]bool{}
 		for sp := range s.Services.All() {
-			var fes []Frontend
+			var fes []servicemodel.Frontend
 			for _, a := range append(append([]netip.Addr{sp.ClusterIP}, sp.ExternalIPs...), sp.LoadBalancerVIPs...) {
-				fes = append(fes, Frontend{netip.AddrPortFrom(a, sp.Port), sp.Protocol})
+				fes = append(fes, servicemodel.Frontend{IP: a, Port: sp.Port, Protocol: sp.Protocol})
 			}
 			if sp.NodePort != 0 {
 				for _, a := range s.Node.IPs {
-					fes = append(fes, Frontend{netip.AddrPortFrom(a, sp.NodePort), sp.Protocol})
+					fes = append(fes, servicemodel.Frontend{IP: a, Port: sp.NodePort, Protocol: sp.Protocol})
 				}
 			}
 			for _, fe := range fes {
@@ -73,35 +81,35 @@ func modelFrontends(s *dataplane.State) iter.Seq2[*servicemodel.ServicePort, Fro
 	}
 }
 
-// DriftKind is how the kernel differs from the model at one frontend.
-type DriftKind string
+// MismatchKind is how the kernel differs from the model at one frontend.
+type MismatchKind string
 
-// The kinds of drift.
+// The kinds of mismatch.
 const (
 	// Missing: the model handles the packet, the kernel's rules do not.
-	Missing DriftKind = "missing"
+	Missing MismatchKind = "missing"
 	// Extra: the kernel's rules handle a packet the model does not, or
 	// hold a service port the model does not have.
-	Extra DriftKind = "extra"
+	Extra MismatchKind = "extra"
 	// WrongEndpoints: both DNAT, to different endpoints.
-	WrongEndpoints DriftKind = "wrong-endpoints"
+	WrongEndpoints MismatchKind = "wrong-endpoints"
 	// Shadowed: a rule that is not the proxy's (it names no service)
 	// decides first.
-	Shadowed DriftKind = "shadowed"
+	Shadowed MismatchKind = "shadowed"
 	// WrongVerdict: the kernel does something else with the packet (another
 	// action, service or masquerading).
-	WrongVerdict DriftKind = "wrong-verdict"
+	WrongVerdict MismatchKind = "wrong-verdict"
 	// Untraceable: the kernel's rules could not be followed.
-	Untraceable DriftKind = "untraceable"
+	Untraceable MismatchKind = "untraceable"
 )
 
-// Drift is one difference between the model and the kernel.
-type Drift struct {
+// Mismatch is one difference between the model and the kernel.
+type Mismatch struct {
 	// Service is the service port concerned: the model's, or the
 	// kernel's when the model has none there; zero for a frontend of a
 	// FrontendLister that no service port has.
 	Service servicemodel.PortName `json:"service"`
-	Kind    DriftKind             `json:"kind"`
+	Kind    MismatchKind          `json:"kind"`
 	// Frontend is the probe: destination, what it is and the source, as
 	// "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7"; empty for a
 	// service port the kernel holds and the model does not.
@@ -113,7 +121,7 @@ type Drift struct {
 	Detail string `json:"detail"`
 }
 
-func (d Drift) String() string {
+func (d Mismatch) String() string {
 	svc := ServiceString(d.Service)
 	if d.Service.Name == "" {
 		// A frontend of the kernel the model has no service port at.
@@ -202,38 +210,38 @@ func probes(s *dataplane.State, sp *servicemodel.ServicePort) []probe {
 // has the service ports it holds and the model lacks reported as Extra,
 // one that is a FrontendLister the frontends it serves and no service
 // port of the model has.
-func Verify(s *dataplane.State, mode dataplane.Mode, k Kernel) []Drift {
-	var out []Drift
+func Verify(s *dataplane.State, mode dataplane.Mode, k Kernel) []Mismatch {
+	var out []Mismatch
 	for sp := range s.Services.All() {
 		out = append(out, verifyPort(s, mode, k, sp)...)
 	}
 	if l, ok := k.(ServiceLister); ok {
 		for _, pn := range l.Services() {
 			if _, ok := s.Services.Get(pn); !ok {
-				out = append(out, Drift{Service: pn, Kind: Extra, Detail: "the kernel holds rules for this service port, the model has no such port"})
+				out = append(out, Mismatch{Service: pn, Kind: Extra, Detail: "the kernel holds rules for this service port, the model has no such port"})
 			}
 		}
 	}
 	if l, ok := k.(FrontendLister); ok {
-		model := map[Frontend]bool{}
+		model := map[servicemodel.Frontend]bool{}
 		for _, fe := range modelFrontends(s) {
 			model[fe] = true
 		}
 		for _, fe := range l.Frontends() {
 			if !model[fe] {
-				out = append(out, Drift{Kind: Extra, Frontend: fe.String(),
+				out = append(out, Mismatch{Kind: Extra, Frontend: frontendString(fe, s.Family),
 					Detail: "the kernel serves this frontend, no service port of the model has it"})
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Drift) int {
+	slices.SortStableFunc(out, func(a, b Mismatch) int {
 		return cmp.Or(a.Service.Compare(b.Service), cmp.Compare(a.Frontend, b.Frontend))
 	})
 	return out
 }
 
-func verifyPort(s *dataplane.State, mode dataplane.Mode, k Kernel, sp *servicemodel.ServicePort) []Drift {
-	var out []Drift
+func verifyPort(s *dataplane.State, mode dataplane.Mode, k Kernel, sp *servicemodel.ServicePort) []Mismatch {
+	var out []Mismatch
 	for _, pr := range probes(s, sp) {
 		model := s.LookupMode(mode, pr.p)
 		kernel, err := k.Trace(pr.p)
@@ -251,7 +259,7 @@ func verifyPort(s *dataplane.State, mode dataplane.Mode, k Kernel, sp *servicemo
 		if svc.Name == "" {
 			svc = sp.Name
 		}
-		out = append(out, Drift{Service: svc, Kind: kind, Frontend: pr.label,
+		out = append(out, Mismatch{Service: svc, Kind: kind, Frontend: pr.label,
 			Model: Summary(model), Kernel: Summary(kernel), Detail: detail})
 	}
 	return out
@@ -259,7 +267,7 @@ func verifyPort(s *dataplane.State, mode dataplane.Mode, k Kernel, sp *servicemo
 
 // Compare says how the kernel's verdict for a packet differs from the
 // model's, as Verify does at each frontend; kind is "" when they agree.
-func Compare(model, kernel dataplane.Verdict) (kind DriftKind, detail string) {
+func Compare(model, kernel dataplane.Verdict) (kind MismatchKind, detail string) {
 	same := model.Action == kernel.Action && slices.Equal(model.Endpoints, kernel.Endpoints) &&
 		(model.Action == dataplane.NotAService || model.Service == kernel.Service) &&
 		(model.Action != dataplane.DNAT || model.Masquerade == kernel.Masquerade)

@@ -68,7 +68,7 @@ func TestVerifyIPVS(t *testing.T) {
 		name  string
 		model *dataplane.State
 		edit  func(t *testing.T, f ipvsFakes)
-		want  []Drift
+		want  []Mismatch
 	}{{
 		name: "in sync",
 	}, {
@@ -79,7 +79,7 @@ func TestVerifyIPVS(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		want: []Drift{{Service: webHTTP, Kind: WrongEndpoints, Frontend: cluster,
+		want: []Mismatch{{Service: webHTTP, Kind: WrongEndpoints, Frontend: cluster,
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "DNAT to 10.0.0.5:8080 (masquerade)",
 			Detail: "missing 10.1.0.7:8080"}},
 	}, {
@@ -93,25 +93,25 @@ func TestVerifyIPVS(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		want: []Drift{{Service: webHTTP, Kind: Missing, Frontend: cluster,
+		want: []Mismatch{{Service: webHTTP, Kind: Missing, Frontend: cluster,
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "not a service",
 			Detail: "no rule of the proxy matches; the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
 		name: "the source ranges' chain flushed by hand",
 		edit: restoreIn("*filter\n:PKV-SOURCE-RANGES - [0:0]\nCOMMIT\n"),
-		want: []Drift{{Service: webHTTP, Kind: WrongVerdict, Frontend: "5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7",
+		want: []Mismatch{{Service: webHTTP, Kind: WrongVerdict, Frontend: "5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7",
 			Model: "drop", Kernel: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)",
 			Detail: "the model says drop, the rules DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
 		name: "another program's DNAT first",
 		edit: restoreIn("*nat\n-I PREROUTING 1 -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80\nCOMMIT\n"),
-		want: []Drift{{Service: webHTTP, Kind: Shadowed, Frontend: cluster,
+		want: []Mismatch{{Service: webHTTP, Kind: Shadowed, Frontend: cluster,
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "DNAT to 10.9.9.9:80",
 			Detail: "a rule that is not the proxy's decides first: DNAT to 10.9.9.9:80"}},
 	}, {
 		name: "another program's drop first",
 		edit: restoreIn("*filter\n-I INPUT 1 -d 172.30.0.20/32 -j DROP\nCOMMIT\n"),
-		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Shadowed, Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7",
+		want: []Mismatch{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Shadowed, Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7",
 			Model: "DNAT to 10.1.0.30:5432 (masquerade)", Kernel: "drop",
 			Detail: "a rule that is not the proxy's decides first: drop"}},
 	}, {
@@ -128,7 +128,7 @@ func TestVerifyIPVS(t *testing.T) {
 	}, {
 		name:  "a virtual server of a service the model no longer has",
 		model: build(t, web(lbWeb), webSlice(eps...))[0],
-		want: []Drift{{Kind: Extra, Frontend: "172.30.0.20:5432/TCP",
+		want: []Mismatch{{Kind: Extra, Frontend: "172.30.0.20:5432/TCP",
 			Detail: "the kernel serves this frontend, no service port of the model has it"}},
 	}}
 	for _, tc := range cases {
@@ -146,7 +146,7 @@ func TestVerifyIPVS(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := NewIPVS(r, model)
-			if k.Others = NewIPTablesWithout([]byte(saved(t, f.runner)), ipvs.DefaultPrefix+"-", model.Node.IPs); len(k.Others.Skipped) > 0 {
+			if k.Others = xtables.NewReadingWithout([]byte(saved(t, f.runner)), ipvs.DefaultPrefix+"-", model.Node.IPs); len(k.Others.Skipped) > 0 {
 				t.Fatalf("skipped %v", k.Others.Skipped)
 			}
 			got := Verify(model, dataplane.Mode("ipvs"), k)
@@ -160,7 +160,7 @@ func TestVerifyIPVS(t *testing.T) {
 // TestDriftStringWithoutService: a frontend no service port has prints
 // without a service.
 func TestDriftStringWithoutService(t *testing.T) {
-	d := Drift{Kind: Extra, Frontend: "172.30.0.20:5432/TCP", Detail: "the kernel serves this frontend, no service port of the model has it"}
+	d := Mismatch{Kind: Extra, Frontend: "172.30.0.20:5432/TCP", Detail: "the kernel serves this frontend, no service port of the model has it"}
 	if got, want := d.String(), "no service: extra at 172.30.0.20:5432/TCP: the kernel serves this frontend, no service port of the model has it"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	dt "github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
-	"github.com/proxykit/proxykit/dataplane/userspace"
 	"github.com/proxykit/proxykit/dataplane/xtables"
+	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -41,39 +41,39 @@ func TestVerifyIPTables(t *testing.T) {
 		// when nil); edit changes the listing.
 		kernel, model *dataplane.State
 		edit          func(string) string
-		want          []Drift
-		// summaries compares Drift.Model and Drift.Kernel too.
+		want          []Mismatch
+		// summaries compares Mismatch.Model and Mismatch.Kernel too.
 		summaries bool
 	}{{
 		name: "in sync",
 	}, {
 		name: "cluster IP rule deleted",
 		edit: dropLines(`-A PK-SERVICES .*default/web:http cluster IP`),
-		want: []Drift{{Service: webHTTP, Kind: Missing, Frontend: "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7",
+		want: []Mismatch{{Service: webHTTP, Kind: Missing, Frontend: "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7",
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "not a service",
 			Detail: "no rule of the proxy matches; the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 		summaries: true,
 	}, {
 		name: "source range rule deleted",
 		edit: dropLines(`traffic not accepted by`),
-		want: []Drift{{Service: webHTTP, Kind: Missing, Frontend: "5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7",
+		want: []Mismatch{{Service: webHTTP, Kind: Missing, Frontend: "5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7",
 			Model: "drop", Kernel: "not a service", Detail: "no rule of the proxy matches; the model says drop"}},
 		summaries: true,
 	}, {
 		name: "another program's DNAT first",
 		edit: insertAfter("*nat", "-A PREROUTING -d 172.30.0.10/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80"),
-		want: []Drift{{Service: webHTTP, Kind: Shadowed, Frontend: "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7",
+		want: []Mismatch{{Service: webHTTP, Kind: Shadowed, Frontend: "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7",
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "DNAT to 10.9.9.9:80",
 			Detail: "a rule that is not the proxy's decides first: DNAT to 10.9.9.9:80"}},
 		summaries: true,
 	}, {
 		name:  "an endpoint changed",
 		model: build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.8", otherNode)), db, dbSlice)[0],
-		want: func() []Drift {
-			var out []Drift
+		want: func() []Mismatch {
+			var out []Mismatch
 			for _, fe := range []string{"172.30.0.10:80/TCP (cluster IP) from 198.51.100.7", "192.168.0.2:30080/TCP (node port) from 198.51.100.7",
 				"192.168.1.2:30080/TCP (node port) from 198.51.100.7", "5.6.7.8:80/TCP (load balancer IP) from 203.0.113.0"} {
-				out = append(out, Drift{Service: webHTTP, Kind: WrongEndpoints, Frontend: fe,
+				out = append(out, Mismatch{Service: webHTTP, Kind: WrongEndpoints, Frontend: fe,
 					Detail: "missing 10.1.0.8:8080; extra 10.1.0.7:8080"})
 			}
 			return out
@@ -81,7 +81,7 @@ func TestVerifyIPTables(t *testing.T) {
 	}, {
 		name:  "a service the model no longer has",
 		model: build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)))[0],
-		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Extra,
+		want: []Mismatch{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: Extra,
 			Detail: "the kernel holds rules for this service port, the model has no such port"}},
 	}}
 	for _, tc := range cases {
@@ -97,14 +97,14 @@ func TestVerifyIPTables(t *testing.T) {
 			if tc.edit != nil {
 				save = tc.edit(save)
 			}
-			k := NewIPTables([]byte(save), model.Node.IPs)
+			k := xtables.NewReading([]byte(save), model.Node.IPs)
 			if len(k.Skipped) > 0 {
 				t.Fatalf("skipped %v", k.Skipped)
 			}
 			got := Verify(model, dataplane.ModeIPTables, k)
 			opts := []cmp.Option{cmpopts.EquateEmpty()}
 			if !tc.summaries {
-				opts = append(opts, cmpopts.IgnoreFields(Drift{}, "Model", "Kernel"))
+				opts = append(opts, cmpopts.IgnoreFields(Mismatch{}, "Model", "Kernel"))
 			}
 			if diff := cmp.Diff(tc.want, got, opts...); diff != "" {
 				t.Errorf("Verify (-want +got):\n%s", diff)
@@ -112,6 +112,11 @@ func TestVerifyIPTables(t *testing.T) {
 		})
 	}
 }
+
+// listeners is a ListenerLister listening for its frontends.
+type listeners map[servicemodel.Frontend]string
+
+func (l listeners) ListeningFrontends() map[servicemodel.Frontend]string { return l }
 
 func dropLines(re string) func(string) string {
 	r := regexp.MustCompile(re)
@@ -139,19 +144,20 @@ func TestVerifyListeners(t *testing.T) {
 			s.Spec.ClusterIP, s.Spec.ClusterIPs = "172.30.0.30", []string{"172.30.0.30"}
 			s.Spec.Ports = []v1.ServicePort{dt.ServicePort("", v1.ProtocolUDP, 53, 0, 0)}
 		}))[0]
-	fe := func(kind userspace.FrontendKind, addr string) userspace.Frontend {
-		return userspace.Frontend{Kind: kind, Addr: netip.MustParseAddrPort(addr), Protocol: v1.ProtocolTCP}
+	tcp := func(ip string, port uint16) servicemodel.Frontend {
+		fe := servicemodel.Frontend{Port: port, Protocol: v1.ProtocolTCP}
+		if ip != "" {
+			fe.IP = netip.MustParseAddr(ip)
+		}
+		return fe
 	}
-	listening := map[userspace.Frontend]netip.AddrPort{
-		fe(userspace.ClusterIP, "172.30.0.10:80"): netip.MustParseAddrPort("127.0.0.1:40000"),
-		fe(userspace.NodePort, "0.0.0.0:30080"):   netip.MustParseAddrPort("0.0.0.0:30080"),
-	}
+	listening := listeners{tcp("172.30.0.10", 80): "cluster IP", tcp("", 30080): "node port"}
 	if got := VerifyListeners(s, listening); len(got) != 0 {
 		t.Errorf("in sync: %v", got)
 	}
-	delete(listening, fe(userspace.NodePort, "0.0.0.0:30080"))
-	listening[fe(userspace.ClusterIP, "172.30.0.99:80")] = netip.MustParseAddrPort("127.0.0.1:40001")
-	want := []Drift{
+	delete(listening, tcp("", 30080))
+	listening[tcp("172.30.0.99", 80)] = "cluster IP"
+	want := []Mismatch{
 		{Kind: Extra, Frontend: "172.30.0.99:80/TCP", Detail: "a forwarder listens for 172.30.0.99:80/TCP (cluster IP), the model has no endpoint there"},
 		{Service: dt.PortName("default", "web", "http", v1.ProtocolTCP), Kind: Missing, Frontend: "0.0.0.0:30080/TCP", Detail: "no forwarder listens for it; the model has endpoints"},
 	}

@@ -177,7 +177,9 @@
 // troubleshooting tool (package troubleshoot, the node agent's verify and
 // explain --kernel) tells what the kernel does from what the model says.
 // Rules are read in the forms the Dataplane writes; a rule of another
-// form (someone edited the table) makes Trace fail, naming it. A test
+// form (someone edited the table) makes Trace fail, naming it. Reading
+// (NewReading) is the whole kernel reading troubleshooting takes: the
+// table and, when read, the other tables that run first (Others). A test
 // programs every conformance scenario through nft and traces the listing
 // against State.LookupMode.
 //

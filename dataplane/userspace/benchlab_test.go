@@ -101,7 +101,7 @@ func vethLab(b *testing.B) *benchLab {
 				return err
 			})
 			b.Cleanup(func() { dialer.ns.Close() })
-			listen := func(Frontend) (netip.AddrPort, bool) { return netip.MustParseAddrPort(vethNodeClient + ":0"), true }
+			listen := func(Destination) (netip.AddrPort, bool) { return netip.MustParseAddrPort(vethNodeClient + ":0"), true }
 			return startProxy(b, srv, Config{Listen: listen, Dialer: dialer}, node.Do)
 		},
 	}

@@ -28,10 +28,10 @@ const (
 	DefaultBindRetryPeriod = 5 * time.Second
 )
 
-// FrontendKind is which kind of service address a Frontend is.
+// FrontendKind is which kind of service address a Destination is.
 type FrontendKind int
 
-// The kinds of Frontend.
+// The kinds of Destination.
 const (
 	ClusterIP FrontendKind = iota
 	ExternalIP
@@ -54,9 +54,9 @@ func (k FrontendKind) String() string {
 	return fmt.Sprintf("FrontendKind(%d)", int(k))
 }
 
-// Frontend is one destination the Dataplane serves: a service address and
-// port, or a node port.
-type Frontend struct {
+// Destination is where packets a forwarder takes are addressed: a
+// service address and port, or a node port.
+type Destination struct {
 	// Kind is that of the first service port (in State.Lookup's order)
 	// claiming the destination when its forwarder was started.
 	Kind FrontendKind
@@ -68,7 +68,7 @@ type Frontend struct {
 }
 
 // String returns "addr:port/PROTO".
-func (f Frontend) String() string { return f.Addr.String() + "/" + string(f.Protocol) }
+func (f Destination) String() string { return f.Addr.String() + "/" + string(f.Protocol) }
 
 // Balance is how a new connection picks among its candidate endpoints.
 type Balance int
@@ -96,9 +96,9 @@ type Config struct {
 	// Listen maps a frontend to the local address its forwarder listens
 	// on, false leaving it unserved: each ClusterIP:port to a loopback
 	// port, say. Port 0 picks a free port (Dataplane.Listeners tells
-	// which). nil listens on Frontend.Addr itself. Ignored in redirect
+	// which). nil listens on Destination.Addr itself. Ignored in redirect
 	// mode.
-	Listen func(Frontend) (netip.AddrPort, bool)
+	Listen func(Destination) (netip.AddrPort, bool)
 	// Redirect, if set, selects redirect mode (root): traffic to the
 	// service addresses and node ports is caught by netfilter TPROXY,
 	// REDIRECT and DNAT rules; see RedirectConfig.
@@ -270,10 +270,10 @@ func (d *Dataplane) LastSync() dataplane.SyncReport { return backend.Locked(&d.m
 // Listeners returns the local address each serving frontend listens on,
 // with port 0 resolved; a frontend that could not bind, or has no endpoint
 // (so that the kernel refuses its connections), is absent.
-func (d *Dataplane) Listeners() map[Frontend]netip.AddrPort {
+func (d *Dataplane) Listeners() map[Destination]netip.AddrPort {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make(map[Frontend]netip.AddrPort, len(d.fwds))
+	out := make(map[Destination]netip.AddrPort, len(d.fwds))
 	for _, f := range d.fwds {
 		if a, ok := f.boundAddr(); ok {
 			out[f.fe] = a

@@ -55,7 +55,7 @@ func (h *harness) Trace(_ context.Context, p dataplane.Packet) (dataplane.Verdic
 func (h *harness) Mode() dataplane.Mode { return dataplane.ModeUserspace }
 
 // loopbackListen puts every frontend on a free port of 127.0.0.1.
-func loopbackListen(Frontend) (netip.AddrPort, bool) {
+func loopbackListen(Destination) (netip.AddrPort, bool) {
 	return netip.MustParseAddrPort("127.0.0.1:0"), true
 }
 

@@ -8,7 +8,7 @@
 // # Two ways to catch traffic
 //
 // Unprivileged mode (the zero Config) listens on addresses the caller
-// chooses: Config.Listen maps each Frontend (a cluster IP, external IP or
+// chooses: Config.Listen maps each Destination (a cluster IP, external IP or
 // LoadBalancer VIP with its port, or a node port) to a local address, such
 // as a free loopback port, and Dataplane.Listeners says where each ended
 // up. Without Listen a forwarder listens on the service address itself,
@@ -19,7 +19,7 @@
 // traffic as the other modes do: every forwarder listens on a free port of
 // every address, with a transparent socket (IP_TRANSPARENT), a service
 // address's forwarder also on that address and port itself, and netfilter
-// rules, written with the iptables package's Runner (one iptables-restore
+// rules, written with xtables' Runner (one iptables-restore
 // per Sync), send each frontend's traffic there:
 //
 //   - Traffic entering the node (from pods, whatever the shape of their
@@ -179,6 +179,19 @@
 // 0.37 to 0.44 and 0.53 to 0.71 without; p99 round trips took 1.5 to 3.4
 // ms through the proxy against 0.25 to 0.46 ms direct: every hop through
 // it is one more thread waiting for a CPU.
+//
+// # Reading it back
+//
+// Troubleshooting (package troubleshoot) compares what the Dataplane does
+// with the model through two readings. Dataplane.ListeningFrontends is the
+// in-process one: the frontends its forwarders listen for, which
+// troubleshoot.VerifyListeners checks against the model's. Reading is the
+// kernel's, in redirect mode: the rules as iptables-save lists them
+// (xtables.Reading, everyone's), traced to the forwarder each one leads
+// to, which routes as the model does; where no socket listens
+// (Reading.Listening, as ListeningSockets answers from the node's socket
+// listing), the kernel drops a TPROXY's packet and refuses a redirected
+// connection.
 //
 // # Metrics
 //

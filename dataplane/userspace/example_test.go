@@ -49,7 +49,7 @@ func Example() {
 	}
 
 	dp, err := userspace.New(userspace.Config{
-		Listen: func(fe userspace.Frontend) (netip.AddrPort, bool) {
+		Listen: func(fe userspace.Destination) (netip.AddrPort, bool) {
 			return netip.MustParseAddrPort("127.0.0.1:0"), fe.Kind == userspace.ClusterIP
 		},
 	})

@@ -23,7 +23,7 @@ import (
 // REJECT does.
 type forwarder struct {
 	key destKey
-	fe  Frontend
+	fe  Destination
 	// listen is where the socket listens; served is false when
 	// Config.Listen left the frontend out.
 	listen netip.AddrPort
@@ -75,7 +75,7 @@ func (f *forwarder) dst(local netip.AddrPort) netip.AddrPort {
 // Config.BindRetryPeriod and at every Sync.
 type BindError struct {
 	// Failed maps each frontend to its error.
-	Failed map[Frontend]error
+	Failed map[Destination]error
 }
 
 // Error names the first failed frontend by address.
@@ -83,7 +83,7 @@ func (e *BindError) Error() string {
 	if len(e.Failed) == 0 {
 		return "userspace: cannot listen"
 	}
-	first := slices.MinFunc(slices.Collect(maps.Keys(e.Failed)), func(a, b Frontend) int {
+	first := slices.MinFunc(slices.Collect(maps.Keys(e.Failed)), func(a, b Destination) int {
 		return cmp.Or(a.Addr.Compare(b.Addr), strings.Compare(string(a.Protocol), string(b.Protocol)))
 	})
 	if len(e.Failed) == 1 {
@@ -246,7 +246,7 @@ func (d *Dataplane) retryBinds(ctx context.Context) (*BindError, []destKey) {
 		}
 		if err := d.reconcile(ctx, f); err != nil {
 			if be == nil {
-				be = &BindError{Failed: map[Frontend]error{}}
+				be = &BindError{Failed: map[Destination]error{}}
 			}
 			be.Failed[f.fe] = err
 			continue

@@ -256,7 +256,7 @@ func (d *Dataplane) placeForwarder(k destKey) {
 		return
 	}
 	if f == nil {
-		fe := Frontend{Kind: claims[0].kind, Protocol: k.proto, Addr: netip.AddrPortFrom(k.addr, k.port)}
+		fe := Destination{Kind: claims[0].kind, Protocol: k.proto, Addr: netip.AddrPortFrom(k.addr, k.port)}
 		if k.nodePort() {
 			fe.Addr = netip.AddrPortFrom(d.unspecified(), k.port)
 		}
@@ -285,7 +285,7 @@ func (d *Dataplane) unspecified() netip.Addr {
 
 // listenAddr is where fe's forwarder listens: in redirect mode, a free
 // port of every address.
-func (d *Dataplane) listenAddr(fe Frontend) (netip.AddrPort, bool) {
+func (d *Dataplane) listenAddr(fe Destination) (netip.AddrPort, bool) {
 	switch {
 	case d.redir != nil:
 		return netip.AddrPortFrom(d.unspecified(), 0), true

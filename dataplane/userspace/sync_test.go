@@ -71,7 +71,7 @@ func TestSyncThousandServicesTouchesOnlyChanges(t *testing.T) {
 	if len(after) != n-1 {
 		t.Errorf("%d listeners after removing a service, want %d", len(after), n-1)
 	}
-	if _, ok := after[Frontend{Kind: ClusterIP, Addr: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP}]; ok {
+	if _, ok := after[Destination{Kind: ClusterIP, Addr: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP}]; ok {
 		t.Error("the removed service still listens")
 	}
 }
@@ -107,7 +107,7 @@ func TestBindFailureReportedCountedRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	takenAddr := taken.Addr().(*net.TCPAddr).AddrPort()
-	listen := func(fe Frontend) (netip.AddrPort, bool) {
+	listen := func(fe Destination) (netip.AddrPort, bool) {
 		if fe.Addr.Addr() == netip.MustParseAddr("10.96.0.10") {
 			return takenAddr, true
 		}
@@ -126,7 +126,7 @@ func TestBindFailureReportedCountedRetried(t *testing.T) {
 	if !errors.As(err, &be) {
 		t.Fatalf("Sync: %v, want a *BindError", err)
 	}
-	blocked := Frontend{Kind: ClusterIP, Addr: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP}
+	blocked := Destination{Kind: ClusterIP, Addr: netip.MustParseAddrPort("10.96.0.10:80"), Protocol: v1.ProtocolTCP}
 	if _, ok := be.Failed[blocked]; !ok || len(be.Failed) != 1 || !strings.Contains(err.Error(), "10.96.0.10:80/TCP") {
 		t.Errorf("BindError %v, want one failure for %s", err, blocked)
 	}

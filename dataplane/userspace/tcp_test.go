@@ -60,7 +60,7 @@ func TestTCPNoEndpointsRefused(t *testing.T) {
 	c := newCluster()
 	c.service("web", "10.96.0.10", nil, "http/TCP/80")
 	c.endpoints("web", []string{"10.0.0.1"}, "http/TCP/8080")
-	d := newDataplane(t, bk, Config{Listen: func(Frontend) (netip.AddrPort, bool) { return port, true }})
+	d := newDataplane(t, bk, Config{Listen: func(Destination) (netip.AddrPort, bool) { return port, true }})
 	mustSync(t, d, c.build())
 	if ep := endpointOf(t, port); ep != "10.0.0.1:8080" {
 		t.Fatalf("reached %s", ep)

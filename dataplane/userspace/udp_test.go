@@ -99,7 +99,7 @@ func TestUDPRepliesFromTheAddressReached(t *testing.T) {
 	c := newCluster()
 	c.service("dns", "10.96.0.10", nil, "dns/UDP/53")
 	c.endpoints("dns", []string{"10.0.0.1"}, "dns/UDP/53")
-	d := newDataplane(t, bk, Config{Listen: func(Frontend) (netip.AddrPort, bool) {
+	d := newDataplane(t, bk, Config{Listen: func(Destination) (netip.AddrPort, bool) {
 		return netip.MustParseAddrPort("0.0.0.0:0"), true
 	}})
 	mustSync(t, d, c.build())

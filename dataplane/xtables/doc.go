@@ -23,7 +23,11 @@
 // returning) rules it cannot model, since other programs write matches
 // proxykit never does. RuleKey compares rules by what they do rather than
 // how they are spelled, because iptables-save lists a rule differently
-// from how it was written (match order, /32, default options).
+// from how it was written (match order, /32, default options). A Reading
+// (NewReading) is the listing of nat, filter and mangle that troubleshooting
+// traces and lists the service ports of: the iptables dataplane's kernel
+// reading, and the base of the userspace and IPVS dataplanes';
+// NewReadingWithout leaves out one program's chains to show the others'.
 //
 // # Tracing
 //

@@ -68,7 +68,7 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 		}
 		save = append(save, out...)
 	}
-	kr.Others = troubleshoot.NewIPTablesWithout(save, ipvs.DefaultPrefix+"-", st.Node.IPs)
+	kr.Others = xtables.NewReadingWithout(save, ipvs.DefaultPrefix+"-", st.Node.IPs)
 	if h.ipsets != nil {
 		if sets, err := h.ipsets(); err == nil {
 			kr.Others.Rules.SetIPSets(troubleshoot.IPSets(sets))

@@ -15,6 +15,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/nftables"
+	"github.com/proxykit/proxykit/dataplane/userspace"
+	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/troubleshoot"
 	"github.com/spf13/pflag"
 	"github.com/vishvananda/netlink"
@@ -209,7 +211,7 @@ var errNoKernelReading = errors.New("reading the kernel's rules is built for --p
 // address or on every address, not another service address's on the same
 // port.
 func listeningSockets() (func(v1.Protocol, netip.AddrPort) bool, error) {
-	var open troubleshoot.ListeningSockets
+	var open userspace.ListeningSockets
 	for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
 		tcp, err := netlink.SocketDiagTCP(family)
 		if err != nil {
@@ -267,7 +269,7 @@ func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, st *dat
 		if k == nil || err != nil {
 			return nil, err
 		}
-		u := &troubleshoot.Userspace{IPTables: k.(*troubleshoot.IPTables), Model: st}
+		u := &userspace.Reading{IPTables: k.(*xtables.Reading), Model: st}
 		if h.listening != nil {
 			if u.Listening, err = h.listening(); err != nil {
 				return nil, err
@@ -288,7 +290,7 @@ func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, st *dat
 		case err != nil:
 			return nil, err
 		}
-		k, err := troubleshoot.NewNFTables(listing, family, nodeIPs)
+		k, err := nftables.NewReading(listing, family, nodeIPs)
 		if err != nil || h.nftRuleset == nil {
 			return k, err
 		}
@@ -358,7 +360,7 @@ func iptablesKernel(ctx context.Context, h host, log logr.Logger, family v1.IPFa
 		}
 		save = append(save, out...)
 	}
-	k := troubleshoot.NewIPTables(save, nodeIPs)
+	k := xtables.NewReading(save, nodeIPs)
 	if h.ipsets != nil && bytes.Contains(save, []byte("--match-set")) {
 		// Other programs' set rules match as the kernel's do.
 		sets, err := h.ipsets()
@@ -380,7 +382,7 @@ func iptablesKernel(ctx context.Context, h host, log logr.Logger, family v1.IPFa
 // verify compares the kernel with the model for every family and prints
 // the drift; it fails when there is any.
 func verify(ctx context.Context, o *options, h host, log logr.Logger, states []*dataplane.State, stdout, stderr io.Writer) int {
-	drift := []troubleshoot.Drift{}
+	drift := []troubleshoot.Mismatch{}
 	var families []string
 	ports := 0
 	for _, st := range states {

@@ -57,7 +57,7 @@ func TestVerify(t *testing.T) {
 		t.Errorf("stdout (-want +got):\n%s", diff)
 	}
 	code, out, _ = runOnHost(t, h, "verify", "-o", "json")
-	var drift []troubleshoot.Drift
+	var drift []troubleshoot.Mismatch
 	if err := json.Unmarshal([]byte(out), &drift); err != nil || code != exitFailure || len(drift) != 1 || drift[0].Kind != troubleshoot.Missing {
 		t.Errorf("-o json: exit %d, %v, %+v:\n%s", code, err, drift, out)
 	}

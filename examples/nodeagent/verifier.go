@@ -85,9 +85,9 @@ func (v *verifier) check(ctx context.Context, pl plane) {
 	if st == nil {
 		return
 	}
-	var found []troubleshoot.Drift
+	var found []troubleshoot.Mismatch
 	if us, ok := pl.Dataplane.(*recordedUserspace); ok {
-		found = troubleshoot.VerifyListeners(st, us.Listeners())
+		found = troubleshoot.VerifyListeners(st, us)
 	} else if rec, ok := pl.Dataplane.(*recordedIPVS); ok {
 		// Through the plane's own handles: no new netlink sockets each
 		// period, and the reading waits for a sync under way.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/userspace"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
@@ -88,4 +91,43 @@ func demoStates(t *testing.T) []*dataplane.State {
 		t.Fatal(err)
 	}
 	return states
+}
+
+// TestVerifierUserspace: the periodic check of a userspace plane compares
+// its forwarders' listeners with the model: none missing in sync, every
+// frontend with endpoints once they are closed behind the recorded State.
+func TestVerifierUserspace(t *testing.T) {
+	states := demoStates(t)
+	d, err := userspace.New(userspace.Config{Logger: logr.Discard(),
+		Listen: func(userspace.Destination) (netip.AddrPort, bool) {
+			return netip.MustParseAddrPort("127.0.0.1:0"), true
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Cleanup(context.Background()) })
+	rec := &recordedUserspace{Dataplane: d}
+	if err := rec.Sync(t.Context(), states[0]); err != nil {
+		t.Fatal(err)
+	}
+	pl := plane{Dataplane: rec, last: &rec.last, family: v1.IPv4Protocol}
+	o := &options{proxyMode: "userspace", verifyPeriod: time.Hour}
+	v, err := o.newVerifier(host{}, logr.Discard(), prometheus.NewRegistry(), []plane{pl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.check(t.Context(), pl)
+	if got := value(t, v.drifts.WithLabelValues("IPv4")); got != 0 {
+		t.Errorf("in sync: drifts = %v, want 0", got)
+	}
+	// Behind the recorder's back: the forwarders close, the model stays.
+	empty := dataplane.NewBuilder(dataplane.BuilderConfig{Families: []v1.IPFamily{v1.IPv4Protocol}}).Build().States[0]
+	if err := d.Sync(t.Context(), empty); err != nil {
+		t.Fatal(err)
+	}
+	v.check(t.Context(), pl)
+	drifts, missing := value(t, v.drifts.WithLabelValues("IPv4")), value(t, v.total.WithLabelValues("IPv4", "missing"))
+	if drifts == 0 || missing != drifts {
+		t.Errorf("forwarders closed: drifts = %v, missing = %v, want as many missing as drifts, some", drifts, missing)
+	}
 }

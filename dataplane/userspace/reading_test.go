@@ -1,4 +1,4 @@
-package troubleshoot
+package userspace_test
 
 import (
 	"net/netip"
@@ -16,8 +16,46 @@ import (
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/netns"
 	"github.com/proxykit/proxykit/servicemodel"
+	"github.com/proxykit/proxykit/troubleshoot"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 )
+
+// readingState is the State the reading is checked against: default/web,
+// a LoadBalancer at 5.6.7.8 with a source range, port http 80/TCP and
+// node port 30080, with an endpoint on this node and one on another; and
+// default/db, a ClusterIP service at 172.30.0.20:5432 with one endpoint on
+// another node.
+func readingState(t *testing.T) *dataplane.State {
+	t.Helper()
+	web := dt.MakeService("default", "web", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "172.30.0.10", []string{"172.30.0.10"}
+		s.Spec.Ports = []v1.ServicePort{dt.ServicePort("http", v1.ProtocolTCP, 80, 30080, 8080)}
+		s.Spec.LoadBalancerSourceRanges = []string{dt.LBSourceRange}
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "5.6.7.8"}}
+	})
+	db := dt.MakeService("default", "db", func(s *v1.Service) {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = "172.30.0.20", []string{"172.30.0.20"}
+		s.Spec.Ports = []v1.ServicePort{dt.ServicePort("", v1.ProtocolTCP, 5432, 0, 0)}
+	})
+	slice := func(name string, port discovery.EndpointPort, eps ...discovery.Endpoint) *discovery.EndpointSlice {
+		return dt.MakeSlice("default", name, 1, func(s *discovery.EndpointSlice) {
+			s.Ports, s.Endpoints = []discovery.EndpointPort{port}, eps
+		})
+	}
+	_, st := dt.Scenario{
+		Name:     t.Name(),
+		Services: []*v1.Service{web, db},
+		Slices: []*discovery.EndpointSlice{
+			slice("web", dt.SlicePort("http", v1.ProtocolTCP, 8080), dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", "node-b")),
+			slice("db", dt.SlicePort("", v1.ProtocolTCP, 5432), dt.ReadyEndpoint("10.1.0.30", "node-b")),
+		},
+		Node:     dt.TestNode(nil),
+		Settings: dt.DefaultSettings(),
+	}.Build(t)
+	return st
+}
 
 // redirected syncs s into a userspace dataplane in redirect mode over a
 // fake iptables and a fake policy route (its forwarders listen on free
@@ -35,7 +73,25 @@ func redirected(t *testing.T, s *dataplane.State) string {
 	if err := d.Sync(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
-	return saved(t, fake)
+	var save []byte
+	for _, table := range []string{"nat", "filter", "mangle"} {
+		out, err := fake.Save(t.Context(), table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		save = append(save, out...)
+	}
+	return string(save)
+}
+
+// withoutLines deletes the lines of a listing that match re.
+func withoutLines(re string) func(string) string {
+	return func(s string) string { return regexp.MustCompile(`(?m)^.*`+re+`.*\n`).ReplaceAllString(s, "") }
+}
+
+// withLine inserts line after the first line header of a listing.
+func withLine(header, line string) func(string) string {
+	return func(s string) string { return strings.Replace(s, header+"\n", header+"\n"+line+"\n", 1) }
 }
 
 // redirectRule is a rule sending a frontend's packets to a forwarder: a
@@ -43,11 +99,11 @@ func redirected(t *testing.T, s *dataplane.State) string {
 // that port), or a TPROXY (to its --on-ip and --on-port).
 var redirectRule = regexp.MustCompile(`(?m)^-A .*"([^ ]+) ([^"]+)".* -p (tcp|udp).* (?:--to-ports |--to-destination :|--on-port )(\d+)(?: --on-ip ([^ ]+))?( |$)`)
 
-// listeningOn is Userspace.Listening for the forwarders save sends
+// listeningOn is Reading.Listening for the forwarders save sends
 // packets to, less those of the frontends closed names ("ns/name:port
 // kind").
 func listeningOn(save string, closed ...string) func(v1.Protocol, netip.AddrPort) bool {
-	var open ListeningSockets
+	var open userspace.ListeningSockets
 	for _, m := range redirectRule.FindAllStringSubmatch(save, -1) {
 		if strings.Contains(strings.Join(closed, "\n"), m[1]+" "+m[2]) {
 			continue
@@ -64,18 +120,17 @@ func listeningOn(save string, closed ...string) func(v1.Protocol, netip.AddrPort
 
 // shadowed is the drift of another program's redirect to port 15001
 // deciding first at the frontends of pn.
-func shadowed(pn servicemodel.PortName, frontends ...string) []Drift {
-	var out []Drift
+func shadowed(pn servicemodel.PortName, frontends ...string) []troubleshoot.Mismatch {
+	var out []troubleshoot.Mismatch
 	for _, fe := range frontends {
-		out = append(out, Drift{Service: pn, Kind: Shadowed, Frontend: fe, Kernel: "DNAT to 0.0.0.0:15001",
+		out = append(out, troubleshoot.Mismatch{Service: pn, Kind: troubleshoot.Shadowed, Frontend: fe, Kernel: "DNAT to 0.0.0.0:15001",
 			Detail: "a rule that is not the proxy's decides first: DNAT to 0.0.0.0:15001"})
 	}
 	return out
 }
 
-func TestVerifyUserspace(t *testing.T) {
-	db, dbSlice := dbObjects()
-	base := build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)), db, dbSlice)[0]
+func TestReadingVerify(t *testing.T) {
+	base := readingState(t)
 	webHTTP := dt.PortName("default", "web", "http", v1.ProtocolTCP)
 	save := redirected(t, base)
 	cluster := "172.30.0.10:80/TCP (cluster IP) from 198.51.100.7"
@@ -83,7 +138,7 @@ func TestVerifyUserspace(t *testing.T) {
 		name      string
 		edit      func(string) string
 		listening func(string) func(v1.Protocol, netip.AddrPort) bool
-		want      []Drift
+		want      []troubleshoot.Mismatch
 	}{{
 		name: "in sync",
 	}, {
@@ -93,20 +148,20 @@ func TestVerifyUserspace(t *testing.T) {
 		// Traffic entering the node for a service address is TPROXYed in
 		// mangle.
 		name: "cluster IP TPROXY deleted",
-		edit: dropLines(`-A PKU-TPROXY .*default/web:http cluster IP`),
-		want: []Drift{{Service: webHTTP, Kind: Missing, Frontend: cluster,
+		edit: withoutLines(`-A PKU-TPROXY .*default/web:http cluster IP`),
+		want: []troubleshoot.Mismatch{{Service: webHTTP, Kind: troubleshoot.Missing, Frontend: cluster,
 			Model: "DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", Kernel: "not a service",
 			Detail: "no rule of the proxy matches; the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)"}},
 	}, {
-		// The nat REDIRECT serves the node's own traffic, which Verify does
-		// not probe (TestUserspaceTraceSteps follows it).
+		// The nat REDIRECT serves the node's own traffic, which troubleshoot.Verify does
+		// not probe (TestReadingTraceSteps follows it).
 		name: "cluster IP REDIRECT deleted",
-		edit: dropLines(`-A PKU-SERVICES .*default/web:http cluster IP`),
+		edit: withoutLines(`-A PKU-SERVICES .*default/web:http cluster IP`),
 	}, {
 		// TPROXY finds no socket: the kernel drops the packet.
 		name:      "the forwarder is gone",
 		listening: func(s string) func(v1.Protocol, netip.AddrPort) bool { return listeningOn(s, "default/db cluster IP") },
-		want: []Drift{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: WrongVerdict,
+		want: []troubleshoot.Mismatch{{Service: dt.PortName("default", "db", "", v1.ProtocolTCP), Kind: troubleshoot.WrongVerdict,
 			Frontend: "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7", Kernel: "drop",
 			Detail: "the model says DNAT to 10.1.0.30:5432 (masquerade), the rules drop"}},
 	}, {
@@ -116,7 +171,7 @@ func TestVerifyUserspace(t *testing.T) {
 		listening: func(s string) func(v1.Protocol, netip.AddrPort) bool {
 			return listeningOn(s, "default/web:http cluster IP")
 		},
-		want: []Drift{{Service: webHTTP, Kind: WrongVerdict, Frontend: cluster, Kernel: "drop",
+		want: []troubleshoot.Mismatch{{Service: webHTTP, Kind: troubleshoot.WrongVerdict, Frontend: cluster, Kernel: "drop",
 			Detail: "the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade), the rules drop"}},
 	}, {
 		// A node port's packet is DNATed to the forwarder's port: the
@@ -125,10 +180,10 @@ func TestVerifyUserspace(t *testing.T) {
 		listening: func(s string) func(v1.Protocol, netip.AddrPort) bool {
 			return listeningOn(s, "default/web:http node port")
 		},
-		want: func() []Drift {
-			var out []Drift
+		want: func() []troubleshoot.Mismatch {
+			var out []troubleshoot.Mismatch
 			for _, fe := range []string{"192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7"} {
-				out = append(out, Drift{Service: webHTTP, Kind: WrongVerdict, Frontend: fe, Kernel: "reject",
+				out = append(out, troubleshoot.Mismatch{Service: webHTTP, Kind: troubleshoot.WrongVerdict, Frontend: fe, Kernel: "reject",
 					Detail: "the model says DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade), the rules reject"})
 			}
 			return out
@@ -137,13 +192,13 @@ func TestVerifyUserspace(t *testing.T) {
 		// A nat redirect in PREROUTING comes after mangle's TPROXY: it
 		// decides for the node ports alone.
 		name: "another program's redirect first",
-		edit: insertAfter("*nat", "-A PREROUTING -p tcp -j REDIRECT --to-ports 15001"),
+		edit: withLine("*nat", "-A PREROUTING -p tcp -j REDIRECT --to-ports 15001"),
 		want: shadowed(webHTTP, "192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7"),
 	}, {
 		// A TPROXY first in mangle PREROUTING, ahead of the proxy's drops,
 		// decides for every frontend.
 		name: "another program's TPROXY first",
-		edit: insertAfter("*mangle", "-A PREROUTING -p tcp -j TPROXY --on-port 15001 --tproxy-mark 0x1/0x1"),
+		edit: withLine("*mangle", "-A PREROUTING -p tcp -j TPROXY --on-port 15001 --tproxy-mark 0x1/0x1"),
 		want: append(shadowed(dt.PortName("default", "db", "", v1.ProtocolTCP), "172.30.0.20:5432/TCP (cluster IP) from 198.51.100.7"),
 			shadowed(webHTTP, cluster, "192.168.0.2:30080/TCP (node port) from 198.51.100.7", "192.168.1.2:30080/TCP (node port) from 198.51.100.7",
 				"5.6.7.8:80/TCP (load balancer IP) from 198.51.100.7", "5.6.7.8:80/TCP (load balancer IP) from 203.0.113.0")...),
@@ -154,30 +209,29 @@ func TestVerifyUserspace(t *testing.T) {
 			if tc.edit != nil {
 				s = tc.edit(s)
 			}
-			k := &Userspace{IPTables: NewIPTables([]byte(s), base.Node.IPs), Model: base}
+			k := &userspace.Reading{IPTables: xtables.NewReading([]byte(s), base.Node.IPs), Model: base}
 			if len(k.IPTables.Skipped) > 0 {
 				t.Fatalf("skipped %v", k.IPTables.Skipped)
 			}
 			if tc.listening != nil {
 				k.Listening = tc.listening(s)
 			}
-			got := Verify(base, "userspace", k)
-			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(Drift{}, "Model")); diff != "" {
-				t.Errorf("Verify (-want +got):\n%s", diff)
+			got := troubleshoot.Verify(base, "userspace", k)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(troubleshoot.Mismatch{}, "Model")); diff != "" {
+				t.Errorf("troubleshoot.Verify (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
-// TestUserspaceTraceSteps follows packets from a pod and from the node
+// TestReadingTraceSteps follows packets from a pod and from the node
 // through the rules and to the forwarders: a pod's packet to a cluster IP
 // is TPROXYed in mangle to the socket on the cluster IP itself, the
 // node's is redirected in nat, and each way fails in its own manner
 // without its rule or its socket (another address's socket on the same
 // port does not stand in for it).
-func TestUserspaceTraceSteps(t *testing.T) {
-	db, dbSlice := dbObjects()
-	base := build(t, web(lbWeb), webSlice(dt.ReadyEndpoint("10.0.0.5", dt.NodeName), dt.ReadyEndpoint("10.1.0.7", otherNode)), db, dbSlice)[0]
+func TestReadingTraceSteps(t *testing.T) {
+	base := readingState(t)
 	webHTTP, dbPort := dt.PortName("default", "web", "http", v1.ProtocolTCP), dt.PortName("default", "db", "", v1.ProtocolTCP)
 	save := redirected(t, base)
 	packet := func(from dataplane.Origin, src, dst string) dataplane.Packet {
@@ -218,12 +272,12 @@ func TestUserspaceTraceSteps(t *testing.T) {
 		want: result{"DNAT to 10.0.0.5:8080, 10.1.0.7:8080 (masquerade)", webHTTP, "DNAT", forwarder},
 	}, {
 		name: "pod to cluster IP, TPROXY deleted",
-		edit: dropLines(`-A PKU-TPROXY .*default/web:http cluster IP`),
+		edit: withoutLines(`-A PKU-TPROXY .*default/web:http cluster IP`),
 		p:    fromPod,
 		want: result{Verdict: "not a service"},
 	}, {
 		name: "node to cluster IP, REDIRECT deleted",
-		edit: dropLines(`-A PKU-SERVICES .*default/web:http cluster IP`),
+		edit: withoutLines(`-A PKU-SERVICES .*default/web:http cluster IP`),
 		p:    fromNode,
 		want: result{Verdict: "not a service"},
 	}, {
@@ -261,12 +315,12 @@ func TestUserspaceTraceSteps(t *testing.T) {
 			if tc.edit != nil {
 				s = tc.edit(s)
 			}
-			k := &Userspace{IPTables: NewIPTables([]byte(s), base.Node.IPs), Model: base, Listening: listeningOn(s, tc.closed)}
+			k := &userspace.Reading{IPTables: xtables.NewReading([]byte(s), base.Node.IPs), Model: base, Listening: listeningOn(s, tc.closed)}
 			v, steps, err := k.TraceSteps(tc.p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := result{Verdict: Summary(v), Service: v.Service}
+			got := result{Verdict: troubleshoot.Summary(v), Service: v.Service}
 			for _, step := range steps {
 				if m := target.FindStringSubmatch(step); m != nil {
 					got.Via = m[1]

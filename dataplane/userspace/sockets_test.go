@@ -1,4 +1,4 @@
-package troubleshoot
+package userspace
 
 import (
 	"net/netip"

@@ -1,4 +1,4 @@
-package troubleshoot
+package userspace
 
 import (
 	"net/netip"
@@ -10,7 +10,7 @@ import (
 // ListeningSockets are the node's sockets that take new connections or
 // datagrams (TCP listeners, bound and unconnected UDP sockets): their
 // protocols and the addresses they are bound to. Its Listening method is
-// a Userspace.Listening. The zero value holds none.
+// a Reading.Listening. The zero value holds none.
 type ListeningSockets struct {
 	bound map[protoPort][]netip.Addr
 }

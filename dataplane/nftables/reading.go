@@ -1,0 +1,60 @@
+package nftables
+
+import (
+	"net/netip"
+
+	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/servicemodel"
+	v1 "k8s.io/api/core/v1"
+)
+
+// Reading is the dataplane's kernel as troubleshooting reads it: its
+// table as nft lists it (ParseListing) and, when Others is set, the other
+// tables whose base chains run before its nat chain, so that another
+// program's table that decides first (kube-proxy's, left behind) is seen.
+type Reading struct {
+	Rules *Ruleset
+	// Others are the ruleset's other tables (ParseOthers); nil reads the
+	// dataplane's table alone.
+	Others *Others
+	// NodeIPs are the node's addresses, which count as local with
+	// loopback; State.Node.IPs.
+	NodeIPs []netip.Addr
+}
+
+// NewReading reads what "nft list table ip|ip6 <table>" printed of the
+// dataplane's table of family.
+func NewReading(listing []byte, family v1.IPFamily, nodeIPs []netip.Addr) (*Reading, error) {
+	rs, err := ParseListing(listing, family)
+	if err != nil {
+		return nil, err
+	}
+	return &Reading{Rules: rs, NodeIPs: nodeIPs}, nil
+}
+
+// Trace is what the tables do with the first packet of a connection, in
+// the shape State.Lookup answers; an error is a form the tracer does not
+// follow.
+func (k *Reading) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
+	v, _, err := k.TraceSteps(p)
+	return v, err
+}
+
+// TraceSteps is Trace with the chains entered and map elements matched:
+// first the other tables' rules that decided something, then the
+// dataplane's.
+func (k *Reading) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
+	var before []string
+	if k.Others != nil {
+		v, decided, steps := k.Others.Trace(p, k.NodeIPs)
+		if decided {
+			return v, steps, nil
+		}
+		before = steps
+	}
+	v, steps, err := k.Rules.Trace(p, k.NodeIPs)
+	return v, append(before, steps...), err
+}
+
+// Services lists the service ports the table holds rules for.
+func (k *Reading) Services() []servicemodel.PortName { return k.Rules.Services() }
