@@ -59,15 +59,7 @@
 // (Userspace.Listening, as ListeningSockets answers: at a TPROXY's
 // --on-ip and --on-port, on a REDIRECT's port at any address; where none does,
 // the kernel drops a TPROXY's packet and refuses the others) and route
-// by the model. IPVS is that of the ipvs
-// dataplane, after the other programs' iptables rules (IPVS.Others,
-// NewIPTablesWithout the dataplane's chains): its virtual
-// and real servers, link addresses, ipsets and chains as
-// ipvs.Dataplane.Read finds them in the kernel, followed by
-// ipvs.Reading.Trace; the kernel holds no service names there, so a
-// frontend is named after the model's service port at it, and the virtual
-// servers no service port of the model has are reported as Extra
-// frontends (FrontendLister). VerifyListeners is the userspace dataplane's
+// by the model. VerifyListeners is the userspace dataplane's
 // in-process counterpart, comparing the model's frontends with the
 // forwarders' listeners.
 //

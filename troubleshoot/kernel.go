@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/dataplane/ipvs"
 	"github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/dataplane/userspace"
 	"github.com/proxykit/proxykit/dataplane/xtables"
@@ -138,100 +137,6 @@ func (k *NFTables) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, 
 
 // Services implements ServiceLister.
 func (k *NFTables) Services() []servicemodel.PortName { return k.Rules.Services() }
-
-// IPVS is the Kernel of the ipvs dataplane: what ipvs.Dataplane.Read found
-// of it in the kernel (its virtual servers and real servers, the
-// addresses on its link, its ipsets and chains), followed by
-// ipvs.Reading.Trace, after the other programs' iptables rules (Others),
-// which the kernel runs before IPVS sees a packet. Another program's
-// virtual servers are not read. The kernel holds no
-// service names, so a frontend is named after the model's service port
-// there: IPVS tells what the kernel does at each frontend of the model,
-// and (as a FrontendLister) which of its virtual servers no service port
-// of the model has. NewIPVS makes one; without its names every verdict
-// would be another program's.
-type IPVS struct {
-	Reading *ipvs.Reading
-	// Others are the other programs' nat and filter rules
-	// (NewIPTablesWithout the dataplane's chain prefix); one that DNATs,
-	// drops or rejects a packet decides first. nil reads none.
-	Others *IPTables
-	// NodeIPs are the node's addresses, which count as local with
-	// loopback and the link's addresses; State.Node.IPs.
-	NodeIPs []netip.Addr
-	names   map[Frontend]servicemodel.PortName
-	// nodePorts are the model's node ports, with no address.
-	nodePorts map[Frontend]bool
-}
-
-// NewIPVS reads r against s, the State of r's family the dataplane was
-// given, which names the frontends.
-func NewIPVS(r *ipvs.Reading, s *dataplane.State) *IPVS {
-	k := &IPVS{Reading: r, NodeIPs: s.Node.IPs, names: map[Frontend]servicemodel.PortName{}, nodePorts: map[Frontend]bool{}}
-	for sp, fe := range modelFrontends(s) {
-		k.names[fe] = sp.Name
-		if sp.NodePort != 0 {
-			k.nodePorts[Frontend{netip.AddrPortFrom(netip.Addr{}, sp.NodePort), sp.Protocol}] = true
-		}
-	}
-	loopback := netip.MustParseAddr("127.0.0.1")
-	if s.Family == v1.IPv6Protocol {
-		loopback = netip.IPv6Loopback()
-	}
-	for sp := range s.Services.All() {
-		if sp.HealthCheckNodePort == 0 {
-			continue
-		}
-		for _, a := range append([]netip.Addr{loopback}, s.Node.IPs...) {
-			fe := Frontend{netip.AddrPortFrom(a, sp.HealthCheckNodePort), v1.ProtocolTCP}
-			if _, ok := k.names[fe]; !ok {
-				k.names[fe] = sp.Name
-			}
-		}
-	}
-	return k
-}
-
-func (k *IPVS) name(proto v1.Protocol, fe netip.AddrPort) servicemodel.PortName {
-	return k.names[Frontend{fe, proto}]
-}
-
-// Trace implements Kernel.
-func (k *IPVS) Trace(p dataplane.Packet) (dataplane.Verdict, error) {
-	v, _, err := k.TraceSteps(p)
-	return v, err
-}
-
-// TraceSteps is Trace with the rules and the virtual server the packet
-// met.
-func (k *IPVS) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, error) {
-	if k.Others != nil {
-		// The link's addresses are local: their packets cross INPUT.
-		local := append(slices.Clip(k.NodeIPs), k.Reading.LinkAddresses...)
-		v, steps := k.Others.Rules.TraceSteps(p, local)
-		switch v.Action {
-		case dataplane.DNAT, dataplane.Drop, dataplane.Reject:
-			return v, steps, nil
-		}
-	}
-	return k.Reading.Trace(p, k.NodeIPs, k.name)
-}
-
-// Frontends implements FrontendLister: the virtual servers' addresses,
-// but for the model's node ports on node addresses the State does not
-// list: the dataplane serves node ports on every address the kernel gives
-// the node.
-func (k *IPVS) Frontends() []Frontend {
-	var out []Frontend
-	for _, vs := range k.Reading.VirtualServers {
-		_, bound := slices.BinarySearchFunc(k.Reading.LinkAddresses, vs.Address.Addr(), netip.Addr.Compare)
-		if !bound && k.nodePorts[Frontend{netip.AddrPortFrom(netip.Addr{}, vs.Address.Port()), vs.Protocol}] {
-			continue
-		}
-		out = append(out, Frontend{vs.Address, vs.Protocol})
-	}
-	return out
-}
 
 // Userspace is the Kernel of the userspace dataplane in redirect mode
 // (userspace.RedirectConfig): its rules (mangle TPROXY and DROP for
