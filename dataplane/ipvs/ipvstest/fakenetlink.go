@@ -147,16 +147,26 @@ func (f *FakeNetlink) SetLinkAddrs(name string, addrs ...netip.Addr) {
 	}
 }
 
-// AddrAdd implements the dataplane's netlink handle.
-func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
+// addr locks f (the caller unlocks it), counts a call and finds link and
+// the index of addr's address among its addresses, -1 if it has not.
+func (f *FakeNetlink) addr(link netlink.Link, addr *netlink.Addr) (*fakeLink, int, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.calls++
 	l, err := f.linkOf(link)
 	if err != nil {
+		return nil, -1, err
+	}
+	return l, slices.IndexFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) }), nil
+}
+
+// AddrAdd implements the dataplane's netlink handle.
+func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
+	l, i, err := f.addr(link, addr)
+	defer f.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	if slices.ContainsFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) }) {
+	if i >= 0 {
 		return unix.EEXIST
 	}
 	l.addrs = append(l.addrs, *addr)
@@ -165,14 +175,11 @@ func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
 
 // AddrDel implements the dataplane's netlink handle.
 func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
-	f.mu.Lock()
+	l, i, err := f.addr(link, addr)
 	defer f.mu.Unlock()
-	f.calls++
-	l, err := f.linkOf(link)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) })
 	if i < 0 {
 		return unix.EADDRNOTAVAIL
 	}
