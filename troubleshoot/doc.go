@@ -55,17 +55,17 @@
 // toolkit's tracer, which sees another program's rules too (a REDIRECT, a
 // TPROXY, or a DNAT of the port alone of a packet for a node address, is
 // a DNAT to a socket of the node; its set matches follow the node's
-// ipsets, IPSets). nftables.Reading is the nftables dataplane's: its
+// ipsets, ipvs.ReadIPSets). nftables.Reading is the nftables dataplane's: its
 // table as nft lists it and, with Others, the other tables whose base
 // chains run first. userspace.Reading is the userspace dataplane's in
 // redirect mode: its rules read as xtables.Reading reads them, to
 // forwarders that listen where each rule leads (where none does, the
 // kernel drops a TPROXY's packet and refuses the others) and route by the
-// model. IPVS is that of the ipvs dataplane, after the other programs'
-// iptables rules (IPVS.Others, xtables.NewReadingWithout the dataplane's
-// chains): its virtual and real servers, link addresses, ipsets and
-// chains as ipvs.Dataplane.Read finds them in the kernel, followed by
-// ipvs.Reading.Trace; the kernel holds no service names there, so a
+// model. ipvs.NamedReading is the ipvs dataplane's, after the other
+// programs' iptables rules (NamedReading.Others, the Rules of
+// xtables.NewReadingWithout the dataplane's chains): its virtual and real
+// servers, link addresses, ipsets and chains as ipvs.Dataplane.Read finds
+// them in the kernel, followed by ipvs.Reading.Trace; the kernel holds no service names there, so a
 // frontend is named after the model's service port at it, and the virtual
 // servers no service port of the model has are reported as Extra
 // frontends (FrontendLister). VerifyListeners is the counterpart for a

@@ -29,13 +29,17 @@ const (
 	DefaultDrainTimeout = 15 * time.Minute
 )
 
-// Schedulers are the IPVS schedulers Config.Scheduler accepts.
-var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "mh", "sed", "nq"}
+// Schedulers returns the IPVS schedulers Config.Scheduler accepts.
+func Schedulers() []string {
+	return []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "mh", "sed", "nq"}
+}
 
-// SchedulerFlags are the scheduler flags Config.SchedulerFlags accepts,
-// as ipvsadm and kube-proxy name them: flag-1 (sh: fallback, mh:
+// SchedulerFlags returns the scheduler flags Config.SchedulerFlags
+// accepts, as ipvsadm and kube-proxy name them: flag-1 (sh: fallback, mh:
 // fallback), flag-2 (sh and mh: hash the source port too) and flag-3.
-var SchedulerFlags = []string{"flag-1", "flag-2", "flag-3"}
+func SchedulerFlags() []string {
+	return []string{"flag-1", "flag-2", "flag-3"}
+}
 
 // Config configures a Dataplane. The zero value programs IPv4 IPVS in the
 // calling thread's network namespace with the rr scheduler, binds service
@@ -47,18 +51,18 @@ type Config struct {
 	// Family is the IP family programmed; "" means IPv4. States of the
 	// other family are refused.
 	Family v1.IPFamily
-	// IPVS and Netlink talk to the kernel; nil means handles opened in the
-	// calling thread's network namespace by New, which fails with an error
-	// wrapping ErrNoIPVS on a kernel without IPVS. NewFakeIPVS and
-	// NewFakeNetlink run without a kernel; give both or neither.
-	IPVS    IPVS
-	Netlink Netlink
+	// Kernel is where the virtual servers, the link and the ipsets are
+	// programmed; nil means the calling thread's network namespace, opened
+	// by New (OpenKernel, never closed), which fails with an error
+	// wrapping ErrNoIPVS on a kernel without IPVS. An ipvstest.Kernel
+	// runs without a kernel.
+	Kernel Kernel
 	// Runner writes the iptables rules; nil means an xtables.ExecRunner
 	// of the family. An xtables.FakeRunner keeps them in memory.
 	Runner xtables.Runner
 	// Sysctl sets the kernel parameters of the package documentation. nil
 	// means the real /proc/sys (of the calling thread's network
-	// namespace), except with a *FakeIPVS, where it means an empty
+	// namespace), except with an ipvstest.Kernel, where it means an empty
 	// sysctl.Fake: a dataplane on the fakes touches nothing.
 	Sysctl sysctl.Interface
 	// Link is the dummy link's name; "" means DefaultLink. At most 15
@@ -67,10 +71,12 @@ type Config struct {
 	// Prefix prefixes chains and ipsets; "" means DefaultPrefix. At most 8
 	// characters of A-Z, 0-9 and '-'.
 	Prefix string
-	// Scheduler is the scheduler of every virtual server (see Schedulers);
+	// Scheduler is the scheduler of every virtual server (one of
+	// Schedulers);
 	// "" means DefaultScheduler.
 	Scheduler string
-	// SchedulerFlags are set on every virtual server (see SchedulerFlags).
+	// SchedulerFlags are set on every virtual server (each one of the
+	// package's SchedulerFlags).
 	// The mh scheduler gets flag-2 whatever this says, as in kube-proxy.
 	SchedulerFlags []string
 	// StrictARP stops the node answering ARP for the addresses on the
@@ -99,23 +105,14 @@ type Config struct {
 
 var validPrefix = regexp.MustCompile(`^[A-Z0-9-]{1,8}$`)
 
-// schedFlag maps SchedulerFlags to IPVS's service flags.
+// schedFlag maps the SchedulerFlags to IPVS's service flags.
 var schedFlag = map[string]uint32{"flag-1": 0x8, "flag-2": 0x10, "flag-3": 0x20}
-
-// Service flags moby/ipvs does not name.
-const (
-	flagPersistent = 0x1
-	flagHashed     = 0x2
-)
 
 // resolve fills in cfg's defaults and checks it.
 func (cfg Config) resolve() (Config, error) {
 	var err error
 	if cfg.Family, err = backend.Family("ipvs", cfg.Family); err != nil {
 		return cfg, err
-	}
-	if (cfg.IPVS == nil) != (cfg.Netlink == nil) {
-		return cfg, fmt.Errorf("ipvs: Config.IPVS and Config.Netlink must be given together")
 	}
 	if cfg.Link == "" {
 		cfg.Link = DefaultLink
@@ -132,12 +129,12 @@ func (cfg Config) resolve() (Config, error) {
 	if cfg.Scheduler == "" {
 		cfg.Scheduler = DefaultScheduler
 	}
-	if !slices.Contains(Schedulers, cfg.Scheduler) {
-		return cfg, fmt.Errorf("ipvs: unknown scheduler %q: want one of %s", cfg.Scheduler, strings.Join(Schedulers, ", "))
+	if !slices.Contains(Schedulers(), cfg.Scheduler) {
+		return cfg, fmt.Errorf("ipvs: unknown scheduler %q: want one of %s", cfg.Scheduler, strings.Join(Schedulers(), ", "))
 	}
 	for _, f := range cfg.SchedulerFlags {
 		if _, ok := schedFlag[f]; !ok {
-			return cfg, fmt.Errorf("ipvs: unknown scheduler flag %q: want %s", f, strings.Join(SchedulerFlags, ", "))
+			return cfg, fmt.Errorf("ipvs: unknown scheduler flag %q: want %s", f, strings.Join(SchedulerFlags(), ", "))
 		}
 	}
 	for name, d := range map[string]time.Duration{"TCPTimeout": cfg.TCPTimeout, "TCPFinTimeout": cfg.TCPFinTimeout, "UDPTimeout": cfg.UDPTimeout, "DrainTimeout": cfg.DrainTimeout} {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -16,21 +18,21 @@ import (
 // through them.
 type fakeHarness struct {
 	dp     *Dataplane
-	ipvs   *FakeIPVS
-	nl     *FakeNetlink
+	ipvs   *ipvstest.FakeIPVS
+	nl     *ipvstest.FakeNetlink
 	runner *xtables.FakeRunner
 	st     *dataplane.State
 }
 
 func newFakeHarness() *fakeHarness {
-	return &fakeHarness{ipvs: NewFakeIPVS(), nl: NewFakeNetlink(), runner: xtables.NewFakeRunner()}
+	return &fakeHarness{ipvs: ipvstest.NewFakeIPVS(), nl: ipvstest.NewFakeNetlink(), runner: xtables.NewFakeRunner()}
 }
 
 func (h *fakeHarness) Name() string { return "ipvs" }
 
 func (h *fakeHarness) Sync(ctx context.Context, s *dataplane.State) error {
 	if h.dp == nil {
-		d, err := New(Config{Family: s.Family, IPVS: h.ipvs, Netlink: h.nl, Runner: h.runner})
+		d, err := New(Config{Family: s.Family, Kernel: &ipvstest.Kernel{IPVS: h.ipvs, Netlink: h.nl}, Runner: h.runner})
 		if err != nil {
 			return err
 		}
@@ -98,7 +100,7 @@ func (h *fakeHarness) Disturb(_ context.Context, dist dataplanetest.Disturbance)
 			return err
 		}
 		for _, a := range h.nl.LinkAddrs(DefaultLink) {
-			if err := h.nl.AddrDel(link, hostAddr(a)); err != nil {
+			if err := h.nl.AddrDel(link, handle.HostAddr(a)); err != nil {
 				return err
 			}
 		}
@@ -141,7 +143,7 @@ func (h readHarness) Trace(ctx context.Context, p dataplane.Packet) (dataplane.V
 func memoryNames(d *Dataplane, st *dataplane.State) Namer {
 	t := &tracer{d: d, st: st}
 	return func(proto v1.Protocol, fe netip.AddrPort) servicemodel.PortName {
-		if n := t.portName(vsKey{fe.Addr(), protoNumber(string(proto)), fe.Port()}); n.Name != "" {
+		if n := t.portName(vsKey{fe.Addr(), handle.ProtoNumber(string(proto)), fe.Port()}); n.Name != "" {
 			return n
 		}
 		for sp := range st.Services.All() {

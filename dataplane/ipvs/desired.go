@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -23,7 +24,7 @@ type vsKey struct {
 }
 
 func (k vsKey) String() string {
-	return protoName(k.proto) + " " + netip.AddrPortFrom(k.addr, k.port).String()
+	return handle.ProtoName(k.proto) + " " + netip.AddrPortFrom(k.addr, k.port).String()
 }
 
 func compareKeys(a, b vsKey) int {
@@ -54,30 +55,6 @@ type program struct {
 	// internal are rules of the INTERNAL chain, as iptables -S prints
 	// them, each ending in a newline.
 	internal []string
-}
-
-func protoNumber(p string) uint16 {
-	switch strings.ToUpper(p) {
-	case "TCP":
-		return unix.IPPROTO_TCP
-	case "UDP":
-		return unix.IPPROTO_UDP
-	case "SCTP":
-		return unix.IPPROTO_SCTP
-	}
-	return 0
-}
-
-func protoName(p uint16) string {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return "TCP"
-	case unix.IPPROTO_UDP:
-		return "UDP"
-	case unix.IPPROTO_SCTP:
-		return "SCTP"
-	}
-	return fmt.Sprintf("proto-%d", p)
 }
 
 func sortEntries(es []entry) {
@@ -120,9 +97,9 @@ func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.Se
 		d.skip(reason)
 		return
 	}
-	pp := &portProgram{program: pr, rp: rp, proto: protoNumber(rp.Proto), flags: d.cfg.flags()}
+	pp := &portProgram{program: pr, rp: rp, proto: handle.ProtoNumber(rp.Proto), flags: d.cfg.flags()}
 	if rp.AffinitySeconds > 0 {
-		pp.flags |= flagPersistent
+		pp.flags |= handle.FlagPersistent
 		pp.timeout = uint32(rp.AffinitySeconds)
 	}
 	sel := s.Select(sp)

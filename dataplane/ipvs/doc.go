@@ -155,11 +155,13 @@
 // with the rules that hook them in. Reading.Trace follows a packet
 // through that reading as the kernel does (nat hooks, filter INPUT, IPVS
 // for local destinations, nat POSTROUTING) and answers in State.Lookup's
-// shape, so that package troubleshoot (its IPVS Kernel) compares it with
-// the model: a real server deleted by hand, an address unbound, a flushed
-// chain or a virtual server the model no longer has show as drift. The
-// kernel holds no service names, so Trace takes a Namer. Nothing of other
-// programs is read; a rule of theirs that decides first is not seen.
+// shape. The kernel holds no service names, so Trace takes a Namer;
+// NewNamedReading names the frontends after the model's service ports and
+// puts the other programs' iptables rules first (NamedReading.Others, whose
+// "-m set" matches follow ReadIPSets), so that package troubleshoot
+// compares it with the model: a real server deleted by hand, an address
+// unbound, a flushed chain or a virtual server the model no longer has
+// show as drift. Read reads nothing of other programs.
 //
 // # Without a kernel
 //
@@ -172,12 +174,12 @@
 // ip_set_hash_ipportnet, dummy and, for the rules, xt_set; an error for a
 // missing one names it with the modprobe line that loads it. The
 // conntrack cleanup the proxykit package runs after syncs needs
-// nf_conntrack_netlink.
-// FakeIPVS and FakeNetlink stand in for both handles, with an
-// xtables.FakeRunner for the rules: the fakes answer as the kernel does,
-// count every call (one netlink round trip each) and let a test set a
-// real server's connection counts and the node's addresses
-// (FakeNetlink.SetLinkAddrs), which node ports follow.
+// nf_conntrack_netlink. Config.Kernel says where to program: OpenKernel's
+// (the default) or package ipvstest's Kernel of fakes, which with an
+// xtables.FakeRunner for the rules runs without a kernel: its fakes answer
+// as the kernel does, count every call (one netlink round trip each) and
+// let a test set a real server's connection counts and the node's
+// addresses, which node ports follow.
 //
 // # Differences from kube-proxy's iptables mode
 //

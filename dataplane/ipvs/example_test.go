@@ -8,6 +8,7 @@ import (
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -32,19 +33,19 @@ func Example() {
 			},
 		}),
 	}
-	fakeIPVS, fakeNetlink := ipvs.NewFakeIPVS(), ipvs.NewFakeNetlink()
+	kernel := ipvstest.NewKernel()
 	// The node's own address, as the kernel holds it: node ports follow
 	// the kernel's addresses.
-	fakeNetlink.SetLinkAddrs("eth0", netip.MustParseAddr("192.168.0.2"))
-	dp, err := ipvs.New(ipvs.Config{IPVS: fakeIPVS, Netlink: fakeNetlink, Runner: xtables.NewFakeRunner()})
+	kernel.Netlink.SetLinkAddrs("eth0", netip.MustParseAddr("192.168.0.2"))
+	dp, err := ipvs.New(ipvs.Config{Kernel: kernel, Runner: xtables.NewFakeRunner()})
 	if err != nil {
 		panic(err)
 	}
 	if err := dp.Sync(context.Background(), state); err != nil {
 		panic(err)
 	}
-	fmt.Println(fakeIPVS.Dump())
-	fmt.Println(ipvs.DefaultLink, fakeNetlink.LinkAddrs(ipvs.DefaultLink))
+	fmt.Println(kernel.IPVS.Dump())
+	fmt.Println(ipvs.DefaultLink, kernel.Netlink.LinkAddrs(ipvs.DefaultLink))
 	// Output:
 	// TCP 10.96.0.10:80 rr
 	//   -> 10.244.1.5:8080 weight 1

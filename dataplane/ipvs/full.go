@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
 
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/proxykit/proxykit/servicemodel"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -201,12 +201,8 @@ func (d *Dataplane) addrFamily() int {
 	return netlink.FAMILY_V4
 }
 
-func hostAddr(a netip.Addr) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
-}
-
 func (d *Dataplane) bind(link netlink.Link, a netip.Addr) error {
-	if err := d.nl.AddrAdd(link, hostAddr(a)); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := d.nl.AddrAdd(link, handle.HostAddr(a)); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("bind %s to %s: %w", a, d.cfg.Link, err)
 	}
 	return nil
@@ -359,7 +355,7 @@ func (d *Dataplane) applyAddrsAndSets(link netlink.Link, old, pr *program) (bool
 	// Gone first: unbind, then forget the address.
 	for a := range before {
 		if d.binds[a] == 0 {
-			if err := d.nl.AddrDel(link, hostAddr(a)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			if err := d.nl.AddrDel(link, handle.HostAddr(a)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 				return false, fmt.Errorf("unbind %s from %s: %w", a, d.cfg.Link, err)
 			}
 			if err := d.delEntry(setEntry{setIPs, entry{ip: a}}); err != nil {

@@ -7,41 +7,38 @@ import (
 	"syscall"
 
 	mobyipvs "github.com/moby/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
-// IPVS is the part of github.com/moby/ipvs's *Handle the dataplane uses:
-// every call is one netlink round trip (a dump for the Get methods). A
-// *FakeIPVS implements it without a kernel.
-type IPVS interface {
-	GetServices() ([]*mobyipvs.Service, error)
-	NewService(*mobyipvs.Service) error
-	UpdateService(*mobyipvs.Service) error
-	DelService(*mobyipvs.Service) error
-	GetDestinations(*mobyipvs.Service) ([]*mobyipvs.Destination, error)
-	NewDestination(*mobyipvs.Service, *mobyipvs.Destination) error
-	UpdateDestination(*mobyipvs.Service, *mobyipvs.Destination) error
-	DelDestination(*mobyipvs.Service, *mobyipvs.Destination) error
-	SetConfig(*mobyipvs.Config) error
+// Kernel is the IPVS table, links and ipsets of one network namespace,
+// which a Dataplane programs and reads: OpenKernel opens the calling
+// thread's; package ipvstest's Kernel keeps fakes of them in memory. Its
+// method hands the dataplane its handles, of internal types: a program
+// gets a Kernel from one of those two.
+type Kernel interface {
+	Handles() handle.Handles
 }
 
-// Netlink is the part of github.com/vishvananda/netlink's *Handle the
-// dataplane uses for its dummy link, the link's addresses and its ipsets.
-// A *netlink.Handle implements it, and so does a *FakeNetlink.
-type Netlink interface {
-	LinkByName(name string) (netlink.Link, error)
-	LinkAdd(link netlink.Link) error
-	LinkDel(link netlink.Link) error
-	AddrList(link netlink.Link, family int) ([]netlink.Addr, error)
-	AddrAdd(link netlink.Link, addr *netlink.Addr) error
-	AddrDel(link netlink.Link, addr *netlink.Addr) error
-	IpsetCreate(name, typename string, options netlink.IpsetCreateOptions) error
-	IpsetDestroy(name string) error
-	IpsetList(name string) (*netlink.IPSetResult, error)
-	IpsetAdd(name string, entry *netlink.IPSetEntry) error
-	IpsetDel(name string, entry *netlink.IPSetEntry) error
+// HostKernel is the kernel of one of this host's network namespaces,
+// reached through the sockets OpenKernel opened there; Close closes them.
+type HostKernel struct {
+	ipvs *mobyipvs.Handle
+	nl   *netlink.Handle
+}
+
+// Handles implements Kernel.
+func (k *HostKernel) Handles() handle.Handles {
+	return handle.Handles{IPVS: k.ipvs, Netlink: k.nl}
+}
+
+// Close closes the kernel's sockets; a Dataplane on it fails from then
+// on.
+func (k *HostKernel) Close() {
+	k.ipvs.Close()
+	k.nl.Close()
 }
 
 // ErrNoIPVS is wrapped by the error of Probe, and of New when it opens
@@ -62,21 +59,21 @@ func Probe() error {
 	return nil
 }
 
-// OpenKernel opens IPVS and netlink handles in the calling thread's
-// network namespace: moby/ipvs's handle (which tries "modprobe ip_vs"),
+// OpenKernel opens the kernel of the calling thread's network namespace,
+// as IPVS and netlink handles: moby/ipvs's handle (which tries "modprobe ip_vs"),
 // then Probe, so that a kernel without IPVS fails with ErrNoIPVS, then a
 // netlink handle of the two families the dataplane uses, route (its link
 // and addresses) and netfilter (its ipsets), and only those: a kernel
 // without xfrm_user, say, does not stop it. A missing module is named in
 // the error, with the modprobe line that loads it.
-func OpenKernel() (*mobyipvs.Handle, *netlink.Handle, error) {
+func OpenKernel() (*HostKernel, error) {
 	h, err := mobyipvs.New("")
 	if err != nil {
-		return nil, nil, fmt.Errorf("open IPVS: %w", err)
+		return nil, fmt.Errorf("open IPVS: %w", err)
 	}
 	if err := Probe(); err != nil {
 		h.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER)
 	if err != nil {
@@ -84,16 +81,16 @@ func OpenKernel() (*mobyipvs.Handle, *netlink.Handle, error) {
 		if errors.Is(err, unix.EPROTONOSUPPORT) {
 			// Route netlink is always there: netfilter's is nfnetlink, a
 			// dependency of ip_set.
-			return nil, nil, fmt.Errorf("open netlink (route and netfilter): %w: the kernel has no netfilter netlink; load it with modprobe ip_set", err)
+			return nil, fmt.Errorf("open netlink (route and netfilter): %w: the kernel has no netfilter netlink; load it with modprobe ip_set", err)
 		}
-		return nil, nil, fmt.Errorf("open netlink (route and netfilter): %w", err)
+		return nil, fmt.Errorf("open netlink (route and netfilter): %w", err)
 	}
 	if _, _, err := nl.IpsetProtocol(); err != nil {
 		h.Close()
 		nl.Close()
-		return nil, nil, fmt.Errorf("ask ipset its protocol version: %w: the kernel has no ipset; load it with modprobe ip_set", err)
+		return nil, fmt.Errorf("ask ipset its protocol version: %w: the kernel has no ipset; load it with modprobe ip_set", err)
 	}
-	return h, nl, nil
+	return &HostKernel{ipvs: h, nl: nl}, nil
 }
 
 // withModuleHint adds to err, a kernel's answer to what needed module

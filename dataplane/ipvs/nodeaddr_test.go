@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -151,7 +153,7 @@ func TestKernelChangedFollowsAddresses(t *testing.T) {
 			nodePorts("10.50.0.2", dataplanetest.NodeIP), "virtual server TCP 192.168.1.2:30000: deleted"},
 		{"a bound address removed by hand", func() {
 			link, _ := f.nl.LinkByName(DefaultLink)
-			if err := f.nl.AddrDel(link, hostAddr(netip.MustParseAddr("172.30.0.1"))); err != nil {
+			if err := f.nl.AddrDel(link, handle.HostAddr(netip.MustParseAddr("172.30.0.1"))); err != nil {
 				t.Fatal(err)
 			}
 		}, nodePorts("10.50.0.2", dataplanetest.NodeIP), "link proxykit-ipvs0: bound 172.30.0.1"},
@@ -336,7 +338,7 @@ func TestModuleHints(t *testing.T) {
 
 // failingNetlink is a FakeNetlink whose kernel lacks a module.
 type failingNetlink struct {
-	*FakeNetlink
+	*ipvstest.FakeNetlink
 	linkErr, setErr error
 }
 
@@ -354,6 +356,11 @@ func (f failingNetlink) IpsetCreate(name, typ string, o netlink.IpsetCreateOptio
 	return f.FakeNetlink.IpsetCreate(name, typ, o)
 }
 
+// handlesKernel is a Kernel of any handles.
+type handlesKernel handle.Handles
+
+func (k handlesKernel) Handles() handle.Handles { return handle.Handles(k) }
+
 // TestMissingModules: a Sync on a kernel without the dummy link type or
 // an ipset type fails naming the module to load.
 func TestMissingModules(t *testing.T) {
@@ -362,10 +369,10 @@ func TestMissingModules(t *testing.T) {
 		nl   failingNetlink
 		want string
 	}{
-		{failingNetlink{NewFakeNetlink(), unix.EOPNOTSUPP, nil}, "modprobe dummy"},
-		{failingNetlink{NewFakeNetlink(), nil, syscall.Errno(nl.IPSET_ERR_FIND_TYPE)}, "create ipset PKV-LOOP-BACK of type hash:ip,port,ip: errno 4098: the kernel lacks ip_set_hash_ipportip; load it with modprobe ip_set_hash_ipportip"},
+		{failingNetlink{ipvstest.NewFakeNetlink(), unix.EOPNOTSUPP, nil}, "modprobe dummy"},
+		{failingNetlink{ipvstest.NewFakeNetlink(), nil, syscall.Errno(nl.IPSET_ERR_FIND_TYPE)}, "create ipset PKV-LOOP-BACK of type hash:ip,port,ip: errno 4098: the kernel lacks ip_set_hash_ipportip; load it with modprobe ip_set_hash_ipportip"},
 	} {
-		d, err := New(Config{IPVS: NewFakeIPVS(), Netlink: tc.nl, Runner: xtables.NewFakeRunner()})
+		d, err := New(Config{Kernel: handlesKernel{IPVS: ipvstest.NewFakeIPVS(), Netlink: tc.nl, Fake: true}, Runner: xtables.NewFakeRunner()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	mobyipvs "github.com/moby/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -34,7 +35,7 @@ type Reading struct {
 	// port and protocol.
 	VirtualServers []VirtualServer
 	// Sets are the dataplane's ipsets by name; a missing set is absent.
-	Sets map[string]Set
+	Sets map[string]xtables.IPSet
 	// Chains are the rules, as "iptables -S" prints them, of the
 	// dataplane's chains and, under the built-in chains' names, the rules
 	// of those that jump to them; by "table chain". A missing chain is
@@ -68,10 +69,6 @@ func (vs *VirtualServer) String() string {
 	return s
 }
 
-// Set is one ipset: its type and its members, as the iptables tracer
-// reads ipsets too.
-type Set = xtables.IPSet
-
 // RealServer is one real server of a virtual server.
 type RealServer struct {
 	Address netip.AddrPort
@@ -90,7 +87,7 @@ type RealServer struct {
 func (d *Dataplane) Read(ctx context.Context) (*Reading, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r := &Reading{Family: d.cfg.Family, Link: d.cfg.Link, Sets: map[string]Set{}, Chains: map[string][]string{}}
+	r := &Reading{Family: d.cfg.Family, Link: d.cfg.Link, Sets: map[string]xtables.IPSet{}, Chains: map[string][]string{}}
 	have := map[setID]map[entry]bool{}
 	for id := range numSets {
 		name := d.names.set[id]
@@ -101,7 +98,7 @@ func (d *Dataplane) Read(ctx context.Context) (*Reading, error) {
 			// failure would fail the dumps below as well.
 			continue
 		}
-		set := Set{Type: res.TypeName, Members: []string{}}
+		set := xtables.IPSet{Type: res.TypeName, Members: []string{}}
 		if set.Type == "" {
 			set.Type = setSpecs[id].typ
 		}
@@ -168,19 +165,19 @@ func (d *Dataplane) readVirtualServers(r *Reading, have map[setID]map[entry]bool
 		r.VirtualServers = append(r.VirtualServers, virtualServerOf(k, ks, dests))
 	}
 	slices.SortFunc(r.VirtualServers, func(a, b VirtualServer) int {
-		return compareKeys(vsKey{a.Address.Addr(), protoNumber(string(a.Protocol)), a.Address.Port()},
-			vsKey{b.Address.Addr(), protoNumber(string(b.Protocol)), b.Address.Port()})
+		return compareKeys(vsKey{a.Address.Addr(), handle.ProtoNumber(string(a.Protocol)), a.Address.Port()},
+			vsKey{b.Address.Addr(), handle.ProtoNumber(string(b.Protocol)), b.Address.Port()})
 	})
 	return nil
 }
 
 func virtualServerOf(k vsKey, ks *mobyipvs.Service, dests []*mobyipvs.Destination) VirtualServer {
 	vs := VirtualServer{
-		Protocol:   v1.Protocol(protoName(k.proto)),
+		Protocol:   v1.Protocol(handle.ProtoName(k.proto)),
 		Address:    netip.AddrPortFrom(k.addr, k.port),
 		Scheduler:  ks.SchedName,
-		Persistent: ks.Flags&flagPersistent != 0,
-		Flags:      ks.Flags &^ (flagPersistent | flagHashed),
+		Persistent: ks.Flags&handle.FlagPersistent != 0,
+		Flags:      ks.Flags &^ (handle.FlagPersistent | handle.FlagHashed),
 	}
 	if vs.Persistent {
 		vs.Timeout = ks.Timeout
@@ -232,7 +229,7 @@ func (d *Dataplane) readChains(ctx context.Context, r *Reading) error {
 // find returns the virtual server k, if the reading has it.
 func (r *Reading) find(k vsKey) (*VirtualServer, bool) {
 	i, ok := slices.BinarySearchFunc(r.VirtualServers, k, func(vs VirtualServer, k vsKey) int {
-		return compareKeys(vsKey{vs.Address.Addr(), protoNumber(string(vs.Protocol)), vs.Address.Port()}, k)
+		return compareKeys(vsKey{vs.Address.Addr(), handle.ProtoNumber(string(vs.Protocol)), vs.Address.Port()}, k)
 	})
 	if !ok {
 		return nil, false

@@ -11,6 +11,7 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
@@ -103,7 +104,7 @@ func TestReadFollowsTheKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := f.nl.AddrDel(link, hostAddr(svc0VS.Addr())); err != nil {
+			if err := f.nl.AddrDel(link, handle.HostAddr(svc0VS.Addr())); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -193,7 +194,7 @@ func TestReadingTrace(t *testing.T) {
 		name: "address unbound by hand: IPVS never sees the packet",
 		edit: func(t *testing.T, f fakes) {
 			link, _ := f.nl.LinkByName(DefaultLink)
-			if err := f.nl.AddrDel(link, hostAddr(svc0VS.Addr())); err != nil {
+			if err := f.nl.AddrDel(link, handle.HostAddr(svc0VS.Addr())); err != nil {
 				t.Fatal(err)
 			}
 		},

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/proxykit/proxykit/internal/ipsetmatch"
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -39,7 +40,7 @@ var ErrUnknownRule = errors.New("a rule Trace cannot follow")
 // documentation.
 func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (dataplane.Verdict, []string, error) {
 	src, sent := p.Src.Unmap(), p.Dst.Addr().Unmap()
-	proto := protoNumber(string(p.Protocol))
+	proto := handle.ProtoNumber(string(p.Protocol))
 	isLocal := func(a netip.Addr) bool {
 		_, bound := slices.BinarySearchFunc(r.LinkAddresses, a, netip.Addr.Compare)
 		return bound || a.IsLoopback() || slices.Contains(nodeIPs, a)
@@ -400,7 +401,7 @@ func splitRule(s string) ([]string, error) {
 
 func (t *ruleTracer) matches(r *rule) (bool, error) {
 	switch {
-	case r.proto != "" && r.proto != strings.ToLower(protoName(t.proto)):
+	case r.proto != "" && r.proto != strings.ToLower(handle.ProtoName(t.proto)):
 		return false, nil
 	case r.src.IsValid() && r.src.Contains(t.src) == r.srcNeg:
 		return false, nil
@@ -451,7 +452,7 @@ func (t *ruleTracer) inSet(name string, flags []string) (bool, error) {
 		return false, nil
 	}
 	in, err := ipsetmatch.Contains(set.Type, set.Members, flags, ipsetmatch.Packet{
-		Src: t.src, Dst: t.dst, Proto: strings.ToLower(protoName(t.proto)), DPort: int(t.dport)})
+		Src: t.src, Dst: t.dst, Proto: strings.ToLower(handle.ProtoName(t.proto)), DPort: int(t.dport)})
 	if err != nil {
 		return false, fmt.Errorf("set %s: %w: %w", name, err, ErrUnknownRule)
 	}

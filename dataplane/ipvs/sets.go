@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -91,7 +92,7 @@ func (e entry) String() string {
 		b.WriteString(e.ip.String())
 	}
 	if e.proto != 0 {
-		fmt.Fprintf(&b, ",%s:%d", strings.ToLower(protoName(uint16(e.proto))), e.port)
+		fmt.Fprintf(&b, ",%s:%d", strings.ToLower(handle.ProtoName(uint16(e.proto))), e.port)
 	}
 	if e.ip2.IsValid() {
 		b.WriteString("," + e.ip2.String())

@@ -15,6 +15,7 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/internal/backend"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -31,8 +32,8 @@ type Dataplane struct {
 	cfg    Config
 	ipv6   bool
 	log    logr.Logger
-	ipvs   IPVS
-	nl     Netlink
+	ipvs   handle.IPVS
+	nl     handle.Netlink
 	runner xtables.Runner
 	sysctl sysctl.Interface
 	names  names
@@ -72,12 +73,11 @@ type drainKey struct {
 	dest netip.AddrPort
 }
 
-// New returns a Dataplane for cfg. Without Config.IPVS it opens the
+// New returns a Dataplane for cfg. Without Config.Kernel it opens the
 // kernel's IPVS in the calling thread's network namespace, and fails with
 // an error wrapping ErrNoIPVS when the kernel has none; nothing is
 // programmed before the first Sync.
 func New(cfg Config) (*Dataplane, error) {
-	_, fake := cfg.IPVS.(*FakeIPVS)
 	cfg, err := cfg.resolve()
 	if err != nil {
 		return nil, err
@@ -86,27 +86,27 @@ func New(cfg Config) (*Dataplane, error) {
 		cfg:      cfg,
 		ipv6:     cfg.Family == v1.IPv6Protocol,
 		log:      cfg.Logger.WithValues("dataplane", "ipvs", "ipFamily", cfg.Family),
-		ipvs:     cfg.IPVS,
-		nl:       cfg.Netlink,
 		runner:   cfg.Runner,
 		sysctl:   cfg.Sysctl,
 		draining: map[drainKey]time.Time{},
 	}
 	d.names = newNames(cfg.Prefix, d.ipv6)
 	d.reset()
+	if cfg.Kernel == nil {
+		k, err := OpenKernel()
+		if err != nil {
+			return nil, fmt.Errorf("ipvs: %w", err)
+		}
+		d.cfg.Kernel = k
+	}
+	h := d.cfg.Kernel.Handles()
+	d.ipvs, d.nl = h.IPVS, h.Netlink
 	if d.sysctl == nil {
-		if fake {
+		if h.Fake {
 			d.sysctl = sysctl.NewFake(nil)
 		} else {
 			d.sysctl = sysctl.Proc{}
 		}
-	}
-	if d.ipvs == nil {
-		h, nl, err := OpenKernel()
-		if err != nil {
-			return nil, fmt.Errorf("ipvs: %w", err)
-		}
-		d.ipvs, d.nl = h, nl
 	}
 	if d.runner == nil {
 		r, err := xtables.NewExecRunner(xtables.ExecConfig{Family: cfg.Family})
@@ -286,7 +286,7 @@ func (d *Dataplane) syncVS(k vsKey, kernel *mobyipvs.Service, want *virtualServe
 		kernel = &mobyipvs.Service{SchedName: "?"}
 	}
 	var changes []string
-	if kernel.SchedName != svc.SchedName || kernel.Flags&^flagHashed != svc.Flags || kernel.Timeout != svc.Timeout {
+	if kernel.SchedName != svc.SchedName || kernel.Flags&^handle.FlagHashed != svc.Flags || kernel.Timeout != svc.Timeout {
 		if err := d.ipvs.UpdateService(svc); err != nil {
 			return nil, fmt.Errorf("update virtual server %s: %w", k, err)
 		}

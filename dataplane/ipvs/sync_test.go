@@ -12,6 +12,8 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
@@ -85,23 +87,25 @@ func (c *cluster) setEndpoint(i, k int, addr, rv string) *dataplane.State {
 }
 
 type fakes struct {
-	ipvs   *FakeIPVS
-	nl     *FakeNetlink
+	ipvs   *ipvstest.FakeIPVS
+	nl     *ipvstest.FakeNetlink
 	runner *xtables.FakeRunner
 }
 
 func (f fakes) calls() int { return f.ipvs.Calls() + f.nl.Calls() }
 
+func (f fakes) kernel() Kernel { return &ipvstest.Kernel{IPVS: f.ipvs, Netlink: f.nl} }
+
 func newFakeDataplane(t testing.TB, cfg Config) (*Dataplane, fakes) {
 	t.Helper()
-	f := fakes{NewFakeIPVS(), NewFakeNetlink(), xtables.NewFakeRunner()}
+	f := fakes{ipvstest.NewFakeIPVS(), ipvstest.NewFakeNetlink(), xtables.NewFakeRunner()}
 	// The test node's addresses, on which node ports are served.
 	var ips []netip.Addr
 	for _, ip := range []string{dataplanetest.NodeIP, dataplanetest.NodeIPAlt, dataplanetest.NodeIPv6, dataplanetest.NodeIPv6Alt} {
 		ips = append(ips, netip.MustParseAddr(ip))
 	}
 	f.nl.SetLinkAddrs("eth0", ips...)
-	cfg.IPVS, cfg.Netlink, cfg.Runner = f.ipvs, f.nl, f.runner
+	cfg.Kernel, cfg.Runner = f.kernel(), f.runner
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -277,10 +281,10 @@ func TestCleanupOnlyOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	link, _ := f.nl.LinkByName(DefaultLink)
-	if err := f.nl.AddrAdd(link, hostAddr(netip.MustParseAddr("192.0.2.77"))); err != nil {
+	if err := f.nl.AddrAdd(link, handle.HostAddr(netip.MustParseAddr("192.0.2.77"))); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := New(Config{IPVS: f.ipvs, Netlink: f.nl, Runner: f.runner})
+	d2, err := New(Config{Kernel: f.kernel(), Runner: f.runner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +308,7 @@ func TestCleanupOnlyOwn(t *testing.T) {
 		}
 	}
 	// Without the foreign address the link goes too.
-	f.nl.AddrDel(link, hostAddr(netip.MustParseAddr("192.0.2.77")))
+	f.nl.AddrDel(link, handle.HostAddr(netip.MustParseAddr("192.0.2.77")))
 	if err := d2.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +329,7 @@ func TestRestartedFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	dump := f.ipvs.Dump()
-	d2, err := New(Config{IPVS: f.ipvs, Netlink: f.nl, Runner: f.runner})
+	d2, err := New(Config{Kernel: f.kernel(), Runner: f.runner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +357,6 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Prefix: "lower"}, `ipvs: prefix "lower": want at most 8 characters of A-Z, 0-9 and '-'`},
 		{Config{Link: "a-very-long-link-name"}, `ipvs: link name "a-very-long-link-name": want at most 15 characters, no '/' or spaces`},
 		{Config{TCPTimeout: -time.Second}, `ipvs: TCPTimeout -1s is negative`},
-		{Config{IPVS: NewFakeIPVS()}, `ipvs: Config.IPVS and Config.Netlink must be given together`},
 	} {
 		_, err := New(tc.cfg)
 		if err == nil || err.Error() != tc.want {

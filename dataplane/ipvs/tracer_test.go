@@ -6,7 +6,10 @@ import (
 	"slices"
 	"strings"
 
+	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/servicemodel"
 )
@@ -17,8 +20,8 @@ import (
 // names come from the dataplane's memory, as the kernel has none.
 type tracer struct {
 	d      *Dataplane
-	ipvs   *FakeIPVS
-	nl     *FakeNetlink
+	ipvs   *ipvstest.FakeIPVS
+	nl     *ipvstest.FakeNetlink
 	runner *xtables.FakeRunner
 	st     *dataplane.State
 	sets   map[string][]string
@@ -60,10 +63,28 @@ func (t *tracer) portName(k vsKey) servicemodel.PortName {
 	return servicemodel.PortName{}
 }
 
+// tracedVS is a virtual server of the fake with its real servers.
+type tracedVS struct {
+	svc   *mobyipvs.Service
+	dests []*mobyipvs.Destination
+}
+
+// lookup finds virtual server k in the fake's table.
+func (t *tracer) lookup(k vsKey) (tracedVS, bool) {
+	svcs, _ := t.ipvs.GetServices()
+	for _, s := range svcs {
+		if keyOfService(s) == k {
+			dests, _ := t.ipvs.GetDestinations(s)
+			return tracedVS{s, dests}, true
+		}
+	}
+	return tracedVS{}, false
+}
+
 func (t *tracer) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	t.sets = t.nl.Sets()
 	src, sent := p.Src, p.Dst.Addr()
-	proto := protoNumber(string(p.Protocol))
+	proto := handle.ProtoNumber(string(p.Protocol))
 	// e is the destination as sent, which the masquerade rules match.
 	e := entry{ip: sent, proto: uint8(proto), port: p.Dst.Port()}
 	nodeIPs := t.st.Node.IPs
@@ -78,7 +99,7 @@ func (t *tracer) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	de := entry{ip: k.addr, proto: uint8(k.proto), port: k.port}
 	bound := t.in(setIPs, entry{ip: k.addr})
 	local := bound || k.addr.IsLoopback() || slices.Contains(nodeIPs, k.addr)
-	vs, ok := t.ipvs.lookup(k)
+	vs, ok := t.lookup(k)
 
 	if local {
 		// IPVS takes the node's own packets at LOCAL_OUT, before the
@@ -127,7 +148,7 @@ func (t *tracer) trace(p dataplane.Packet) (dataplane.Verdict, error) {
 	return dataplane.Verdict{
 		Action: dataplane.DNAT, Service: name, Endpoints: eps,
 		Masquerade: masq || len(hairpin) == len(eps), Hairpin: hairpin,
-		Affinity: vs.svc.Flags&flagPersistent != 0,
+		Affinity: vs.svc.Flags&handle.FlagPersistent != 0,
 	}, nil
 }
 
@@ -173,10 +194,10 @@ func (t *tracer) internalDNAT(p dataplane.Packet, e entry, srcLocal bool) (vsKey
 	if err != nil {
 		return k, err
 	}
-	r := &Reading{Sets: map[string]Set{}, Chains: map[string][]string{"nat " + t.d.names.internal: rules}}
+	r := &Reading{Sets: map[string]xtables.IPSet{}, Chains: map[string][]string{"nat " + t.d.names.internal: rules}}
 	for id := range numSets {
 		name := t.d.names.set[id]
-		r.Sets[name] = Set{Type: setSpecs[id].typ, Members: t.sets[name]}
+		r.Sets[name] = xtables.IPSet{Type: setSpecs[id].typ, Members: t.sets[name]}
 	}
 	rt := &ruleTracer{r: r, p: p, proto: k.proto, src: p.Src, dst: e.ip, dport: e.port}
 	res, err := rt.run("nat", t.d.names.internal, 0)

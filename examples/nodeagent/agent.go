@@ -23,12 +23,12 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/conntrack"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	"github.com/proxykit/proxykit/dataplane/ipvs"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/source"
 	"github.com/proxykit/proxykit/source/informer"
 	"github.com/proxykit/proxykit/source/manifest"
 	"github.com/spf13/pflag"
-	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
@@ -57,9 +57,9 @@ type host struct {
 	// nft returns family's nftables interface for the agent's table, or
 	// why nft cannot be used.
 	nft func(family v1.IPFamily) (knftables.Interface, error)
-	// ipvs returns family's IPVS and netlink handles, or why IPVS cannot
+	// ipvs returns family's IPVS kernel, or why IPVS cannot
 	// be used (wrapping ipvs.ErrNoIPVS without the ip_vs module).
-	ipvs func(family v1.IPFamily) (ipvsKernel, error)
+	ipvs func(family v1.IPFamily) (ipvs.Kernel, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
 	// nftListing returns what "nft list table" prints of family's table
@@ -71,7 +71,7 @@ type host struct {
 	nftRuleset func(ctx context.Context) ([]byte, error)
 	// ipsets lists the node's ipsets, for the iptables readings' "-m set"
 	// matches; nil reads none (they then match nothing).
-	ipsets func() ([]netlink.IPSetResult, error)
+	ipsets func() (map[string]xtables.IPSet, error)
 	// listening reads at which addresses and ports the node's TCP and
 	// UDP sockets listen, for --kernel in mode userspace; nil takes every
 	// forwarder to be listening.
@@ -103,7 +103,7 @@ func machine() host {
 		nftListing: listNFTable,
 		nftRuleset: listNFTRuleset,
 		listening:  listeningSockets,
-		ipsets:     netlink.IpsetListAll,
+		ipsets:     ipvs.ReadIPSets,
 		flows: func(ctx context.Context, f v1.IPFamily) ([]conntrack.Flow, error) {
 			return conntrack.DNATFlows(ctx, nil, f)
 		},

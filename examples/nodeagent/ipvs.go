@@ -12,24 +12,18 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
-	"github.com/proxykit/proxykit/troubleshoot"
 	v1 "k8s.io/api/core/v1"
 )
 
-// ipvsKernel holds one family's IPVS and netlink handles.
-type ipvsKernel struct {
-	ipvs ipvs.IPVS
-	nl   ipvs.Netlink
-}
-
 // realIPVS opens this machine's IPVS, or says why it cannot.
-func realIPVS(v1.IPFamily) (ipvsKernel, error) {
-	h, nl, err := ipvs.OpenKernel()
+func realIPVS(v1.IPFamily) (ipvs.Kernel, error) {
+	k, err := ipvs.OpenKernel()
 	if err != nil {
-		return ipvsKernel{}, err
+		return nil, err
 	}
-	return ipvsKernel{h, nl}, nil
+	return k, nil
 }
 
 // ipvsReading reads what the kernel holds of st's family's IPVS dataplane,
@@ -48,8 +42,8 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-mode ipvs: %w", err)
 	}
-	defer k.close()
-	d, err := ipvs.New(ipvs.Config{Family: st.Family, IPVS: k.ipvs, Netlink: k.nl, Runner: r})
+	defer closeKernel(k)
+	d, err := ipvs.New(ipvs.Config{Family: st.Family, Kernel: k, Runner: r})
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +51,7 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 	if err != nil {
 		return nil, err
 	}
-	kr := troubleshoot.NewIPVS(reading, st)
+	kr := ipvs.NewNamedReading(reading, st)
 	// Other programs' iptables rules run before IPVS sees a packet.
 	var save []byte
 	for _, table := range []string{"nat", "filter"} {
@@ -68,26 +62,25 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 		}
 		save = append(save, out...)
 	}
-	kr.Others = xtables.NewReadingWithout(save, ipvs.DefaultPrefix+"-", st.Node.IPs)
+	others := xtables.NewReadingWithout(save, ipvs.DefaultPrefix+"-", st.Node.IPs)
+	kr.Others = others.Rules
 	if h.ipsets != nil {
 		if sets, err := h.ipsets(); err == nil {
-			kr.Others.Rules.SetIPSets(troubleshoot.IPSets(sets))
+			kr.Others.SetIPSets(sets)
 		} else {
 			log.Info("The node's ipsets not read: other programs' rules that match a set are taken as not matching", "err", err)
 		}
 	}
-	if n := len(kr.Others.Skipped); n > 0 {
+	if n := len(others.Skipped); n > 0 {
 		log.Info("Some rules of other programs are not modelled: a trace may miss what they do", "family", st.Family, "rules", n)
 	}
 	return kr, nil
 }
 
-// close closes the handles that can be: the kernel's, not the fakes.
-func (k ipvsKernel) close() {
-	for _, h := range []any{k.ipvs, k.nl} {
-		if c, ok := h.(interface{ Close() }); ok {
-			c.Close()
-		}
+// closeKernel closes k if it can be: the kernel's, not the fakes.
+func closeKernel(k ipvs.Kernel) {
+	if c, ok := k.(interface{ Close() }); ok {
+		c.Close()
 	}
 }
 
@@ -97,8 +90,8 @@ func (k ipvsKernel) close() {
 // works; without the ip_vs module it fails before programming anything.
 func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, error) {
 	c := o.cfg.IPVS
-	if c.Scheduler != "" && !slices.Contains(ipvs.Schedulers, c.Scheduler) {
-		return nil, fmt.Errorf("--ipvs-scheduler %q: want one of %s", c.Scheduler, strings.Join(ipvs.Schedulers, ", "))
+	if c.Scheduler != "" && !slices.Contains(ipvs.Schedulers(), c.Scheduler) {
+		return nil, fmt.Errorf("--ipvs-scheduler %q: want one of %s", c.Scheduler, strings.Join(ipvs.Schedulers(), ", "))
 	}
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
@@ -108,14 +101,14 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 			MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit), Logger: log,
 		}
 		var dump func() string
-		var fakeNL *ipvs.FakeNetlink
+		var fakeNL *ipvstest.FakeNetlink
 		if o.dryRun {
 			fake := xtables.NewFakeRunner()
 			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
-			fi := ipvs.NewFakeIPVS()
-			fakeNL = ipvs.NewFakeNetlink()
-			cfg.Runner, cfg.IPVS, cfg.Netlink = fake, fi, fakeNL
-			dump = fi.Dump
+			k := ipvstest.NewKernel()
+			fakeNL = k.Netlink
+			cfg.Runner, cfg.Kernel = fake, k
+			dump = k.IPVS.Dump
 		} else {
 			r, err := h.runner(f)
 			switch {
@@ -132,7 +125,7 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 				}
 				return nil, err
 			}
-			cfg.Runner, cfg.IPVS, cfg.Netlink = r, k.ipvs, k.nl
+			cfg.Runner, cfg.Kernel = r, k
 		}
 		d, err := ipvs.New(cfg)
 		if err != nil {
@@ -158,7 +151,7 @@ type recordedIPVS struct {
 	dump func() string
 	// fakeNL is a dry run's kernel, given the model's node addresses,
 	// on which the dataplane serves node ports.
-	fakeNL *ipvs.FakeNetlink
+	fakeNL *ipvstest.FakeNetlink
 	out    io.Writer
 	family v1.IPFamily
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
@@ -15,16 +16,16 @@ import (
 // fakeIPVSHost is a machine whose IPVS, netlink and iptables are fakes
 // per family; with noIPVS its kernel has no ip_vs module.
 type fakeIPVSHost struct {
-	ipvs    map[v1.IPFamily]*ipvs.FakeIPVS
-	nl      map[v1.IPFamily]*ipvs.FakeNetlink
+	ipvs    map[v1.IPFamily]*ipvstest.FakeIPVS
+	nl      map[v1.IPFamily]*ipvstest.FakeNetlink
 	runners map[v1.IPFamily]*xtables.FakeRunner
 	noIPVS  bool
 }
 
 func newFakeIPVSHost(noIPVS bool) *fakeIPVSHost {
-	h := &fakeIPVSHost{ipvs: map[v1.IPFamily]*ipvs.FakeIPVS{}, nl: map[v1.IPFamily]*ipvs.FakeNetlink{}, runners: bothFamilies(), noIPVS: noIPVS}
+	h := &fakeIPVSHost{ipvs: map[v1.IPFamily]*ipvstest.FakeIPVS{}, nl: map[v1.IPFamily]*ipvstest.FakeNetlink{}, runners: bothFamilies(), noIPVS: noIPVS}
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		h.ipvs[f], h.nl[f] = ipvs.NewFakeIPVS(), ipvs.NewFakeNetlink()
+		h.ipvs[f], h.nl[f] = ipvstest.NewFakeIPVS(), ipvstest.NewFakeNetlink()
 		// The demo node's addresses, as its kernel holds them: node
 		// ports are served there.
 		h.nl[f].SetLinkAddrs("eth0", netip.MustParseAddr("192.168.49.2"), netip.MustParseAddr("fd00:192:168:49::2"))
@@ -34,11 +35,11 @@ func newFakeIPVSHost(noIPVS bool) *fakeIPVSHost {
 
 func (h *fakeIPVSHost) host() host {
 	hh := fakeHost(h.runners)
-	hh.ipvs = func(f v1.IPFamily) (ipvsKernel, error) {
+	hh.ipvs = func(f v1.IPFamily) (ipvs.Kernel, error) {
 		if h.noIPVS {
-			return ipvsKernel{}, fmt.Errorf("%w: the generic netlink family IPVS is not registered (no such file or directory); load it with modprobe ip_vs, or use another proxy mode", ipvs.ErrNoIPVS)
+			return nil, fmt.Errorf("%w: the generic netlink family IPVS is not registered (no such file or directory); load it with modprobe ip_vs, or use another proxy mode", ipvs.ErrNoIPVS)
 		}
-		return ipvsKernel{h.ipvs[f], h.nl[f]}, nil
+		return &ipvstest.Kernel{IPVS: h.ipvs[f], Netlink: h.nl[f]}, nil
 	}
 	return hh
 }

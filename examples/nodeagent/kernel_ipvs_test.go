@@ -223,12 +223,11 @@ func troubleshootIPVS(t *testing.T, ns *netns.NS, agentArgs ...string) {
 	}
 
 	if err := ns.Do(func() error {
-		h, nl, err := ipvs.OpenKernel()
+		h, err := mobyipvs.New("")
 		if err != nil {
 			return err
 		}
 		defer h.Close()
-		defer nl.Close()
 		svcs, err := h.GetServices()
 		if err != nil {
 			return err

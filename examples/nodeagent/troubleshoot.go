@@ -367,7 +367,7 @@ func iptablesKernel(ctx context.Context, h host, log logr.Logger, family v1.IPFa
 		if err != nil {
 			log.Info("The node's ipsets not read: rules that match a set are taken as not matching", "err", err)
 		} else {
-			k.Rules.SetIPSets(troubleshoot.IPSets(sets))
+			k.Rules.SetIPSets(sets)
 		}
 	}
 	for _, s := range k.Skipped {

@@ -12,6 +12,7 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -29,7 +30,7 @@ func programmedIPVSDemo(t *testing.T) (host, *fakeIPVSHost) {
 
 // delRealServer deletes real server dest of the TCP virtual server vs
 // by hand, as ipvsadm -d would.
-func delRealServer(t *testing.T, fi *ipvs.FakeIPVS, vs, dest string) {
+func delRealServer(t *testing.T, fi *ipvstest.FakeIPVS, vs, dest string) {
 	t.Helper()
 	v, d := netip.MustParseAddrPort(vs), netip.MustParseAddrPort(dest)
 	svc := &mobyipvs.Service{AddressFamily: 2, Address: net.IP(v.Addr().AsSlice()), Protocol: 6, Port: v.Port()}
@@ -78,7 +79,7 @@ func TestVerifierIPVS(t *testing.T) {
 	states := demoStates(t)
 	fh := newFakeIPVSHost(false)
 	fi, nl, r := fh.ipvs[v1.IPv4Protocol], fh.nl[v1.IPv4Protocol], fh.runners[v1.IPv4Protocol]
-	d, err := ipvs.New(ipvs.Config{IPVS: fi, Netlink: nl, Runner: r})
+	d, err := ipvs.New(ipvs.Config{Kernel: &ipvstest.Kernel{IPVS: fi, Netlink: nl}, Runner: r})
 	if err != nil {
 		t.Fatal(err)
 	}

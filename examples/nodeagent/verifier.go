@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/ipvs"
 	"github.com/proxykit/proxykit/troubleshoot"
 )
 
@@ -96,7 +97,7 @@ func (v *verifier) check(ctx context.Context, pl plane) {
 			v.log.Error(err, "Cannot read the kernel's IPVS table to verify it", "ipFamily", pl.family)
 			return
 		}
-		found = troubleshoot.Verify(st, dataplane.Mode(v.o.proxyMode), troubleshoot.NewIPVS(r, st))
+		found = troubleshoot.Verify(st, dataplane.Mode(v.o.proxyMode), ipvs.NewNamedReading(r, st))
 	} else {
 		k, err := v.o.kernelOf(ctx, v.h, logr.Discard(), st)
 		if err != nil || k == nil {

@@ -1,4 +1,4 @@
-package troubleshoot
+package ipvs
 
 import (
 	"net"
@@ -12,7 +12,7 @@ import (
 func TestIPSets(t *testing.T) {
 	u8 := func(v uint8) *uint8 { return &v }
 	u16 := func(v uint16) *uint16 { return &v }
-	got := IPSets([]netlink.IPSetResult{
+	got := ipSets([]netlink.IPSetResult{
 		{SetName: "A", TypeName: "hash:ip,port", Entries: []netlink.IPSetEntry{
 			{IP: net.ParseIP("172.30.0.11"), Protocol: u8(17), Port: u16(53)},
 			{IP: net.ParseIP("172.30.0.10"), Protocol: u8(6), Port: u16(80)}}},

@@ -1,21 +1,20 @@
-package ipvs
+package ipvstest
 
 import (
 	"cmp"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// FakeNetlink is an in-memory link, address and ipset store implementing
-// Netlink, for tests. Links keep their addresses; ipsets keep their type
+// FakeNetlink is an in-memory link, address and ipset store, a Kernel's,
+// for tests. Links keep their addresses; ipsets keep their type
 // and entries and refuse entries that do not fit the type. Every call is
 // counted (Calls). It is safe for concurrent use.
 type FakeNetlink struct {
@@ -48,7 +47,7 @@ func (f *FakeNetlink) Calls() int {
 	return f.calls
 }
 
-// LinkByName implements Netlink.
+// LinkByName implements the dataplane's netlink handle.
 func (f *FakeNetlink) LinkByName(name string) (netlink.Link, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -60,7 +59,7 @@ func (f *FakeNetlink) LinkByName(name string) (netlink.Link, error) {
 	return l.link, nil
 }
 
-// LinkAdd implements Netlink.
+// LinkAdd implements the dataplane's netlink handle.
 func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -75,7 +74,7 @@ func (f *FakeNetlink) LinkAdd(link netlink.Link) error {
 	return nil
 }
 
-// LinkDel implements Netlink.
+// LinkDel implements the dataplane's netlink handle.
 func (f *FakeNetlink) LinkDel(link netlink.Link) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -144,36 +143,43 @@ func (f *FakeNetlink) SetLinkAddrs(name string, addrs ...netip.Addr) {
 	}
 	l.addrs = nil
 	for _, a := range addrs {
-		l.addrs = append(l.addrs, *hostAddr(a))
+		l.addrs = append(l.addrs, *handle.HostAddr(a))
 	}
 }
 
-// AddrAdd implements Netlink.
-func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
+// addr locks f (the caller unlocks it), counts a call and finds link and
+// the index of addr's address among its addresses, -1 if it has not.
+func (f *FakeNetlink) addr(link netlink.Link, addr *netlink.Addr) (*fakeLink, int, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.calls++
 	l, err := f.linkOf(link)
 	if err != nil {
+		return nil, -1, err
+	}
+	return l, slices.IndexFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) }), nil
+}
+
+// AddrAdd implements the dataplane's netlink handle.
+func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
+	l, i, err := f.addr(link, addr)
+	defer f.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	if slices.ContainsFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) }) {
+	if i >= 0 {
 		return unix.EEXIST
 	}
 	l.addrs = append(l.addrs, *addr)
 	return nil
 }
 
-// AddrDel implements Netlink.
+// AddrDel implements the dataplane's netlink handle.
 func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
-	f.mu.Lock()
+	l, i, err := f.addr(link, addr)
 	defer f.mu.Unlock()
-	f.calls++
-	l, err := f.linkOf(link)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) })
 	if i < 0 {
 		return unix.EADDRNOTAVAIL
 	}
@@ -181,7 +187,7 @@ func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
 	return nil
 }
 
-// IpsetCreate implements Netlink.
+// IpsetCreate implements the dataplane's netlink handle.
 func (f *FakeNetlink) IpsetCreate(name, typename string, options netlink.IpsetCreateOptions) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -198,7 +204,7 @@ func (f *FakeNetlink) IpsetCreate(name, typename string, options netlink.IpsetCr
 	return nil
 }
 
-// IpsetDestroy implements Netlink.
+// IpsetDestroy implements the dataplane's netlink handle.
 func (f *FakeNetlink) IpsetDestroy(name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -210,7 +216,7 @@ func (f *FakeNetlink) IpsetDestroy(name string) error {
 	return nil
 }
 
-// IpsetList implements Netlink.
+// IpsetList implements the dataplane's netlink handle.
 func (f *FakeNetlink) IpsetList(name string) (*netlink.IPSetResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -220,22 +226,16 @@ func (f *FakeNetlink) IpsetList(name string) (*netlink.IPSetResult, error) {
 		return nil, unix.ENOENT
 	}
 	r := &netlink.IPSetResult{SetName: name, TypeName: s.typ}
-	for _, k := range slices.Sorted(mapKeys(s.entries)) {
+	for _, k := range slices.Sorted(maps.Keys(s.entries)) {
 		r.Entries = append(r.Entries, s.entries[k])
 	}
 	return r, nil
 }
 
-// IpsetAdd implements Netlink.
+// IpsetAdd implements the dataplane's netlink handle.
 func (f *FakeNetlink) IpsetAdd(name string, e *netlink.IPSetEntry) error {
-	f.mu.Lock()
+	s, k, err := f.setEntry(name, e)
 	defer f.mu.Unlock()
-	f.calls++
-	s, ok := f.sets[name]
-	if !ok {
-		return unix.ENOENT
-	}
-	k, err := fakeEntryKey(s.typ, e)
 	if err != nil {
 		return err
 	}
@@ -246,16 +246,10 @@ func (f *FakeNetlink) IpsetAdd(name string, e *netlink.IPSetEntry) error {
 	return nil
 }
 
-// IpsetDel implements Netlink.
+// IpsetDel implements the dataplane's netlink handle.
 func (f *FakeNetlink) IpsetDel(name string, e *netlink.IPSetEntry) error {
-	f.mu.Lock()
+	s, k, err := f.setEntry(name, e)
 	defer f.mu.Unlock()
-	f.calls++
-	s, ok := f.sets[name]
-	if !ok {
-		return unix.ENOENT
-	}
-	k, err := fakeEntryKey(s.typ, e)
 	if err != nil {
 		return err
 	}
@@ -291,7 +285,7 @@ func (f *FakeNetlink) Sets() map[string][]string {
 	defer f.mu.Unlock()
 	out := map[string][]string{}
 	for name, s := range f.sets {
-		out[name] = slices.Sorted(mapKeys(s.entries))
+		out[name] = slices.Sorted(maps.Keys(s.entries))
 		if out[name] == nil {
 			out[name] = []string{}
 		}
@@ -299,43 +293,18 @@ func (f *FakeNetlink) Sets() map[string][]string {
 	return out
 }
 
-// fakeEntryKey checks that e fits a set of type typ and returns its
-// ipset notation.
-func fakeEntryKey(typ string, e *netlink.IPSetEntry) (string, error) {
-	ip := func(x net.IP) (string, bool) {
-		a, ok := netip.AddrFromSlice(x)
-		return a.Unmap().String(), ok
-	}
-	port := func() (string, bool) {
-		if e.Protocol == nil || e.Port == nil {
-			return "", false
-		}
-		return fmt.Sprintf("%s:%d", strings.ToLower(protoName(uint16(*e.Protocol))), *e.Port), true
-	}
-	var parts []string
-	dims, ok := strings.CutPrefix(typ, "hash:")
+// setEntry locks f (the caller unlocks it), counts a call and finds the
+// set called name and the key of e in it, which must fit the set's type.
+func (f *FakeNetlink) setEntry(name string, e *netlink.IPSetEntry) (*fakeSet, string, error) {
+	f.mu.Lock()
+	f.calls++
+	s, ok := f.sets[name]
 	if !ok {
-		return "", fmt.Errorf("set type %s: %w", typ, unix.EINVAL)
+		return nil, "", unix.ENOENT
 	}
-	for _, dim := range strings.Split(dims, ",") {
-		var s string
-		var good bool
-		switch {
-		case dim == "ip" && len(parts) == 0:
-			s, good = ip(e.IP)
-		case dim == "ip":
-			s, good = ip(e.IP2)
-		case dim == "port":
-			s, good = port()
-		case dim == "net":
-			s, good = ip(e.IP2)
-			s += fmt.Sprintf("/%d", e.CIDR2)
-		}
-		ok = ok && good
-		parts = append(parts, s)
-	}
+	k, ok := handle.SetMember(s.typ, e)
 	if !ok {
-		return "", fmt.Errorf("entry %+v does not fit a set of type %s: %w", *e, typ, unix.EINVAL)
+		return nil, "", fmt.Errorf("entry %+v does not fit a set of type %s: %w", *e, s.typ, unix.EINVAL)
 	}
-	return strings.Join(parts, ","), nil
+	return s, k, nil
 }

@@ -1,4 +1,4 @@
-package ipvs
+package ipvstest
 
 import (
 	"fmt"
@@ -9,10 +9,11 @@ import (
 	"sync"
 
 	mobyipvs "github.com/moby/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"golang.org/x/sys/unix"
 )
 
-// FakeIPVS is an in-memory IPVS table implementing IPVS, for tests of the
+// FakeIPVS is an in-memory IPVS table, a Kernel's, for tests of the
 // dataplane and of programs that embed it. It answers as the kernel does:
 // adding a virtual or real server that exists fails with EEXIST, changing
 // or deleting one that does not with ESRCH (virtual servers) or ENOENT
@@ -52,6 +53,18 @@ func sameDest(a, b *mobyipvs.Destination) bool {
 	return a.Address.Equal(b.Address) && a.Port == b.Port
 }
 
+// call locks f (the caller unlocks it), counts a call and finds the
+// virtual server of s.
+func (f *FakeIPVS) call(s *mobyipvs.Service) (*fakeVS, error) {
+	f.mu.Lock()
+	f.calls++
+	vs, ok := f.services[keyOf(s)]
+	if !ok {
+		return nil, unix.ESRCH
+	}
+	return vs, nil
+}
+
 // Calls returns how many calls the fake has answered.
 func (f *FakeIPVS) Calls() int {
 	f.mu.Lock()
@@ -59,7 +72,7 @@ func (f *FakeIPVS) Calls() int {
 	return f.calls
 }
 
-// GetServices implements IPVS.
+// GetServices implements the dataplane's IPVS handle.
 func (f *FakeIPVS) GetServices() ([]*mobyipvs.Service, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -67,14 +80,14 @@ func (f *FakeIPVS) GetServices() ([]*mobyipvs.Service, error) {
 	out := make([]*mobyipvs.Service, 0, len(f.services))
 	for _, vs := range f.services {
 		s := vs.svc
-		s.Flags |= flagHashed
+		s.Flags |= handle.FlagHashed
 		out = append(out, &s)
 	}
 	sort.Slice(out, func(i, j int) bool { return serviceString(out[i]) < serviceString(out[j]) })
 	return out, nil
 }
 
-// NewService implements IPVS.
+// NewService implements the dataplane's IPVS handle.
 func (f *FakeIPVS) NewService(s *mobyipvs.Service) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -87,20 +100,18 @@ func (f *FakeIPVS) NewService(s *mobyipvs.Service) error {
 	return nil
 }
 
-// UpdateService implements IPVS.
+// UpdateService implements the dataplane's IPVS handle.
 func (f *FakeIPVS) UpdateService(s *mobyipvs.Service) error {
-	f.mu.Lock()
+	vs, err := f.call(s)
 	defer f.mu.Unlock()
-	f.calls++
-	vs, ok := f.services[keyOf(s)]
-	if !ok {
-		return unix.ESRCH
+	if err != nil {
+		return err
 	}
 	vs.svc = copyService(s)
 	return nil
 }
 
-// DelService implements IPVS.
+// DelService implements the dataplane's IPVS handle.
 func (f *FakeIPVS) DelService(s *mobyipvs.Service) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -113,14 +124,12 @@ func (f *FakeIPVS) DelService(s *mobyipvs.Service) error {
 	return nil
 }
 
-// GetDestinations implements IPVS.
+// GetDestinations implements the dataplane's IPVS handle.
 func (f *FakeIPVS) GetDestinations(s *mobyipvs.Service) ([]*mobyipvs.Destination, error) {
-	f.mu.Lock()
+	vs, err := f.call(s)
 	defer f.mu.Unlock()
-	f.calls++
-	vs, ok := f.services[keyOf(s)]
-	if !ok {
-		return nil, unix.ESRCH
+	if err != nil {
+		return nil, err
 	}
 	out := make([]*mobyipvs.Destination, len(vs.dests))
 	for i, d := range vs.dests {
@@ -130,14 +139,12 @@ func (f *FakeIPVS) GetDestinations(s *mobyipvs.Service) ([]*mobyipvs.Destination
 	return out, nil
 }
 
-// NewDestination implements IPVS.
+// NewDestination implements the dataplane's IPVS handle.
 func (f *FakeIPVS) NewDestination(s *mobyipvs.Service, d *mobyipvs.Destination) error {
-	f.mu.Lock()
+	vs, err := f.call(s)
 	defer f.mu.Unlock()
-	f.calls++
-	vs, ok := f.services[keyOf(s)]
-	if !ok {
-		return unix.ESRCH
+	if err != nil {
+		return err
 	}
 	if slices.ContainsFunc(vs.dests, func(o *mobyipvs.Destination) bool { return sameDest(o, d) }) {
 		return unix.EEXIST
@@ -148,14 +155,12 @@ func (f *FakeIPVS) NewDestination(s *mobyipvs.Service, d *mobyipvs.Destination) 
 	return nil
 }
 
-// UpdateDestination implements IPVS.
+// UpdateDestination implements the dataplane's IPVS handle.
 func (f *FakeIPVS) UpdateDestination(s *mobyipvs.Service, d *mobyipvs.Destination) error {
-	f.mu.Lock()
+	vs, err := f.call(s)
 	defer f.mu.Unlock()
-	f.calls++
-	vs, ok := f.services[keyOf(s)]
-	if !ok {
-		return unix.ESRCH
+	if err != nil {
+		return err
 	}
 	for _, o := range vs.dests {
 		if sameDest(o, d) {
@@ -167,14 +172,12 @@ func (f *FakeIPVS) UpdateDestination(s *mobyipvs.Service, d *mobyipvs.Destinatio
 	return unix.ENOENT
 }
 
-// DelDestination implements IPVS.
+// DelDestination implements the dataplane's IPVS handle.
 func (f *FakeIPVS) DelDestination(s *mobyipvs.Service, d *mobyipvs.Destination) error {
-	f.mu.Lock()
+	vs, err := f.call(s)
 	defer f.mu.Unlock()
-	f.calls++
-	vs, ok := f.services[keyOf(s)]
-	if !ok {
-		return unix.ESRCH
+	if err != nil {
+		return err
 	}
 	i := slices.IndexFunc(vs.dests, func(o *mobyipvs.Destination) bool { return sameDest(o, d) })
 	if i < 0 {
@@ -216,7 +219,7 @@ func (f *FakeIPVS) Config() mobyipvs.Config {
 func (f *FakeIPVS) SetConnections(vip netip.AddrPort, proto string, dest netip.AddrPort, active, inactive int) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	vs, ok := f.services[fakeVSKey{vip.Addr(), protoNumber(proto), vip.Port()}]
+	vs, ok := f.services[fakeVSKey{vip.Addr(), handle.ProtoNumber(proto), vip.Port()}]
 	if !ok {
 		return false
 	}
@@ -239,10 +242,10 @@ func (f *FakeIPVS) Dump() string {
 	for _, vs := range f.services {
 		s := &vs.svc
 		line := serviceString(s) + " " + s.SchedName
-		if s.Flags&flagPersistent != 0 {
+		if s.Flags&handle.FlagPersistent != 0 {
 			line += fmt.Sprintf(" persistent %d", s.Timeout)
 		}
-		if extra := s.Flags &^ flagPersistent; extra != 0 {
+		if extra := s.Flags &^ handle.FlagPersistent; extra != 0 {
 			line += fmt.Sprintf(" flags %#x", extra)
 		}
 		var dests []string
@@ -260,27 +263,11 @@ func (f *FakeIPVS) Dump() string {
 func copyService(s *mobyipvs.Service) mobyipvs.Service {
 	c := *s
 	c.Address = slices.Clone(s.Address)
-	c.Flags &^= flagHashed
+	c.Flags &^= handle.FlagHashed
 	return c
 }
 
 func serviceString(s *mobyipvs.Service) string {
 	a, _ := netip.AddrFromSlice(s.Address)
-	return protoName(s.Protocol) + " " + netip.AddrPortFrom(a.Unmap(), s.Port).String()
-}
-
-// lookup returns a copy of virtual server k, for the tests' tracer.
-func (f *FakeIPVS) lookup(k vsKey) (fakeVS, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	vs, ok := f.services[fakeVSKey(k)]
-	if !ok {
-		return fakeVS{}, false
-	}
-	c := fakeVS{svc: vs.svc}
-	for _, d := range vs.dests {
-		dc := *d
-		c.dests = append(c.dests, &dc)
-	}
-	return c, true
+	return handle.ProtoName(s.Protocol) + " " + netip.AddrPortFrom(a.Unmap(), s.Port).String()
 }
