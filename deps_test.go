@@ -33,8 +33,7 @@ var backends = []string{"iptables", "nftables", "ipvs", "userspace"}
 // TestBackendsStandAlone checks the layering DEVELOPERS.md states: no
 // dataplane backend imports another (what two share lives in a package of
 // its own, such as dataplane/xtables), and troubleshoot imports none (each
-// backend exports its kernel reading and the caller wires it in), nor
-// netlink.
+// backend exports its kernel reading and the caller wires it in).
 func TestBackendsStandAlone(t *testing.T) {
 	const module = "github.com/proxykit/proxykit/"
 	check := func(pkg string, forbidden []string) {
@@ -59,7 +58,7 @@ func TestBackendsStandAlone(t *testing.T) {
 		}
 		check("dataplane/"+b, others)
 	}
-	check("troubleshoot", append(all, "github.com/vishvananda/netlink"))
+	check("troubleshoot", all)
 }
 
 // listDeps returns what go list -deps prints for pkg.
