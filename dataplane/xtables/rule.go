@@ -104,210 +104,61 @@ var knownModules = map[string]bool{
 	"set": true,
 }
 
+// ruleParser reads the words of one rule, keeping its text as it goes.
+type ruleParser struct {
+	words []string
+	i     int
+	text  []string
+	// neg is set by a "!" for the option that follows it.
+	neg bool
+	r   *Rule
+}
+
+func (p *ruleParser) keep(w string) {
+	if strings.ContainsAny(w, " \t") || w == "" {
+		p.text = append(p.text, `"`+w+`"`)
+	} else {
+		p.text = append(p.text, w)
+	}
+}
+
+// arg consumes the value of the option at i.
+func (p *ruleParser) arg() (string, error) {
+	if p.i+1 >= len(p.words) {
+		return "", fmt.Errorf("option %s needs a value", p.words[p.i])
+	}
+	p.i++
+	v := p.words[p.i]
+	p.keep(v)
+	return v, nil
+}
+
 // parseRule parses the words of a rule after "-A CHAIN".
 func parseRule(words []string) (*Rule, error) {
-	r := &Rule{}
-	var text []string
-	neg := false
-	for i := 0; i < len(words); i++ {
-		w := words[i]
-		if strings.ContainsAny(w, " \t") || w == "" {
-			text = append(text, `"`+w+`"`)
-		} else {
-			text = append(text, w)
-		}
+	p := &ruleParser{words: words, r: &Rule{}}
+	r := p.r
+	for ; p.i < len(words); p.i++ {
+		w := words[p.i]
+		p.keep(w)
 		if w == "!" {
-			neg = true
+			p.neg = true
 			continue
 		}
-		arg := func() (string, error) {
-			if i+1 >= len(words) {
-				return "", fmt.Errorf("option %s needs a value", w)
+		handled, err := p.matchOption(w)
+		if !handled && err == nil {
+			if handled, err = p.targetOption(w); !handled && err == nil {
+				err = fmt.Errorf("unknown option %q", w)
 			}
-			i++
-			v := words[i]
-			if strings.ContainsAny(v, " \t") || v == "" {
-				text = append(text, `"`+v+`"`)
-			} else {
-				text = append(text, v)
-			}
-			return v, nil
-		}
-		var err error
-		var v string
-		switch w {
-		case "-m":
-			if v, err = arg(); err == nil && !knownModules[v] {
-				err = fmt.Errorf("unknown match module %q", v)
-			}
-		case "-p":
-			if v, err = arg(); err == nil {
-				if !knownProto(protoFromString(v)) {
-					err = fmt.Errorf("unknown protocol %q", v)
-				}
-				r.proto = v
-			}
-		case "-s", "-d":
-			if v, err = arg(); err == nil {
-				var p netip.Prefix
-				if p, err = parseAddr(v); err == nil {
-					m := &addrMatch{neg: neg, prefix: p}
-					if w == "-s" {
-						r.src = m
-					} else {
-						r.dst = m
-					}
-				}
-			}
-		case "-i":
-			if v, err = arg(); err == nil {
-				r.inIface, r.inNeg = v, neg
-			}
-		case "--dport":
-			if v, err = arg(); err == nil {
-				r.dport, err = strconv.Atoi(v)
-				if err == nil && (r.dport < 1 || r.dport > 65535) {
-					err = fmt.Errorf("port %d out of range", r.dport)
-				}
-			}
-		case "--match-set":
-			var flags string
-			if v, err = arg(); err == nil {
-				if flags, err = arg(); err == nil {
-					r.matchSet = v + " " + flags
-					if neg {
-						r.matchSet = "! " + r.matchSet
-					}
-				}
-			}
-		case "--comment":
-			if v, err = arg(); err == nil {
-				if len(v) > 255 {
-					err = fmt.Errorf("comment too long")
-				}
-				r.Comment = v
-			}
-		case "--src-type", "--dst-type":
-			if v, err = arg(); err == nil {
-				if v != "LOCAL" {
-					err = fmt.Errorf("unsupported %s %s", w, v)
-				} else if w == "--src-type" {
-					r.srcLocal, r.srcNeg = true, neg
-				} else {
-					r.dstLocal, r.dstNeg = true, neg
-				}
-			}
-		case "--ctstate":
-			if v, err = arg(); err == nil {
-				r.ctstates, r.ctNeg = strings.Split(v, ","), neg
-			}
-		case "--mark":
-			if v, err = arg(); err == nil {
-				r.markVal, r.markMask, err = parseMark(v)
-				r.hasMark, r.markNeg = true, neg
-			}
-		case "--name":
-			if v, err = arg(); err == nil && !validChainName(v) {
-				err = fmt.Errorf("bad recent name %q", v)
-			}
-			r.recentName = v
-		case "--rcheck":
-			r.recentCheck = true
-		case "--set":
-			r.recentSet = true
-		case "--reap":
-			r.recentReap = true
-		case "--rsource":
-		case "--rdest":
-			r.recentDest = true
-		case "--mask":
-			if v, err = arg(); err == nil {
-				r.recentMask = v
-			}
-		case "--on-port", "--on-ip", "--tproxy-mark":
-			if v, err = arg(); err == nil {
-				err = r.tproxy.option(w, v)
-			}
-		case "--random-fully":
-			r.randomFully = true
-		case "--reject-with":
-			r.rejectWith, err = arg()
-		case "--seconds":
-			if v, err = arg(); err == nil {
-				_, err = strconv.ParseUint(v, 10, 32)
-			}
-			r.recentSeconds = v
-		case "--mode":
-			if v, err = arg(); err == nil && v != "random" {
-				err = fmt.Errorf("unsupported statistic mode %q", v)
-			}
-		case "--probability":
-			if v, err = arg(); err == nil {
-				var f float64
-				if f, err = strconv.ParseFloat(v, 64); err == nil && (f <= 0 || f > 1) {
-					err = fmt.Errorf("probability %s out of range", v)
-				}
-				// The kernel keeps the probability as a fraction of 2^31
-				// and iptables-save prints it back rounded differently
-				// from what was written: compare what the kernel holds.
-				r.probabilistic, r.probability = true, int64(math.Round(f*(1<<31)))
-			}
-		case "-j":
-			if v, err = arg(); err == nil {
-				r.Target = v
-			}
-		case "--to-destination":
-			if v, err = arg(); err == nil {
-				err = checkToDestination(v)
-				r.toDestination = v
-			}
-		case "--to-ports":
-			if v, err = arg(); err == nil {
-				var port int
-				if port, err = strconv.Atoi(v); err == nil && (port < 1 || port > 65535) {
-					err = fmt.Errorf("port %d out of range", port)
-				}
-				r.toPorts = v
-			}
-		case "--set-xmark":
-			// iptables-save's spelling of both: --or-mark M is
-			// --set-xmark M/M, --xor-mark M is --set-xmark M/0.
-			if v, err = arg(); err == nil {
-				var val, mask uint32
-				if val, mask, err = parseMark(v); err == nil {
-					switch mask {
-					case val:
-						r.orMark, r.setsMark = val, true
-					case 0:
-						r.xorMark, r.clearsMark = val, true
-					default:
-						err = fmt.Errorf("unsupported --set-xmark %s", v)
-					}
-				}
-			}
-		case "--or-mark", "--xor-mark":
-			if v, err = arg(); err == nil {
-				var m uint64
-				if m, err = strconv.ParseUint(v, 0, 32); err == nil {
-					if w == "--or-mark" {
-						r.orMark, r.setsMark = uint32(m), true
-					} else {
-						r.xorMark, r.clearsMark = uint32(m), true
-					}
-				}
-			}
-		default:
-			err = fmt.Errorf("unknown option %q", w)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if neg && !negatable(w) {
+		if p.neg && !negatable(w) {
 			return nil, fmt.Errorf("%s cannot be negated", w)
 		}
-		neg = false
+		p.neg = false
 	}
-	if neg {
+	if p.neg {
 		return nil, fmt.Errorf("dangling !")
 	}
 	if (r.Target == "DNAT") != (r.toDestination != "") {
@@ -322,8 +173,191 @@ func parseRule(words []string) (*Rule, error) {
 	if err := r.checkTproxy(); err != nil {
 		return nil, err
 	}
-	r.Text = strings.Join(text, " ")
+	r.Text = strings.Join(p.text, " ")
 	return r, nil
+}
+
+// matchOption reads w if it is an option of a match; handled is false
+// for any other.
+func (p *ruleParser) matchOption(w string) (handled bool, err error) {
+	var v string
+	switch w {
+	case "-m":
+		if v, err = p.arg(); err == nil && !knownModules[v] {
+			err = fmt.Errorf("unknown match module %q", v)
+		}
+	case "-p":
+		if v, err = p.arg(); err == nil {
+			if !knownProto(protoFromString(v)) {
+				err = fmt.Errorf("unknown protocol %q", v)
+			}
+			p.r.proto = v
+		}
+	case "-s", "-d":
+		if v, err = p.arg(); err == nil {
+			var prefix netip.Prefix
+			if prefix, err = parseAddr(v); err == nil {
+				m := &addrMatch{neg: p.neg, prefix: prefix}
+				if w == "-s" {
+					p.r.src = m
+				} else {
+					p.r.dst = m
+				}
+			}
+		}
+	case "-i":
+		if v, err = p.arg(); err == nil {
+			p.r.inIface, p.r.inNeg = v, p.neg
+		}
+	case "--dport":
+		if v, err = p.arg(); err == nil {
+			p.r.dport, err = strconv.Atoi(v)
+			if err == nil && (p.r.dport < 1 || p.r.dport > 65535) {
+				err = fmt.Errorf("port %d out of range", p.r.dport)
+			}
+		}
+	case "--match-set":
+		var flags string
+		if v, err = p.arg(); err == nil {
+			if flags, err = p.arg(); err == nil {
+				p.r.matchSet = v + " " + flags
+				if p.neg {
+					p.r.matchSet = "! " + p.r.matchSet
+				}
+			}
+		}
+	case "--comment":
+		if v, err = p.arg(); err == nil {
+			if len(v) > 255 {
+				err = fmt.Errorf("comment too long")
+			}
+			p.r.Comment = v
+		}
+	case "--src-type", "--dst-type":
+		if v, err = p.arg(); err == nil {
+			if v != "LOCAL" {
+				err = fmt.Errorf("unsupported %s %s", w, v)
+			} else if w == "--src-type" {
+				p.r.srcLocal, p.r.srcNeg = true, p.neg
+			} else {
+				p.r.dstLocal, p.r.dstNeg = true, p.neg
+			}
+		}
+	case "--ctstate":
+		if v, err = p.arg(); err == nil {
+			p.r.ctstates, p.r.ctNeg = strings.Split(v, ","), p.neg
+		}
+	case "--mark":
+		if v, err = p.arg(); err == nil {
+			p.r.markVal, p.r.markMask, err = parseMark(v)
+			p.r.hasMark, p.r.markNeg = true, p.neg
+		}
+	case "--name":
+		if v, err = p.arg(); err == nil && !validChainName(v) {
+			err = fmt.Errorf("bad recent name %q", v)
+		}
+		p.r.recentName = v
+	case "--rcheck":
+		p.r.recentCheck = true
+	case "--set":
+		p.r.recentSet = true
+	case "--reap":
+		p.r.recentReap = true
+	case "--rsource":
+	case "--rdest":
+		p.r.recentDest = true
+	case "--mask":
+		if v, err = p.arg(); err == nil {
+			p.r.recentMask = v
+		}
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// targetOption reads w if it is an option of a target (or of the
+// statistic match, which picks among targets); handled is false for any
+// other.
+func (p *ruleParser) targetOption(w string) (handled bool, err error) {
+	var v string
+	switch w {
+	case "--on-port", "--on-ip", "--tproxy-mark":
+		if v, err = p.arg(); err == nil {
+			err = p.r.tproxy.option(w, v)
+		}
+	case "--random-fully":
+		p.r.randomFully = true
+	case "--reject-with":
+		p.r.rejectWith, err = p.arg()
+	case "--seconds":
+		if v, err = p.arg(); err == nil {
+			_, err = strconv.ParseUint(v, 10, 32)
+		}
+		p.r.recentSeconds = v
+	case "--mode":
+		if v, err = p.arg(); err == nil && v != "random" {
+			err = fmt.Errorf("unsupported statistic mode %q", v)
+		}
+	case "--probability":
+		if v, err = p.arg(); err == nil {
+			var f float64
+			if f, err = strconv.ParseFloat(v, 64); err == nil && (f <= 0 || f > 1) {
+				err = fmt.Errorf("probability %s out of range", v)
+			}
+			// The kernel keeps the probability as a fraction of 2^31
+			// and iptables-save prints it back rounded differently
+			// from what was written: compare what the kernel holds.
+			p.r.probabilistic, p.r.probability = true, int64(math.Round(f*(1<<31)))
+		}
+	case "-j":
+		if v, err = p.arg(); err == nil {
+			p.r.Target = v
+		}
+	case "--to-destination":
+		if v, err = p.arg(); err == nil {
+			err = checkToDestination(v)
+			p.r.toDestination = v
+		}
+	case "--to-ports":
+		if v, err = p.arg(); err == nil {
+			var port int
+			if port, err = strconv.Atoi(v); err == nil && (port < 1 || port > 65535) {
+				err = fmt.Errorf("port %d out of range", port)
+			}
+			p.r.toPorts = v
+		}
+	case "--set-xmark":
+		// iptables-save's spelling of both: --or-mark M is
+		// --set-xmark M/M, --xor-mark M is --set-xmark M/0.
+		if v, err = p.arg(); err == nil {
+			var val, mask uint32
+			if val, mask, err = parseMark(v); err == nil {
+				switch mask {
+				case val:
+					p.r.orMark, p.r.setsMark = val, true
+				case 0:
+					p.r.xorMark, p.r.clearsMark = val, true
+				default:
+					err = fmt.Errorf("unsupported --set-xmark %s", v)
+				}
+			}
+		}
+	case "--or-mark", "--xor-mark":
+		if v, err = p.arg(); err == nil {
+			var m uint64
+			if m, err = strconv.ParseUint(v, 0, 32); err == nil {
+				if w == "--or-mark" {
+					p.r.orMark, p.r.setsMark = uint32(m), true
+				} else {
+					p.r.xorMark, p.r.clearsMark = uint32(m), true
+				}
+			}
+		}
+	default:
+		return false, nil
+	}
+	return true, err
 }
 
 // checkToDestination checks a DNAT's --to-destination: an address and
