@@ -288,6 +288,39 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 	return s, nil
 }
 
+// familyRunner is one IP family's iptables Runner: on a dry run a
+// FakeRunner that prints each restore input (fake), else the host's.
+type familyRunner struct {
+	family v1.IPFamily
+	runner xtables.Runner
+	fake   *xtables.FakeRunner
+}
+
+// familyRunners returns the Runner of each family to proxy: both on a dry
+// run; else IPv4 always and IPv6 when ip6tables works, as kube-proxy goes
+// dual-stack when both families' tools do.
+func (o *options) familyRunners(h host, log logr.Logger, out io.Writer) ([]familyRunner, error) {
+	var rs []familyRunner
+	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		if o.dryRun {
+			fake := xtables.NewFakeRunner()
+			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
+			rs = append(rs, familyRunner{family: f, runner: fake, fake: fake})
+			continue
+		}
+		r, err := h.runner(f)
+		switch {
+		case err != nil && f == v1.IPv6Protocol:
+			log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		rs = append(rs, familyRunner{family: f, runner: r})
+	}
+	return rs, nil
+}
+
 // dataplanes returns one iptables dataplane per IP family to proxy, each
 // with its Runner (nil for a dry run). A dry run shows both families. A
 // real run always programs IPv4 and adds IPv6 when ip6tables works, as
@@ -301,24 +334,14 @@ func (o *options) dataplanes(h host, log logr.Logger, reg prometheus.Registerer,
 	case "ipvs":
 		return o.ipvsPlanes(h, log, out)
 	}
+	runners, err := o.familyRunners(h, log, out)
+	if err != nil {
+		return nil, err
+	}
 	var planes []plane
-	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg, MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit)}
-		if o.dryRun {
-			fake := xtables.NewFakeRunner()
-			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
-			cfg.Runner = fake
-		} else {
-			r, err := h.runner(f)
-			switch {
-			case err != nil && f == v1.IPv6Protocol:
-				log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
-				continue
-			case err != nil:
-				return nil, err
-			}
-			cfg.Runner = r
-		}
+	for _, fr := range runners {
+		f := fr.family
+		cfg := iptables.Config{Family: f, Logger: log, Registerer: reg, MasqueradeBit: int(*o.cfg.IPTables.MasqueradeBit), Runner: fr.runner}
 		d, err := iptables.New(cfg)
 		if err != nil {
 			return nil, err

@@ -93,8 +93,13 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 	if c.Scheduler != "" && !slices.Contains(ipvs.Schedulers(), c.Scheduler) {
 		return nil, fmt.Errorf("--ipvs-scheduler %q: want one of %s", c.Scheduler, strings.Join(ipvs.Schedulers(), ", "))
 	}
+	runners, err := o.familyRunners(h, log, out)
+	if err != nil {
+		return nil, err
+	}
 	var planes []plane
-	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+	for _, fr := range runners {
+		f := fr.family
 		cfg := ipvs.Config{
 			Family: f, Scheduler: c.Scheduler, StrictARP: c.StrictARP,
 			TCPTimeout: c.TCPTimeout.Duration, TCPFinTimeout: c.TCPFinTimeout.Duration, UDPTimeout: c.UDPTimeout.Duration,
@@ -102,22 +107,13 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 		}
 		var dump func() string
 		var fakeNL *ipvstest.FakeNetlink
-		if o.dryRun {
-			fake := xtables.NewFakeRunner()
-			fake.Output = &headerWriter{w: out, header: fmt.Sprintf("# iptables-restore input (%s)\n", f)}
+		cfg.Runner = fr.runner
+		if fr.fake != nil {
 			k := ipvstest.NewKernel()
 			fakeNL = k.Netlink
-			cfg.Runner, cfg.Kernel = fake, k
+			cfg.Kernel = k
 			dump = k.IPVS.Dump
 		} else {
-			r, err := h.runner(f)
-			switch {
-			case err != nil && f == v1.IPv6Protocol:
-				log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
-				continue
-			case err != nil:
-				return nil, err
-			}
 			k, err := h.ipvs(f)
 			if err != nil {
 				if errors.Is(err, ipvs.ErrNoIPVS) {
@@ -125,7 +121,7 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 				}
 				return nil, err
 			}
-			cfg.Runner, cfg.Kernel = r, k
+			cfg.Kernel = k
 		}
 		d, err := ipvs.New(cfg)
 		if err != nil {

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/userspace"
-	v1 "k8s.io/api/core/v1"
 )
 
 // userspacePlanes returns one userspace dataplane in redirect mode per IP
@@ -22,19 +22,16 @@ func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Regist
 		// run listens on nothing.
 		return nil, errors.New("--proxy-mode userspace cannot --dry-run: its rules redirect to the ports its forwarders listen on")
 	}
+	runners, err := o.familyRunners(h, log, io.Discard)
+	if err != nil {
+		return nil, err
+	}
 	var planes []plane
-	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		r, err := h.runner(f)
-		switch {
-		case err != nil && f == v1.IPv6Protocol:
-			log.Info("IPv6 is not proxied: ip6tables is not usable", "err", err)
-			continue
-		case err != nil:
-			return nil, err
-		}
+	for _, fr := range runners {
+		f := fr.family
 		d, err := userspace.New(userspace.Config{
 			Family:     f,
-			Redirect:   &userspace.RedirectConfig{Runner: r},
+			Redirect:   &userspace.RedirectConfig{Runner: fr.runner},
 			Logger:     log,
 			Registerer: reg,
 		})
@@ -42,7 +39,7 @@ func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Regist
 			return nil, err
 		}
 		rec := &recordedUserspace{Dataplane: d}
-		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, owned: chainsOwned(r, userspace.DefaultRedirectChainPrefix, "filter", "nat", "mangle")})
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, owned: chainsOwned(fr.runner, userspace.DefaultRedirectChainPrefix, "filter", "nat", "mangle")})
 	}
 	return planes, nil
 }
