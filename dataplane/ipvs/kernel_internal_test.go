@@ -18,7 +18,7 @@ import (
 func TestKernelInternalTraffic(t *testing.T) {
 	requireIPVS(t)
 	const name = "ExternalTrafficPolicyLocal without local endpoints"
-	scenarios := kernelScenarios()
+	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), kerneltest.Reproducible)
 	i := slicesIndex(scenarios, name)
 	if i < 0 {
 		t.Fatalf("no reproducible scenario %q", name)

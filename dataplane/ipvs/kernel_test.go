@@ -45,16 +45,6 @@ func requireIPVS(t testing.TB) {
 	t.Skip(msg + " (TestKernelTestsInVM runs it in a VM)")
 }
 
-// kernelScenarios are the cases a kernel lab reproduces, without the
-// ClientIP affinity cases: IPVS keeps its persistence templates where no
-// call can clear them between two connections, so a lab client only ever
-// sees the endpoint it is pinned to.
-func kernelScenarios() []dataplanetest.Scenario {
-	return dataplanetest.Filter(dataplanetest.Scenarios(), func(s dataplanetest.Scenario, c dataplanetest.PacketCase) bool {
-		return kerneltest.Reproducible(s, c) && !c.WantIn(dataplane.ModeIPVS).Affinity
-	})
-}
-
 // kernelHarness is a kerneltest.Harness over the IPVS dataplane, in the
 // IPVS mode.
 type kernelHarness struct {
@@ -79,13 +69,14 @@ func TestKernelConformanceBridge(t *testing.T) {
 
 func conformanceIn(t *testing.T, n kerneltest.PodNetwork) {
 	requireIPVS(t)
-	scenarios := dataplanetest.Filter(kernelScenarios(), n.Reproducible)
+	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), n.Reproducible)
 	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
 		return kernelHarness{kerneltest.New(t, kerneltest.Config{
 			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
 				return New(Config{Family: family})
 			},
+			ForgetAffinity: forgetPersistence,
 		})}
 	})
 }

@@ -30,7 +30,7 @@ var vmTools = []string{"iptables", "iptables-restore", "iptables-save", "ip6tabl
 // runs on a host whose kernel has IPVS.
 const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-nodeports_disabled|ExternalTrafficPolicyLocal|" +
 	"ExternalTrafficPolicyCluster|BothTrafficPoliciesLocal|BothTrafficPoliciesLocal_without_local_endpoints|" +
-	"NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal"
+	"NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal|SessionAffinity"
 
 // TestKernelTestsInVM runs this package's kernel tests inside a VM whose
 // kernel has IPVS and dummy links (this machine's may have neither) and
