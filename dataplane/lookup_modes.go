@@ -44,8 +44,11 @@ func (t *trace) acceptsHealthChecks() bool {
 // ipvsBound reports whether IPVS mode holds ip as a local address: every
 // service address is bound to its dummy link.
 func (t *trace) ipvsBound(ip netip.Addr) bool {
+	if t.mode != ModeIPVS {
+		return false
+	}
 	_, ok := t.idx.addrs[ip]
-	return ok && t.mode == ModeIPVS
+	return ok
 }
 
 // refusedByNode is IPVS mode's verdict for a packet to a service address

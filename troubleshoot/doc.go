@@ -48,30 +48,33 @@
 // The kernel readings are the dataplanes' own, behind the interfaces this
 // package defines (Kernel, ServiceLister, FrontendLister, ListenerLister),
 // so that it imports no dataplane backend and a new one needs no change
-// here; the
-// caller (the node agent) reads the kernel and hands the reading over.
-// xtables.Reading is the iptables dataplane's: iptables-save's listing of
-// the nat, filter and mangle tables, everyone's rules, followed by the
-// toolkit's tracer, which sees another program's rules too (a REDIRECT, a
-// TPROXY, or a DNAT of the port alone of a packet for a node address, is
-// a DNAT to a socket of the node; its set matches follow the node's
-// ipsets, ipvs.ReadIPSets). nftables.Reading is the nftables dataplane's: its
-// table as nft lists it and, with Others, the other tables whose base
-// chains run first. userspace.Reading is the userspace dataplane's in
-// redirect mode: its rules read as xtables.Reading reads them, to
-// forwarders that listen where each rule leads (where none does, the
-// kernel drops a TPROXY's packet and refuses the others) and route by the
-// model. ipvs.NamedReading is the ipvs dataplane's, after the other
-// programs' iptables rules (NamedReading.Others, the Rules of
-// xtables.NewReadingWithout the dataplane's chains): its virtual and real
-// servers, link addresses, ipsets and chains as ipvs.Dataplane.Read finds
-// them in the kernel, followed by ipvs.Reading.Trace; the kernel holds no service names there, so a
-// frontend is named after the model's service port at it, and the virtual
-// servers no service port of the model has are reported as Extra
-// frontends (FrontendLister). VerifyListeners is the counterpart for a
-// dataplane that serves in-process (a ListenerLister, such as the
-// userspace dataplane), comparing the model's frontends with the ones its
-// forwarders listen for.
+// here. The caller (the node agent) reads the kernel and hands the
+// reading over:
+//
+//   - xtables.Reading, the iptables dataplane's: iptables-save's listing
+//     of the nat, filter and mangle tables, everyone's rules, followed by
+//     the toolkit's tracer. It sees another program's rules too: a
+//     REDIRECT, a TPROXY, or a DNAT of the port alone of a packet for a
+//     node address is a DNAT to a socket of the node; set matches follow
+//     the node's ipsets (ipvs.ReadIPSets).
+//   - nftables.Reading, the nftables dataplane's: its table as nft lists
+//     it and, with Others, the other tables whose base chains run first.
+//   - userspace.Reading, the userspace dataplane's in redirect mode: its
+//     rules read as xtables.Reading reads them, to forwarders that listen
+//     where each rule leads (where none does, the kernel drops a TPROXY's
+//     packet and refuses the others) and route by the model.
+//   - ipvs.NamedReading, the ipvs dataplane's, after the other programs'
+//     iptables rules (NamedReading.Others: xtables.NewReadingWithout the
+//     dataplane's chains): its virtual and real servers, link addresses,
+//     ipsets and chains as ipvs.Dataplane.Read finds them, followed by
+//     ipvs.Reading.Trace. The kernel holds no service names there, so a
+//     frontend is named after the model's service port at it, and virtual
+//     servers no service port of the model has are reported as Extra
+//     frontends (FrontendLister).
+//
+// VerifyListeners is the counterpart for a dataplane that serves
+// in-process (a ListenerLister, such as the userspace dataplane): it
+// compares the model's frontends with the ones its forwarders listen for.
 //
 // # List
 //
