@@ -84,8 +84,12 @@ type Config struct {
 // Dataplane programs States into one nftables table. Its methods are safe
 // for concurrent use; syncs are serialized.
 type Dataplane struct {
-	cfg     Config
-	nft     knftables.Interface
+	cfg    Config
+	kernel kernel
+	// text formats plans as nft input (Render, SyncReport.Bytes): Config.NFT,
+	// or a knftables.Fake of the table when the kernel is reached over
+	// netlink.
+	text    knftables.Interface
 	ipv6    bool
 	ipX     string // "ip" or "ip6"
 	addrT   string // "ipv4_addr" or "ipv6_addr"
@@ -173,7 +177,7 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	d := &Dataplane{
 		cfg:     cfg,
-		nft:     cfg.NFT,
+		text:    cfg.NFT,
 		ipv6:    cfg.Family == v1.IPv6Protocol,
 		ipX:     "ip",
 		addrT:   "ipv4_addr",
@@ -188,7 +192,7 @@ func New(cfg Config) (*Dataplane, error) {
 	if d.ipv6 {
 		d.ipX, d.addrT = "ip6", "ipv6_addr"
 	}
-	if d.nft == nil {
+	if d.text == nil {
 		family := knftables.IPv4Family
 		if d.ipv6 {
 			family = knftables.IPv6Family
@@ -197,8 +201,9 @@ func New(cfg Config) (*Dataplane, error) {
 		if err != nil {
 			return nil, &UnsupportedError{Err: err}
 		}
-		d.nft = nft
+		d.text = nft
 	}
+	d.kernel = textKernel{d.text}
 	return d, nil
 }
 

@@ -39,7 +39,7 @@ type chainSummary struct {
 // does not exist is empty.
 func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 	k := &kernelTable{chains: map[string]chainSummary{}, sets: map[string]bool{}, maps: map[string]bool{}, elems: map[string]map[string]string{}}
-	all, err := d.nft.ListAll(ctx)
+	all, err := d.kernel.ListAll(ctx)
 	if notFound(err) {
 		return k, nil
 	}
@@ -56,7 +56,7 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 	for _, m := range all["map"] {
 		k.maps[m] = true
 	}
-	rules, err := d.nft.ListRules(ctx, "")
+	rules, err := d.kernel.ListRules(ctx, "")
 	if err != nil && !notFound(err) {
 		return nil, fmt.Errorf("list the rules of table %s: %w", d.cfg.Table, err)
 	}
@@ -82,7 +82,7 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 		} else if !k.sets[sd.name] {
 			continue
 		}
-		elems, err := d.nft.ListElements(ctx, typ, sd.name)
+		elems, err := d.kernel.ListElements(ctx, typ, sd.name)
 		if err != nil {
 			return nil, fmt.Errorf("list %s %s of table %s: %w", typ, sd.name, d.cfg.Table, err)
 		}
@@ -115,7 +115,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 	prog := d.renderAll(s, st, k)
 	p := d.fullPlan(prog, st, k, !d.recreated)
 	if !k.exists && err != nil {
-		p.ops = append([]op{{verbAdd, &knftables.Table{}}, {verbDelete, &knftables.Table{}}}, p.ops...)
+		p.ops = append([]op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}, p.ops...)
 	}
 	max := d.cfg.MaxOperations
 	txs, bytes, err := d.run(ctx, p, max)
@@ -246,7 +246,7 @@ func (x *differ) note(format string, args ...any) {
 func (x *differ) service(r *rendering) {
 	for _, s := range r.sets {
 		if !x.want[s.name] && !x.k.sets[s.name] {
-			x.p.ops = append(x.p.ops, op{verbAdd, x.d.affinitySetObj(s)})
+			x.p.ops = append(x.p.ops, op{Verb: verbAdd, Obj: x.d.affinitySetObj(s)})
 			if x.tracking {
 				x.note("set %s: missing", s.name)
 			}
@@ -279,12 +279,12 @@ func (x *differ) chain(c *chainDef) {
 		}
 	}
 	if exists && have.rules > 0 {
-		x.chainOps = append(x.chainOps, op{verbFlush, &knftables.Chain{Name: c.name}})
+		x.chainOps = append(x.chainOps, op{Verb: verbFlush, Obj: &knftables.Chain{Name: c.name}})
 		if x.tracking {
 			x.note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
 		}
 	} else {
-		x.chainOps = append(x.chainOps, op{verbAdd, &knftables.Chain{Name: c.name}})
+		x.chainOps = append(x.chainOps, op{Verb: verbAdd, Obj: &knftables.Chain{Name: c.name}})
 		switch {
 		case !x.tracking:
 		case !exists:
@@ -345,7 +345,7 @@ func (x *differ) deleteElements() {
 		for _, key := range sortedKeys(have) {
 			ek := elemKey{sd.name, key}
 			if c, ok := x.prog.winner(ek); !ok || c.value != have[key] {
-				x.p.ops = append(x.p.ops, op{verbDelete, element(ek, claim{value: have[key]})})
+				x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: element(ek, claim{value: have[key]})})
 				switch {
 				case !x.tracking:
 				case !ok:
@@ -453,7 +453,7 @@ func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 	}
 	st := d.static(s)
 	p := d.fullPlan(d.renderAll(s, st, &kernelTable{}), st, &kernelTable{}, false)
-	return []byte(transaction(d.nft, p.ops).String()), nil
+	return []byte(transaction(d.text, p.ops).String()), nil
 }
 
 // Cleanup implements dataplane.Dataplane: it deletes the dataplane's table
@@ -462,10 +462,7 @@ func (d *Dataplane) Cleanup(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.prog, d.stale = nil, map[string]time.Time{}
-	tx := d.nft.NewTransaction()
-	tx.Add(&knftables.Table{})
-	tx.Delete(&knftables.Table{})
-	if err := d.nft.Run(ctx, tx); err != nil {
+	if err := d.kernel.Run(ctx, []op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}); err != nil {
 		return fmt.Errorf("nftables: delete table %s %s: %w", d.ipX, d.cfg.Table, err)
 	}
 	d.metrics.elements.Set(0)

@@ -33,8 +33,14 @@ func newKernelHarness(t *testing.T, n kerneltest.PodNetwork) dataplanetest.Harne
 			if err != nil {
 				return nil, err
 			}
-			nft = d.nft
-			return d, nil
+			// The lab's own door to the table, whatever the dataplane's
+			// is: disturbances come from another program.
+			kf := knftables.IPv4Family
+			if family == v1.IPv6Protocol {
+				kf = knftables.IPv6Family
+			}
+			nft, err = knftables.New(kf, DefaultTable)
+			return d, err
 		},
 		ForgetAffinity: func() error { return forgetAffinity(context.Background(), nft) },
 		Disturb: func(d dataplanetest.Disturbance) error {

@@ -3,21 +3,20 @@ package nftables
 import (
 	"context"
 
+	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"sigs.k8s.io/knftables"
 )
 
-type verb uint8
-
-const (
-	verbAdd verb = iota
-	verbFlush
-	verbDelete
+type (
+	verb = nftnl.Verb
+	op   = nftnl.Op
 )
 
-type op struct {
-	verb verb
-	obj  knftables.Object
-}
+const (
+	verbAdd    = nftnl.Add
+	verbFlush  = nftnl.Flush
+	verbDelete = nftnl.Delete
+)
 
 // plan is the operations of one sync, in an order where each refers only to
 // objects created before it, so that it can be cut into several
@@ -26,21 +25,22 @@ type plan struct {
 	ops []op
 }
 
-func (p *plan) add(o knftables.Object)    { p.ops = append(p.ops, op{verbAdd, o}) }
-func (p *plan) flush(o knftables.Object)  { p.ops = append(p.ops, op{verbFlush, o}) }
-func (p *plan) delete(o knftables.Object) { p.ops = append(p.ops, op{verbDelete, o}) }
+func (p *plan) add(o knftables.Object)    { p.ops = append(p.ops, op{Verb: verbAdd, Obj: o}) }
+func (p *plan) flush(o knftables.Object)  { p.ops = append(p.ops, op{Verb: verbFlush, Obj: o}) }
+func (p *plan) delete(o knftables.Object) { p.ops = append(p.ops, op{Verb: verbDelete, Obj: o}) }
 
-// transaction returns ops as one transaction of nft.
+// transaction returns ops as one transaction of nft: the text form of a
+// plan, whatever kernel runs it.
 func transaction(nft knftables.Interface, ops []op) *knftables.Transaction {
 	tx := nft.NewTransaction()
 	for _, o := range ops {
-		switch o.verb {
+		switch o.Verb {
 		case verbAdd:
-			tx.Add(o.obj)
+			tx.Add(o.Obj)
 		case verbFlush:
-			tx.Flush(o.obj)
+			tx.Flush(o.Obj)
 		case verbDelete:
-			tx.Delete(o.obj)
+			tx.Delete(o.Obj)
 		}
 	}
 	return tx
@@ -57,21 +57,21 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 		max = len(p.ops)
 	}
 	for start := 0; start < len(p.ops); start += max {
-		tx := transaction(d.nft, p.ops[start:min(start+max, len(p.ops))])
-		if err := d.nft.Run(ctx, tx); err != nil {
+		ops := p.ops[start:min(start+max, len(p.ops))]
+		if err := d.kernel.Run(ctx, ops); err != nil {
 			d.suspectMaps(p.ops[start:])
-			return txs, 0, &TransactionError{Operations: tx.NumOperations(), Err: err}
+			return txs, 0, &TransactionError{Operations: len(ops), Err: err}
 		}
 		txs++
 	}
-	return txs, inputSize(d.nft, p.ops), nil
+	return txs, inputSize(d.text, p.ops), nil
 }
 
 // suspectMaps marks the endpoint maps ops write to as suspect.
 func (d *Dataplane) suspectMaps(ops []op) {
 	for _, o := range ops {
 		var name string
-		switch obj := o.obj.(type) {
+		switch obj := o.Obj.(type) {
 		case *knftables.Element:
 			name = obj.Map
 		case *knftables.Map:

@@ -16,8 +16,8 @@ func TestInputSizeEstimate(t *testing.T) {
 		}
 		s := d.static(st)
 		p := d.fullPlan(d.renderAll(st, s, &kernelTable{}), s, &kernelTable{}, false)
-		exact := len(transaction(d.nft, p.ops).String())
-		got := inputSize(d.nft, p.ops)
+		exact := len(transaction(d.text, p.ops).String())
+		got := inputSize(d.text, p.ops)
 		if len(p.ops) <= sampledOps && got != exact {
 			t.Errorf("%d services, %d operations: %d bytes, want exactly %d", services, len(p.ops), got, exact)
 		}

@@ -97,7 +97,7 @@ func appendElements(ops []op, v verb, n *dnatDef, from, to int) []op {
 	for i := range elems {
 		strs[2*i], strs[2*i+1] = n.key(from+i), n.eps[from+i]
 		elems[i] = knftables.Element{Map: name, Key: strs[2*i : 2*i+1 : 2*i+1], Value: strs[2*i+1 : 2*i+2 : 2*i+2]}
-		ops = append(ops, op{v, &elems[i]})
+		ops = append(ops, op{Verb: v, Obj: &elems[i]})
 	}
 	return ops
 }

@@ -153,7 +153,7 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 		for _, s := range r.sets {
 			keep[s.name] = true
 			if !oldSets[s.name] {
-				w.addSets = append(w.addSets, op{verbAdd, w.d.affinitySetObj(s)})
+				w.addSets = append(w.addSets, op{Verb: verbAdd, Obj: w.d.affinitySetObj(s)})
 			}
 		}
 		for _, c := range r.chains {
@@ -163,16 +163,16 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 				continue
 			}
 			if c.dnat != nil && !w.prog.declared[c.dnat.shard] {
-				w.addSets = append(w.addSets, op{verbAdd, w.d.shardMap(c.dnat.shard)})
+				w.addSets = append(w.addSets, op{Verb: verbAdd, Obj: w.d.shardMap(c.dnat.shard)})
 				w.prog.declared[c.dnat.shard] = true
 			}
 			var oldDNAT *dnatDef
 			if oc != nil {
 				oldDNAT = oc.dnat
-				w.chains = append(w.chains, op{verbFlush, &knftables.Chain{Name: c.name}})
+				w.chains = append(w.chains, op{Verb: verbFlush, Obj: &knftables.Chain{Name: c.name}})
 			} else {
 				delete(w.d.stale, c.name)
-				w.chains = append(w.chains, op{verbAdd, &knftables.Chain{Name: c.name}})
+				w.chains = append(w.chains, op{Verb: verbAdd, Obj: &knftables.Chain{Name: c.name}})
 			}
 			w.dnatElems(oldDNAT, c.dnat)
 			w.chains = appendRules(w.chains, c)
@@ -184,14 +184,14 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 	if old != nil {
 		for _, c := range old.chains {
 			if !keep[c.name] {
-				w.flushes = append(w.flushes, op{verbFlush, &knftables.Chain{Name: c.name}})
+				w.flushes = append(w.flushes, op{Verb: verbFlush, Obj: &knftables.Chain{Name: c.name}})
 				w.d.stale[c.name] = w.now
 				w.dnatElems(c.dnat, nil)
 			}
 		}
 		for _, s := range old.sets {
 			if !keep[s.name] {
-				w.delSets = append(w.delSets, op{verbDelete, &knftables.Set{Name: s.name}})
+				w.delSets = append(w.delSets, op{Verb: verbDelete, Obj: &knftables.Set{Name: s.name}})
 			}
 		}
 	}
@@ -225,7 +225,7 @@ func appendRules(ops []op, c chainDef) []op {
 		if i == 0 {
 			r.Comment = knftables.PtrTo(c.sig)
 		}
-		ops = append(ops, op{verbAdd, r})
+		ops = append(ops, op{Verb: verbAdd, Obj: r})
 	}
 	return ops
 }
@@ -256,10 +256,10 @@ func (w *writer) plan() *plan {
 			continue
 		}
 		if before.present {
-			p.ops = append(p.ops, op{verbDelete, element(k, before.claim)})
+			p.ops = append(p.ops, op{Verb: verbDelete, Obj: element(k, before.claim)})
 		}
 		if ok {
-			adds = append(adds, op{verbAdd, element(k, v)})
+			adds = append(adds, op{Verb: verbAdd, Obj: element(k, v)})
 		}
 	}
 	p.ops = append(p.ops, w.elemDels...)
@@ -309,7 +309,7 @@ func appendClaimed(ops []op, claims []elemClaim) []op {
 		} else {
 			e.Set = ec.set
 		}
-		ops = append(ops, op{verbAdd, e})
+		ops = append(ops, op{Verb: verbAdd, Obj: e})
 	}
 	return ops
 }
