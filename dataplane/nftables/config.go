@@ -124,6 +124,10 @@ type Dataplane struct {
 	// element nobody expected.
 	suspect [mapCount]bool
 	stats   SyncStats
+	// seenGen is the ruleset generation at which the table was last known
+	// to be as programmed, when seen is set (KernelChanged).
+	seen    bool
+	seenGen uint32
 }
 
 // forget makes the next sync full, after a failure left the table in a
@@ -133,9 +137,10 @@ func (d *Dataplane) forget() {
 }
 
 var (
-	_ dataplane.Dataplane    = (*Dataplane)(nil)
-	_ dataplane.SyncReporter = (*Dataplane)(nil)
-	_ dataplane.Reconciler   = (*Dataplane)(nil)
+	_ dataplane.Dataplane     = (*Dataplane)(nil)
+	_ dataplane.SyncReporter  = (*Dataplane)(nil)
+	_ dataplane.Reconciler    = (*Dataplane)(nil)
+	_ dataplane.KernelWatcher = (*Dataplane)(nil)
 )
 
 // New checks cfg and returns a Dataplane. Unless cfg.NFT is set it probes

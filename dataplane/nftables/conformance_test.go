@@ -53,8 +53,8 @@ func (h *fakeHarness) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	return h.dp.Reconcile(ctx)
 }
 
-func (h *fakeHarness) KernelChanged(context.Context) (bool, error) {
-	return false, dataplanetest.ErrNotImplemented
+func (h *fakeHarness) KernelChanged(ctx context.Context) (bool, error) {
+	return h.dp.KernelChanged(ctx)
 }
 
 func (h *fakeHarness) Trace(_ context.Context, p dataplane.Packet) (dataplane.Verdict, error) {

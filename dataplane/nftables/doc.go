@@ -112,9 +112,15 @@
 // untouched table costs the listing and no transaction. Like a full sync
 // it judges endpoint maps by the chains' signatures, so an element changed
 // by hand is not seen (the node agent's verify, which traces the listing,
-// sees it). There is no
-// canary (kube-proxy's nftables mode has none either: nobody else has a
-// reason to write this table).
+// sees it).
+//
+// It is also a dataplane.KernelWatcher, whose KernelChanged is Reconcile
+// without the repair: it reports a flushed or deleted table, a chain
+// emptied or given a foreign rule, a set or map element gone or added.
+// Where the kernel numbers its commits (nftables' ruleset generation,
+// read over netlink) the table is read only when a transaction committed
+// since it was last seen as programmed; otherwise every call reads it.
+// kube-proxy's nftables mode has no canary.
 //
 // # Without a kernel
 //

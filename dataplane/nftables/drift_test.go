@@ -3,6 +3,9 @@ package nftables
 import (
 	"context"
 	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"sigs.k8s.io/knftables"
@@ -40,4 +43,47 @@ func disturb(ctx context.Context, nft knftables.Interface, d dataplanetest.Distu
 		return dataplanetest.ErrCannotDisturb
 	}
 	return nft.Run(ctx, tx)
+}
+
+// TestCanaryNoticesEveryDisturbance: the canary sees each
+// disturbance of the conformance suite, not only a flushed table, and an
+// untouched or repaired table is quiet.
+func TestCanaryNoticesEveryDisturbance(t *testing.T) {
+	for _, dist := range []dataplanetest.Disturbance{dataplanetest.FlushAll, dataplanetest.RemoveOne, dataplanetest.AddForeign} {
+		t.Run(dist.String(), func(t *testing.T) {
+			ctx := t.Context()
+			fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+			d, _ := testDataplane(t, fake)
+			if changed, err := d.KernelChanged(ctx); err != nil || changed {
+				t.Fatalf("KernelChanged before the first Sync = %v, %v; want false", changed, err)
+			}
+			b := newBuilder()
+			b.UpdateService(nil, clusterIPService(1))
+			b.UpdateEndpointSlice(nil, slice(1, 2, 0))
+			if err := d.Sync(ctx, b.Build().States[0]); err != nil {
+				t.Fatal(err)
+			}
+			want := []bool{false, true, false}
+			var got []bool
+			check := func() {
+				changed, err := d.KernelChanged(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, changed)
+			}
+			check()
+			if err := disturb(ctx, fake, dist); err != nil {
+				t.Fatal(err)
+			}
+			check()
+			if _, err := d.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			check()
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("KernelChanged when untouched, disturbed, repaired (-want +got):\n%s", d)
+			}
+		})
+	}
 }

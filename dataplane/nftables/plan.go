@@ -64,6 +64,7 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 		}
 		txs++
 	}
+	d.noteGeneration(ctx)
 	return txs, inputSize(d.text, p.ops), nil
 }
 

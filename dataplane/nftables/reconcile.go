@@ -76,3 +76,58 @@ func (d *Dataplane) staticDrift(k *kernelTable) []string {
 	}
 	return why
 }
+
+// generations is a kernel that numbers its commits: nftables' ruleset
+// generation, which every transaction in the network namespace moves.
+type generations interface {
+	Generation(ctx context.Context) (uint32, error)
+}
+
+// KernelChanged implements dataplane.KernelWatcher: it reports whether the
+// table differs from the last successful Sync, as Reconcile would find it,
+// without repairing anything. Over netlink the ruleset generation is
+// asked first, and the table is read only when some transaction (anyone's)
+// committed since the table was last seen as programmed.
+func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.prog == nil {
+		return false, nil
+	}
+	g, numbered := d.kernel.(generations)
+	var gen uint32
+	if numbered {
+		var err error
+		if gen, err = g.Generation(ctx); err != nil {
+			return false, fmt.Errorf("nftables: canary: %w", err)
+		}
+		if d.seen && gen == d.seenGen {
+			return false, nil
+		}
+	}
+	k, err := d.readBack(ctx)
+	if err != nil {
+		return false, fmt.Errorf("nftables: canary: %w", err)
+	}
+	drift := d.staticDrift(k)
+	d.diffPlan(&plan{}, d.prog, k, &drift)
+	if len(drift) > 0 {
+		d.log.V(2).Info("Table changed under the dataplane", "first", drift[0], "changes", len(drift))
+		return true, nil
+	}
+	d.seen, d.seenGen = numbered, gen
+	return false, nil
+}
+
+// noteGeneration records the generation after the Dataplane's own commit,
+// so that KernelChanged does not read the table for it. A commit of
+// someone else's between the two is missed until the next one, or the
+// next Reconcile.
+func (d *Dataplane) noteGeneration(ctx context.Context) {
+	d.seen = false
+	if g, ok := d.kernel.(generations); ok {
+		if gen, err := g.Generation(ctx); err == nil {
+			d.seen, d.seenGen = true, gen
+		}
+	}
+}
