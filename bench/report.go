@@ -234,7 +234,7 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.machine)
 	fmt.Fprintf(w, "Medians of %d child processes per system and workload (first syncs, peak RSS, kernel runs) and %d repetitions in each (other operations; fewer at the largest workloads, as their n says); (min–max, number of samples). Ratios are kube-proxy's figure over proxykit's, from the same run.\n\n",
 		r.cfg.runs, r.cfg.reps)
-	pairs := []string{"iptables", "nftables"}
+	pairs := r.pairs()
 	for _, wl := range r.cfg.workloads {
 		fmt.Fprintf(w, "### %s\n\n", wl.title())
 		header := []string{""}
@@ -280,6 +280,17 @@ func (r *report) write(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	r.writeChecks(w)
+}
+
+// pairs are the pairs of the systems run, in the order of systems.
+func (r *report) pairs() []string {
+	var pairs []string
+	for _, s := range systems {
+		if r.cfg.wants(s.key) && !slices.Contains(pairs, s.pair) {
+			pairs = append(pairs, s.pair)
+		}
+	}
+	return pairs
 }
 
 // writeChecks prints the correctness cross-check of each workload.

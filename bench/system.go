@@ -59,7 +59,8 @@ type systemSpec struct {
 	key string
 	// title is the column header.
 	title string
-	// pair groups the systems compared by ratio: "iptables" or "nftables".
+	// pair groups the systems compared by ratio: "iptables", "nftables"
+	// or "ipvs".
 	pair string
 	// upstream is kube-proxy; the others are proxykit.
 	upstream bool
@@ -80,6 +81,8 @@ var systems = []systemSpec{
 		kernels: []string{nftables}, new: newKubeNFTables},
 	{key: "proxykit-nftables", title: "proxykit nftables", pair: "nftables",
 		kernels: []string{nftables}, new: newProxykitNFTables},
+	{key: "kube-ipvs", title: "kube-proxy ipvs", pair: "ipvs", upstream: true, new: newKubeIPVS},
+	{key: "proxykit-ipvs", title: "proxykit ipvs", pair: "ipvs", new: newProxykitIPVS},
 }
 
 // newSystem returns spec's system for the families: one proxier or
