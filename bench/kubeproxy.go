@@ -14,10 +14,6 @@ import (
 	"k8s.io/kubernetes/pkg/proxy"
 	kubeproxyconfig "k8s.io/kubernetes/pkg/proxy/apis/config"
 	kubeiptables "k8s.io/kubernetes/pkg/proxy/iptables"
-	kubeipvs "k8s.io/kubernetes/pkg/proxy/ipvs"
-	ipsetfake "k8s.io/kubernetes/pkg/proxy/ipvs/ipset/testing"
-	netlinkfake "k8s.io/kubernetes/pkg/proxy/ipvs/testing"
-	ipvsfake "k8s.io/kubernetes/pkg/proxy/ipvs/util/testing"
 	kubenftables "k8s.io/kubernetes/pkg/proxy/nftables"
 	proxyutil "k8s.io/kubernetes/pkg/proxy/util"
 	utiliptables "k8s.io/kubernetes/pkg/util/iptables"
@@ -121,38 +117,3 @@ func newKubeNFTables(be string, family v1.IPFamily) (system, error) {
 	}
 	return &kubeSystem{p: p, be: b}, nil
 }
-
-// newKubeIPVS is kube-proxy's IPVS proxier on the fakes its own unit
-// tests use for the IPVS table, the ipsets and the dummy link (the
-// constructor opens a real netlink handle for the link, which is
-// swapped), and on an iptBackend that discards its iptables rules, as
-// kube-proxy's iptables proxier's are.
-func newKubeIPVS(be string, family v1.IPFamily) (system, error) {
-	if be != discard {
-		return nil, fmt.Errorf("kube-proxy ipvs cannot run on %s", be)
-	}
-	protocol := utiliptables.ProtocolIPv4
-	if family == v1.IPv6Protocol {
-		protocol = utiliptables.ProtocolIPv6
-	}
-	b := &iptBackend{protocol: protocol}
-	p, err := kubeipvs.NewProxier(context.Background(), kubeConfig(), family, b, ipvsfake.NewFake(), ipsetfake.NewFake(ipsetVersion),
-		sysctltest.NewFake(), proxyutil.NewDetectLocalByCIDR(familyClusterCIDR(family)), nodeName, net.ParseIP(familyNodeIP(family)),
-		events.NewFakeRecorder(100), nil, false)
-	if err != nil {
-		return nil, err
-	}
-	nl := netlinkfake.NewFakeNetlinkHandle(family == v1.IPv6Protocol)
-	// The node's addresses, which node ports are served on.
-	if err := nl.SetLocalAddresses("eth0", nodeIP, nodeIPv6); err != nil {
-		return nil, err
-	}
-	if err := swapField(p, "netlinkHandle", func(kubeipvs.NetLinkHandle) kubeipvs.NetLinkHandle { return nl }); err != nil {
-		return nil, err
-	}
-	return &kubeSystem{p: p, be: b}, nil
-}
-
-// ipsetVersion is the version kube-proxy's ipset fake reports, that of
-// its unit tests.
-const ipsetVersion = "v6.19"

@@ -115,7 +115,7 @@ func newProxykitIPVS(be string, family v1.IPFamily) (system, error) {
 	k := ipvstest.NewKernel()
 	// The node's addresses, which node ports are served on.
 	k.Netlink.SetLinkAddrs("eth0", netip.MustParseAddr(nodeIP), netip.MustParseAddr(nodeIPv6))
-	b := ipvsBackend{pkRunner: &pkRunner{}, ipvs: k.IPVS}
+	b := ipvsBackend{pkRunner: &pkRunner{}, kernel: k}
 	d, err := pkipvs.New(pkipvs.Config{Family: family, Kernel: k, Runner: b.pkRunner, Logger: logr.Discard()})
 	if err != nil {
 		return nil, err
@@ -124,15 +124,18 @@ func newProxykitIPVS(be string, family v1.IPFamily) (system, error) {
 }
 
 // ipvsBackend is the backend of proxykit's IPVS dataplane: a pkRunner
-// takes its iptables rules, and failures are injected into its IPVS
-// table, which every sync calls where a partial one may write no rules.
+// takes its iptables rules, the fakes count its netlink calls, and
+// failures are injected into its IPVS table, which every sync calls where
+// a partial one may write no rules.
 type ipvsBackend struct {
 	*pkRunner
-	ipvs *ipvstest.FakeIPVS
+	kernel *ipvstest.Kernel
 }
 
-func (b ipvsBackend) failNext() { b.ipvs.FailNext(errInjected) }
+func (b ipvsBackend) failNext() { b.kernel.IPVS.FailNext(errInjected) }
 
 // beginSync implements backend: a sync restores iptables rules only when
 // they changed.
 func (b ipvsBackend) beginSync() { b.last = 0 }
+
+func (b ipvsBackend) calls() int { return b.kernel.IPVS.Calls() + b.kernel.Netlink.Calls() }
