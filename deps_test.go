@@ -31,13 +31,14 @@ func TestNoInformersLinked(t *testing.T) {
 var backends = []string{"iptables", "nftables", "ipvs", "userspace"}
 
 // TestBackendsStandAlone checks the layering DEVELOPERS.md states: no
-// dataplane backend imports another (what two share lives in a package of
-// its own, such as dataplane/xtables), and troubleshoot imports none (each
+// dataplane backend imports another, nor do its tests (what two share
+// lives in a package of its own, such as dataplane/xtables; comparisons
+// between dataplanes are bench/'s), and troubleshoot imports none (each
 // backend exports its kernel reading and the caller wires it in).
 func TestBackendsStandAlone(t *testing.T) {
 	const module = "github.com/proxykit/proxykit/"
-	check := func(pkg string, forbidden []string) {
-		for _, dep := range listDeps(t, "./"+pkg) {
+	check := func(pkg string, forbidden []string, flags ...string) {
+		for _, dep := range listDeps(t, "./"+pkg, flags...) {
 			for _, f := range forbidden {
 				if dep == f || strings.HasPrefix(dep, f+"/") {
 					t.Errorf("%s imports %s", pkg, dep)
@@ -56,18 +57,18 @@ func TestBackendsStandAlone(t *testing.T) {
 				others = append(others, module+"dataplane/"+o)
 			}
 		}
-		check("dataplane/"+b, others)
+		check("dataplane/"+b, others, "-test")
 	}
 	check("troubleshoot", all)
 }
 
-// listDeps returns what go list -deps prints for pkg.
-func listDeps(t *testing.T, pkg string) []string {
+// listDeps returns what go list -deps prints for pkg, given flags.
+func listDeps(t *testing.T, pkg string, flags ...string) []string {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("the go tool is not on PATH; cannot list dependencies")
 	}
-	out, err := exec.Command("go", "list", "-deps", pkg).Output()
+	out, err := exec.Command("go", append(append([]string{"list", "-deps"}, flags...), pkg)...).Output()
 	if err != nil {
 		var stderr string
 		var ee *exec.ExitError

@@ -36,6 +36,9 @@ type sample struct {
 	AllocBytes, Allocs uint64
 	// Written is what it handed to the backend, in bytes.
 	Written int
+	// Calls is how many calls it made to the kernel one by one, for a
+	// backend that counts them (callCounter).
+	Calls *int `json:",omitempty"`
 }
 
 // childResult is what a child process prints, as JSON, on stdout.
@@ -166,11 +169,16 @@ func runSystem(a childArgs) (childResult, error) {
 // add measures f as op and records it with what it wrote.
 func (r *childRun) add(op string, f func() error) error {
 	r.be.beginSync()
+	before, counted := kernelCalls(r.be)
 	s, err := measure(op, f)
 	if err != nil {
 		return err
 	}
 	s.Written = r.be.written()
+	if counted {
+		after, _ := kernelCalls(r.be)
+		s.Calls = ptr(after - before)
+	}
 	r.res.Samples = append(r.res.Samples, s)
 	return nil
 }

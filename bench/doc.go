@@ -1,7 +1,8 @@
 // Command bench compares proxykit's dataplanes with upstream kube-proxy's
 // proxiers (k8s.io/kubernetes v1.37.2, built by their exported
-// constructors) on identical workloads, side by side in one run, and
-// prints a Markdown table of medians and ratios:
+// constructors) in the three modes both have, iptables, nftables and
+// IPVS, on identical workloads, side by side in one run, and prints a
+// Markdown table of medians and ratios:
 //
 //	cd bench && go run . -out results.md          # every workload
 //	cd bench && go run . -quick -out results.md   # 1k and 10k services × 10 endpoints
@@ -21,12 +22,21 @@
 // forced full resync (the sync after a failed one, which every system
 // answers with a full rewrite) and an idle resync (nothing changed). For
 // each: wall time, heap allocations (bytes and objects) and the bytes
-// handed to the kernel; per process, the peak resident set (VmHWM).
+// handed to the kernel; in IPVS mode, where the iptables rules are a
+// small fixed ruleset and the services go to the kernel one netlink call
+// (or, in kube-proxy's case for its ipsets, one ipset command) at a
+// time, also the number of those calls; per process, the peak resident
+// set (VmHWM).
 //
 // Compute-only runs hand the rules to a backend that discards them
 // (proxykit's xtables.Runner, upstream's utiliptables.Interface and
 // knftables.Interface alike), so the figures are the proxies' own cost;
-// the projects' fakes, which simulate a kernel, would add their own.
+// the projects' fakes, which simulate a kernel, would add their own. IPVS
+// mode has no text to discard: both IPVS systems run on their project's
+// fakes of the IPVS table, the ipsets and the dummy link (upstream's
+// from its unit tests, ipvs/util/testing, ipvs/ipset/testing and
+// ipvs/testing; proxykit's ipvstest.Kernel), whose own cost counts in
+// their figures, and have no kernel rows.
 // Kernel runs program the real kernel (iptables-legacy, iptables-nft or
 // nftables) and are set beside a bare restore of the same input, the
 // kernel's floor; they run for the 1k and 10k ClusterIP workloads only,
@@ -59,5 +69,11 @@
 // something that takes objects and syncs synchronously. proxykit's
 // dataplanes go through newProxykitSystem with a backend that can discard,
 // record and fail a write on request (runner.go for iptables; nftBackend
-// in kubebackend.go serves a knftables.Interface).
+// in kubebackend.go serves a knftables.Interface; ipvsBackend injects the
+// failure into ipvstest's IPVS table, which every sync calls). Where an
+// upstream constructor makes a handle for itself instead of taking one
+// (the nftables proxier's knftables.Interface, the IPVS proxier's netlink
+// handle), swapField replaces it, the one place the benchmark reaches
+// inside upstream. A backend that counts calls to the kernel implements
+// callCounter.
 package main

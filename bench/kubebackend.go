@@ -335,22 +335,34 @@ func (b *nftBackend) ListCounters(ctx context.Context) ([]*knftables.Counter, er
 }
 
 // swapNFTables puts an nftBackend in place of the knftables.Interface
-// kube-proxy's nftables proxier made for itself. Its constructor takes no
-// interface (it calls knftables.New), so the unexported field is replaced
-// by reflection: the one place the benchmark reaches inside upstream.
-// With discard, the backend keeps nothing; otherwise it wraps the
-// proxier's own.
+// kube-proxy's nftables proxier made for itself (its constructor takes no
+// interface: it calls knftables.New). With discard, the backend keeps
+// nothing; otherwise it wraps the proxier's own.
 func swapNFTables(p *kubenftables.Proxier, family v1.IPFamily, discard bool) (*nftBackend, error) {
-	f := reflect.ValueOf(p).Elem().FieldByName("nftables")
-	if !f.IsValid() || f.Type() != reflect.TypeFor[knftables.Interface]() {
-		return nil, fmt.Errorf("kube-proxy's nftables Proxier has no knftables.Interface field \"nftables\"")
+	var b *nftBackend
+	err := swapField(p, "nftables", func(own knftables.Interface) knftables.Interface {
+		if discard {
+			own = nil
+		}
+		b = newNFTBackend(own, family)
+		return b
+	})
+	return b, err
+}
+
+// swapField replaces the unexported field name, of type T, of the struct
+// p points to with what swap makes of its value: the one way the
+// benchmark reaches inside upstream, for the handles a proxier's
+// constructor makes for itself instead of taking them (kube-proxy's own
+// unit tests set the same fields).
+func swapField[T any](p any, name string, swap func(T) T) error {
+	f := reflect.ValueOf(p).Elem().FieldByName(name)
+	if !f.IsValid() || f.Type() != reflect.TypeFor[T]() {
+		return fmt.Errorf("%T has no %s field %q", p, reflect.TypeFor[T](), name)
 	}
 	field := reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
-	var inner knftables.Interface
-	if !discard {
-		inner = field.Interface().(knftables.Interface)
-	}
-	b := newNFTBackend(inner, family)
-	field.Set(reflect.ValueOf(knftables.Interface(b)))
-	return b, nil
+	old, _ := field.Interface().(T) // the zero T if the field is nil
+	v := swap(old)
+	field.Set(reflect.ValueOf(&v).Elem())
+	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/iptables"
+	pkipvs "github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	pknftables "github.com/proxykit/proxykit/dataplane/nftables"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	v1 "k8s.io/api/core/v1"
@@ -103,3 +105,37 @@ func newProxykitIPTables(be string, family v1.IPFamily) (system, error) {
 	}
 	return newProxykitSystem(d, family, r), nil
 }
+
+// newProxykitIPVS is proxykit's IPVS dataplane on ipvstest's fakes of
+// the IPVS table, the link and the ipsets, its iptables rules discarded.
+func newProxykitIPVS(be string, family v1.IPFamily) (system, error) {
+	if be != discard {
+		return nil, fmt.Errorf("proxykit ipvs cannot run on %s", be)
+	}
+	k := ipvstest.NewKernel()
+	// The node's addresses, which node ports are served on.
+	k.Netlink.SetLinkAddrs("eth0", netip.MustParseAddr(nodeIP), netip.MustParseAddr(nodeIPv6))
+	b := ipvsBackend{pkRunner: &pkRunner{}, kernel: k}
+	d, err := pkipvs.New(pkipvs.Config{Family: family, Kernel: k, Runner: b.pkRunner, Logger: logr.Discard()})
+	if err != nil {
+		return nil, err
+	}
+	return newProxykitSystem(d, family, b), nil
+}
+
+// ipvsBackend is the backend of proxykit's IPVS dataplane: a pkRunner
+// takes its iptables rules, the fakes count its netlink calls, and
+// failures are injected into its IPVS table, which every sync calls where
+// a partial one may write no rules.
+type ipvsBackend struct {
+	*pkRunner
+	kernel *ipvstest.Kernel
+}
+
+func (b ipvsBackend) failNext() { b.kernel.IPVS.FailNext(errInjected) }
+
+// beginSync implements backend: a sync restores iptables rules only when
+// they changed.
+func (b ipvsBackend) beginSync() { b.last = 0 }
+
+func (b ipvsBackend) calls() int { return b.kernel.IPVS.Calls() + b.kernel.Netlink.Calls() }

@@ -17,7 +17,7 @@ type resultKey struct {
 
 // result is every sample of one operation of one system on one workload.
 type result struct {
-	seconds, allocBytes, allocs, written []float64
+	seconds, allocBytes, allocs, written, calls []float64
 }
 
 type report struct {
@@ -46,6 +46,9 @@ func (r *report) add(w workload, system, backend string, res childResult) {
 		x.allocBytes = append(x.allocBytes, float64(s.AllocBytes))
 		x.allocs = append(x.allocs, float64(s.Allocs))
 		x.written = append(x.written, float64(s.Written))
+		if s.Calls != nil {
+			x.calls = append(x.calls, float64(*s.Calls))
+		}
 	}
 	if res.PeakRSSKB > 0 && backend == discard {
 		get("peak RSS").seconds = append(get("peak RSS").seconds, float64(res.PeakRSSKB)*1024)
@@ -146,16 +149,20 @@ func (r *report) allocRow(op string) func(w workload, system string) cell {
 	}
 }
 
-func (r *report) writtenRow(op, backend string) func(w workload, system string) cell {
+// medianRow is the median of what of op's samples, printed by format.
+func (r *report) medianRow(op string, what func(*result) []float64, format func(float64) string) func(w workload, system string) cell {
 	return func(w workload, system string) cell {
-		x := r.results[resultKey{w.String(), system, backend, op}]
-		if x == nil || len(x.written) == 0 {
+		x := r.results[resultKey{w.String(), system, discard, op}]
+		if x == nil || len(what(x)) == 0 {
 			return cell{}
 		}
-		m := median(x.written)
-		return cell{text: fmtBytes(m), value: m, ok: true}
+		m := median(what(x))
+		return cell{text: format(m), value: m, ok: true}
 	}
 }
+
+func written(x *result) []float64 { return x.written }
+func calls(x *result) []float64   { return x.calls }
 
 func (r *report) rssRow(w workload, system string) cell {
 	x := r.results[resultKey{w.String(), system, discard, "peak RSS"}]
@@ -204,8 +211,10 @@ func (r *report) rows() []row {
 		{"allocations, one-endpoint change", r.allocRow(opEndpoint), smaller},
 		{"peak RSS of the process", r.rssRow, smaller},
 		{"peak RSS of the process, the workload's objects deducted", r.rssOverBaseline, smaller},
-		{"bytes to the kernel, first sync", r.writtenRow(opFirst, discard), smaller},
-		{"bytes to the kernel, one-endpoint change", r.writtenRow(opEndpoint, discard), smaller},
+		{"bytes to the kernel, first sync", r.medianRow(opFirst, written, fmtBytes), smaller},
+		{"bytes to the kernel, one-endpoint change", r.medianRow(opEndpoint, written, fmtBytes), smaller},
+		{"IPVS, ipset and link calls, first sync", r.medianRow(opFirst, calls, fmtCount), smaller},
+		{"IPVS, ipset and link calls, one-endpoint change", r.medianRow(opEndpoint, calls, fmtCount), smaller},
 	}
 	for _, k := range r.cfg.kernels {
 		rows = append(rows,
@@ -234,7 +243,7 @@ func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.machine)
 	fmt.Fprintf(w, "Medians of %d child processes per system and workload (first syncs, peak RSS, kernel runs) and %d repetitions in each (other operations; fewer at the largest workloads, as their n says); (min–max, number of samples). Ratios are kube-proxy's figure over proxykit's, from the same run.\n\n",
 		r.cfg.runs, r.cfg.reps)
-	pairs := []string{"iptables", "nftables"}
+	pairs := r.pairs()
 	for _, wl := range r.cfg.workloads {
 		fmt.Fprintf(w, "### %s\n\n", wl.title())
 		header := []string{""}
@@ -280,6 +289,17 @@ func (r *report) write(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	r.writeChecks(w)
+}
+
+// pairs are the pairs of the systems run, in the order of systems.
+func (r *report) pairs() []string {
+	var pairs []string
+	for _, s := range systems {
+		if r.cfg.wants(s.key) && !slices.Contains(pairs, s.pair) {
+			pairs = append(pairs, s.pair)
+		}
+	}
+	return pairs
 }
 
 // writeChecks prints the correctness cross-check of each workload.

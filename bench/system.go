@@ -38,6 +38,34 @@ type backend interface {
 	firstInput() []byte
 }
 
+// callCounter is a backend that counts the calls a system makes to the
+// kernel one by one: IPVS mode's netlink messages and ipset commands,
+// beside which its iptables rules are one restore.
+type callCounter interface {
+	// calls is how many so far.
+	calls() int
+}
+
+// kernelCalls is how many calls be's systems have made so far, if it
+// counts them.
+func kernelCalls(be backend) (int, bool) {
+	switch b := be.(type) {
+	case callCounter:
+		return b.calls(), true
+	case multiBackend:
+		n := 0
+		for _, s := range b {
+			k, ok := kernelCalls(s.backend())
+			if !ok {
+				return 0, false
+			}
+			n += k
+		}
+		return n, true
+	}
+	return 0, false
+}
+
 // errInjected is the failure failNext injects.
 var errInjected = errors.New("failure injected by the benchmark")
 
@@ -59,7 +87,8 @@ type systemSpec struct {
 	key string
 	// title is the column header.
 	title string
-	// pair groups the systems compared by ratio: "iptables" or "nftables".
+	// pair groups the systems compared by ratio: "iptables", "nftables"
+	// or "ipvs".
 	pair string
 	// upstream is kube-proxy; the others are proxykit.
 	upstream bool
@@ -80,6 +109,8 @@ var systems = []systemSpec{
 		kernels: []string{nftables}, new: newKubeNFTables},
 	{key: "proxykit-nftables", title: "proxykit nftables", pair: "nftables",
 		kernels: []string{nftables}, new: newProxykitNFTables},
+	{key: "kube-ipvs", title: "kube-proxy ipvs", pair: "ipvs", upstream: true, new: newKubeIPVS},
+	{key: "proxykit-ipvs", title: "proxykit ipvs", pair: "ipvs", new: newProxykitIPVS},
 }
 
 // newSystem returns spec's system for the families: one proxier or

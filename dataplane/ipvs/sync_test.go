@@ -11,7 +11,6 @@ import (
 	mobyipvs "github.com/moby/ipvs"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
-	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
 	"github.com/proxykit/proxykit/dataplane/ipvs/ipvstest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
@@ -135,15 +134,6 @@ func TestCallsPerChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%d services: a full sync over a programmed kernel: %d calls", n, f.calls()-full)
-		// The iptables dataplane on the same States, for comparison.
-		ipt, err := iptables.New(iptables.Config{Runner: xtables.NewFakeRunner()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ipt.Sync(ctx, st); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%d services: iptables full sync: 1 restore of %d bytes", n, ipt.LastSync().Bytes)
 		// Service 1 is a NodePort service: its cluster IP and one node
 		// port per node address.
 		for _, tc := range []struct {
@@ -158,10 +148,6 @@ func TestCallsPerChange(t *testing.T) {
 			if err := d.Sync(ctx, next); err != nil {
 				t.Fatal(err)
 			}
-			if err := ipt.Sync(ctx, next); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%d services: iptables, %s: 1 restore of %d bytes", n, tc.name, ipt.LastSync().Bytes)
 			if d.LastSync().Full {
 				t.Fatalf("%d services, %s: the sync was full", n, tc.name)
 			}

@@ -19,13 +19,16 @@ import (
 // or deleting one that does not with ESRCH (virtual servers) or ENOENT
 // (real servers), and GetServices and GetDestinations return copies. It
 // counts every call (Calls), each of which would be one netlink round
-// trip, and keeps connection counts a test sets (SetConnections) so that
-// graceful termination can be exercised. It is safe for concurrent use.
+// trip, keeps connection counts a test sets (SetConnections) so that
+// graceful termination can be exercised, and fails a call on request
+// (FailNext). It is safe for concurrent use.
 type FakeIPVS struct {
 	mu       sync.Mutex
 	services map[fakeVSKey]*fakeVS
 	calls    int
 	config   mobyipvs.Config
+	// fail is what the next call returns, if set (FailNext).
+	fail error
 }
 
 type fakeVSKey struct {
@@ -53,11 +56,30 @@ func sameDest(a, b *mobyipvs.Destination) bool {
 	return a.Address.Equal(b.Address) && a.Port == b.Port
 }
 
-// call locks f (the caller unlocks it), counts a call and finds the
-// virtual server of s.
-func (f *FakeIPVS) call(s *mobyipvs.Service) (*fakeVS, error) {
+// begin locks f (the caller unlocks it) and counts a call; it returns
+// the failure FailNext asked for, once.
+func (f *FakeIPVS) begin() error {
 	f.mu.Lock()
 	f.calls++
+	err := f.fail
+	f.fail = nil
+	return err
+}
+
+// FailNext makes the next call, whichever it is, fail with err and
+// change nothing, as a kernel refusing a netlink message would: a test of
+// what a caller does after a failed sync injects it so.
+func (f *FakeIPVS) FailNext(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = err
+}
+
+// call begins a call and finds the virtual server of s.
+func (f *FakeIPVS) call(s *mobyipvs.Service) (*fakeVS, error) {
+	if err := f.begin(); err != nil {
+		return nil, err
+	}
 	vs, ok := f.services[keyOf(s)]
 	if !ok {
 		return nil, unix.ESRCH
@@ -74,9 +96,11 @@ func (f *FakeIPVS) Calls() int {
 
 // GetServices implements the dataplane's IPVS handle.
 func (f *FakeIPVS) GetServices() ([]*mobyipvs.Service, error) {
-	f.mu.Lock()
+	err := f.begin()
 	defer f.mu.Unlock()
-	f.calls++
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*mobyipvs.Service, 0, len(f.services))
 	for _, vs := range f.services {
 		s := vs.svc
@@ -89,9 +113,11 @@ func (f *FakeIPVS) GetServices() ([]*mobyipvs.Service, error) {
 
 // NewService implements the dataplane's IPVS handle.
 func (f *FakeIPVS) NewService(s *mobyipvs.Service) error {
-	f.mu.Lock()
+	err := f.begin()
 	defer f.mu.Unlock()
-	f.calls++
+	if err != nil {
+		return err
+	}
 	k := keyOf(s)
 	if _, ok := f.services[k]; ok {
 		return unix.EEXIST
@@ -113,9 +139,11 @@ func (f *FakeIPVS) UpdateService(s *mobyipvs.Service) error {
 
 // DelService implements the dataplane's IPVS handle.
 func (f *FakeIPVS) DelService(s *mobyipvs.Service) error {
-	f.mu.Lock()
+	err := f.begin()
 	defer f.mu.Unlock()
-	f.calls++
+	if err != nil {
+		return err
+	}
 	k := keyOf(s)
 	if _, ok := f.services[k]; !ok {
 		return unix.ESRCH
@@ -190,9 +218,11 @@ func (f *FakeIPVS) DelDestination(s *mobyipvs.Service, d *mobyipvs.Destination) 
 // SetConfig implements IPVS; zero fields keep their value, as in the
 // kernel.
 func (f *FakeIPVS) SetConfig(c *mobyipvs.Config) error {
-	f.mu.Lock()
+	err := f.begin()
 	defer f.mu.Unlock()
-	f.calls++
+	if err != nil {
+		return err
+	}
 	if c.TimeoutTCP != 0 {
 		f.config.TimeoutTCP = c.TimeoutTCP
 	}
