@@ -126,7 +126,7 @@ func (e *othersTrace) rule(t *otherTable, chain string, r otherRule, depth int) 
 	return oResult{}
 }
 
-// statement applies the statement at toks[i], if there is one there; ok
+// statement applies the statement at r.toks[i], if there is one there; ok
 // reports that there is, and then res is the rule's result.
 func (e *othersTrace) statement(t *otherTable, chain string, r otherRule, i, depth int) (res oResult, ok bool) {
 	rule, toks := r.text, r.toks
@@ -163,7 +163,7 @@ func (e *othersTrace) statement(t *otherTable, chain string, r otherRule, i, dep
 	return oResult{}, false
 }
 
-// match applies the match at toks[i]: selectors joined by " . ", then a
+// match applies the match at r.toks[i]: selectors joined by " . ", then a
 // value, a set or a verdict map. next is where the rule goes on when the
 // packet matches; done reports that the rule ends here, with res.
 func (e *othersTrace) match(t *otherTable, chain string, r otherRule, i, depth int) (next int, res oResult, done bool) {
@@ -207,7 +207,7 @@ func (e *othersTrace) match(t *otherTable, chain string, r otherRule, i, depth i
 	return e.compare(t, chain, rule, toks, i, keys)
 }
 
-// vmapMatch applies the verdict map named at toks[i+1] to keys; a key it
+// vmapMatch applies the verdict map named at r.toks[i+1] to keys; a key it
 // does not hold leaves the rule without a verdict.
 func (e *othersTrace) vmapMatch(t *otherTable, chain string, r otherRule, i int, keys [][]string, depth int) oResult {
 	rule, toks := r.text, r.toks
