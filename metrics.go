@@ -47,87 +47,10 @@ func networkProgrammingBuckets() []float64 {
 }
 
 func newMetrics(ns string, reg prometheus.Registerer) (*metrics, error) {
-	family := []string{"ip_family"}
-	m := &metrics{
-		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: ns, Name: "sync_proxy_rules_duration_seconds",
-			Help:    "Time one dataplane took to program a State (sync full or partial), or to read back and repair what it programmed (sync reconcile).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}, []string{"ip_family", "dataplane", "sync"}),
-		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "sync_proxy_rules_failures_total",
-			Help: "Dataplane syncs that failed.",
-		}, []string{"ip_family", "dataplane"}),
-		lastSync: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "sync_proxy_rules_last_timestamp_seconds",
-			Help: "Time of the last successful sync of a dataplane, in Unix seconds.",
-		}, []string{"ip_family", "dataplane"}),
-		lastQueued: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
-			Help: "Time a change last asked for a sync, in Unix seconds.",
-		}),
-		changesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "sync_proxy_rules_changes_total",
-			Help: "Object updates received from the sources, by kind.",
-		}, []string{"kind"}),
-		changesPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Name: "sync_proxy_rules_changes_pending",
-			Help: "Object updates received since the last sync that change what is programmed.",
-		}),
-		servicePorts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "programmed_service_ports",
-			Help: "Service ports in the State last programmed by every dataplane of a family.",
-		}, family),
-		serviceEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "programmed_services_with_endpoints",
-			Help: "Services with endpoints in the State last programmed by every dataplane of a family.",
-		}, family),
-		skippedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "objects_skipped_total",
-			Help: "Objects or parts of objects skipped as invalid, by kind and reason.",
-		}, []string{"kind", "reason"}),
-		networkProgramming: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: ns, Name: "network_programming_duration_seconds",
-			Help:    "Time from an endpoints change (its last-change-trigger-time) to its programming.",
-			Buckets: networkProgrammingBuckets(),
-		}, family),
-		conntrackDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "conntrack_deleted_entries_total",
-			Help: "Stale conntrack entries deleted.",
-		}, family),
-		conntrackFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "conntrack_cleanup_failures_total",
-			Help: "Conntrack cleanups that failed (and are retried).",
-		}, family),
-		conntrackPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "conntrack_cleanup_pending",
-			Help: "Stale frontends, endpoints and ports whose conntrack cleanup is owed.",
-		}, family),
-		healthz: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "proxy_healthz_total",
-			Help: "/healthz answers, by HTTP code.",
-		}, []string{"code"}),
-		livez: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "proxy_livez_total",
-			Help: "/livez answers, by HTTP code.",
-		}, []string{"code"}),
-		healthCheckPorts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Name: "health_check_node_ports",
-			Help: "Health-check node ports being served.",
-		}, family),
-		healthCheckErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "health_check_node_port_listen_failures_total",
-			Help: "Health-check node ports that could not be opened (retried next sync).",
-		}, family),
-		driftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "dataplane_drift_repairs_total",
-			Help: "Objects (chains, jumps, elements) a dataplane found changed by someone else and repaired.",
-		}, []string{"ip_family", "dataplane"}),
-		kernelChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "dataplane_kernel_changes_detected_total",
-			Help: "Times a dataplane's canary showed that someone else flushed or replaced its rules.",
-		}, []string{"ip_family", "dataplane"}),
-	}
+	m := &metrics{}
+	m.syncMetrics(ns)
+	m.programmedMetrics(ns)
+	m.healthMetrics(ns)
 	if reg == nil {
 		return m, nil
 	}
@@ -149,6 +72,101 @@ func newMetrics(ns string, reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// syncMetrics creates the metrics of syncs and of the changes that ask for
+// them.
+func (m *metrics) syncMetrics(ns string) {
+	m.syncDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "sync_proxy_rules_duration_seconds",
+		Help:    "Time one dataplane took to program a State (sync full or partial), or to read back and repair what it programmed (sync reconcile).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	}, []string{"ip_family", "dataplane", "sync"})
+	m.syncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "sync_proxy_rules_failures_total",
+		Help: "Dataplane syncs that failed.",
+	}, []string{"ip_family", "dataplane"})
+	m.lastSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Name: "sync_proxy_rules_last_timestamp_seconds",
+		Help: "Time of the last successful sync of a dataplane, in Unix seconds.",
+	}, []string{"ip_family", "dataplane"})
+	m.lastQueued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
+		Help: "Time a change last asked for a sync, in Unix seconds.",
+	})
+	m.changesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "sync_proxy_rules_changes_total",
+		Help: "Object updates received from the sources, by kind.",
+	}, []string{"kind"})
+	m.changesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Name: "sync_proxy_rules_changes_pending",
+		Help: "Object updates received since the last sync that change what is programmed.",
+	})
+}
+
+// programmedMetrics creates the metrics of what is programmed and of the
+// conntrack cleanup it owes.
+func (m *metrics) programmedMetrics(ns string) {
+	family := []string{"ip_family"}
+	m.servicePorts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Name: "programmed_service_ports",
+		Help: "Service ports in the State last programmed by every dataplane of a family.",
+	}, family)
+	m.serviceEndpoints = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Name: "programmed_services_with_endpoints",
+		Help: "Services with endpoints in the State last programmed by every dataplane of a family.",
+	}, family)
+	m.skippedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "objects_skipped_total",
+		Help: "Objects or parts of objects skipped as invalid, by kind and reason.",
+	}, []string{"kind", "reason"})
+	m.networkProgramming = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "network_programming_duration_seconds",
+		Help:    "Time from an endpoints change (its last-change-trigger-time) to its programming.",
+		Buckets: networkProgrammingBuckets(),
+	}, family)
+	m.conntrackDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "conntrack_deleted_entries_total",
+		Help: "Stale conntrack entries deleted.",
+	}, family)
+	m.conntrackFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "conntrack_cleanup_failures_total",
+		Help: "Conntrack cleanups that failed (and are retried).",
+	}, family)
+	m.conntrackPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Name: "conntrack_cleanup_pending",
+		Help: "Stale frontends, endpoints and ports whose conntrack cleanup is owed.",
+	}, family)
+}
+
+// healthMetrics creates the metrics of the health endpoints and of the
+// dataplanes' repairs.
+func (m *metrics) healthMetrics(ns string) {
+	family := []string{"ip_family"}
+	m.healthz = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "proxy_healthz_total",
+		Help: "/healthz answers, by HTTP code.",
+	}, []string{"code"})
+	m.livez = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "proxy_livez_total",
+		Help: "/livez answers, by HTTP code.",
+	}, []string{"code"})
+	m.healthCheckPorts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Name: "health_check_node_ports",
+		Help: "Health-check node ports being served.",
+	}, family)
+	m.healthCheckErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "health_check_node_port_listen_failures_total",
+		Help: "Health-check node ports that could not be opened (retried next sync).",
+	}, family)
+	m.driftRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "dataplane_drift_repairs_total",
+		Help: "Objects (chains, jumps, elements) a dataplane found changed by someone else and repaired.",
+	}, []string{"ip_family", "dataplane"})
+	m.kernelChanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: "dataplane_kernel_changes_detected_total",
+		Help: "Times a dataplane's canary showed that someone else flushed or replaced its rules.",
+	}, []string{"ip_family", "dataplane"})
 }
 
 // skipped is the Builder's OnSkip hook.

@@ -31,8 +31,32 @@ type Selection[E Endpoint] struct {
 // serve the port's Cluster and Local traffic. The elements of eps must not
 // be nil; they are returned as given, never copied.
 func Categorize[E Endpoint](eps []E, p Policy, node Node, opts Options) Selection[E] {
-	useCluster, useLocal := p.UsesClusterEndpoints(), p.UsesLocalEndpoints()
+	useCluster := p.UsesClusterEndpoints()
+	r, sv := rulesFor(eps, p, node, opts)
 
+	// Classify once, remembering the verdicts, so that the exact-size
+	// slices can be filled without evaluating the hint rules again.
+	var small [128]uint8
+	marks := small[:0]
+	if len(eps) > len(small) {
+		marks = make([]uint8, 0, len(eps))
+	}
+	marks, n := classify(&r, eps, marks)
+
+	sel := Selection[E]{HasAny: sv.ready || sv.servingTerminating}
+	if !useCluster && n.local == 0 {
+		return sel
+	}
+	if n.cluster == len(eps) && n.cluster > 0 {
+		return allCluster(sel, eps, marks, n)
+	}
+	return fill(sel, eps, marks, n, useCluster)
+}
+
+// rulesFor decides which endpoints p's Cluster and Local traffic may use,
+// from the survey of eps it returns with them.
+func rulesFor[E Endpoint](eps []E, p Policy, node Node, opts Options) (rules, survey) {
+	useCluster, useLocal := p.UsesClusterEndpoints(), p.UsesLocalEndpoints()
 	r := rules{node: node}
 	if useCluster {
 		r.hints = hintSourceFor(eps, p, opts)
@@ -56,62 +80,69 @@ func Categorize[E Endpoint](eps []E, p Policy, node Node, opts Options) Selectio
 			r.local = useServingTerminating
 		}
 	}
+	return r, sv
+}
 
-	// Classify once, remembering the verdicts, so that the exact-size
-	// slices can be filled without evaluating the hint rules again.
-	var small [128]uint8
-	marks := small[:0]
-	if len(eps) > len(small) {
-		marks = make([]uint8, 0, len(eps))
-	}
-	var nc, nl, nu int
+// counts is how many endpoints Categorize's classification put in Cluster,
+// in Local, and in either.
+type counts struct {
+	cluster, local, union int
+}
+
+// classify appends to marks the verdict bits of each of eps and counts
+// them.
+func classify[E Endpoint](r *rules, eps []E, marks []uint8) ([]uint8, counts) {
+	var n counts
 	for _, ep := range eps {
 		i := ep.Info()
 		var m uint8
 		if r.inCluster(i) {
 			m |= inCluster
-			nc++
+			n.cluster++
 		}
 		if r.inLocal(i) {
 			m |= inLocal
-			nl++
+			n.local++
 		}
 		if m != 0 {
-			nu++
+			n.union++
 		}
 		marks = append(marks, m)
 	}
+	return marks, n
+}
+
+// allCluster completes sel when every endpoint serves cluster traffic, as
+// usual: Cluster, and AllReachable with it, is eps itself, and only a Local
+// that is not all of eps needs storage of its own.
+func allCluster[E Endpoint](sel Selection[E], eps []E, marks []uint8, n counts) Selection[E] {
+	sel.Cluster = eps[:n.cluster:n.cluster]
+	sel.AllReachable = sel.Cluster
+	switch {
+	case n.local == n.cluster:
+		sel.Local = sel.Cluster
+	case n.local > 0:
+		local := make([]E, 0, n.local)
+		for k, ep := range eps {
+			if marks[k]&inLocal != 0 {
+				local = append(local, ep)
+			}
+		}
+		sel.Local = local
+	}
+	return sel
+}
+
+// fill completes sel with Cluster, Local and AllReachable in one exact-size
+// allocation.
+func fill[E Endpoint](sel Selection[E], eps []E, marks []uint8, n counts, useCluster bool) Selection[E] {
+	nc, nl, nu := n.cluster, n.local, n.union
 	// When the union is as large as Cluster or Local it is that slice, so
 	// only a genuine merge needs its own storage.
 	merge := nu != nc && nu != nl
 	total := nc + nl
 	if merge {
 		total += nu
-	}
-
-	sel := Selection[E]{HasAny: sv.ready || sv.servingTerminating}
-	if !useCluster && nl == 0 {
-		return sel
-	}
-	if nc == len(eps) && nc > 0 {
-		// Every endpoint serves cluster traffic, as usual: Cluster, and
-		// AllReachable with it, is eps itself, and only a Local that is
-		// not all of eps needs storage of its own.
-		sel.Cluster = eps[:nc:nc]
-		sel.AllReachable = sel.Cluster
-		switch {
-		case nl == nc:
-			sel.Local = sel.Cluster
-		case nl > 0:
-			local := make([]E, 0, nl)
-			for k, ep := range eps {
-				if marks[k]&inLocal != 0 {
-					local = append(local, ep)
-				}
-			}
-			sel.Local = local
-		}
-		return sel
 	}
 	buf := make([]E, 0, total)
 	cluster := buf[0:0:nc]

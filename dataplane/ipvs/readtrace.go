@@ -101,20 +101,36 @@ func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (d
 		}
 		return dataplane.Verdict{Action: dataplane.NotAService}, t.steps, nil
 	}
+	eps := weighted(vs.RealServers)
+	if len(eps) == 0 {
+		return dataplane.Verdict{Action: dataplane.Reject, Service: named()}, t.steps, nil
+	}
+	masqueraded, hairpin, err := t.postrouting(eps, src, mark, isLocal)
+	if err != nil {
+		return dataplane.Verdict{}, t.steps, err
+	}
+	return dataplane.Verdict{Action: dataplane.DNAT, Service: named(), Endpoints: eps,
+		Masquerade: masqueraded == len(eps), Hairpin: hairpin, Affinity: vs.Persistent}, t.steps, nil
+}
+
+// weighted is the addresses of the real servers IPVS may pick, in order:
+// one of weight 0 takes no new connections.
+func weighted(list []RealServer) []netip.AddrPort {
 	var eps []netip.AddrPort
-	for _, rs := range vs.RealServers {
+	for _, rs := range list {
 		if rs.Weight > 0 {
 			eps = append(eps, rs.Address)
 		}
 	}
-	if len(eps) == 0 {
-		return dataplane.Verdict{Action: dataplane.Reject, Service: named()}, t.steps, nil
-	}
 	slices.SortFunc(eps, netip.AddrPort.Compare)
-	// Each real server's packets meet nat POSTROUTING with the mark the
-	// nat hooks set; a hairpin one is masqueraded whatever the mark says.
-	masqueraded := 0
-	var hairpin []netip.AddrPort
+	return eps
+}
+
+// postrouting sends the packet from src to each of eps through nat
+// POSTROUTING, with the mark the nat hooks set: masqueraded counts the
+// real servers it is masqueraded to, and hairpin is those, src's own, to
+// which it is masqueraded whatever the mark says.
+func (t *ruleTracer) postrouting(eps []netip.AddrPort, src netip.Addr, mark uint32, isLocal func(netip.Addr) bool) (masqueraded int, hairpin []netip.AddrPort, err error) {
 	for _, ep := range eps {
 		masq := func(m uint32) (bool, error) {
 			t.dst, t.dport, t.mark, t.dstLocal = ep.Addr(), ep.Port(), m, isLocal(ep.Addr())
@@ -123,7 +139,7 @@ func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (d
 		}
 		withMark, err := masq(mark)
 		if err != nil {
-			return dataplane.Verdict{}, t.steps, err
+			return 0, nil, err
 		}
 		if withMark {
 			masqueraded++
@@ -132,13 +148,12 @@ func (r *Reading) Trace(p dataplane.Packet, nodeIPs []netip.Addr, name Namer) (d
 			continue
 		}
 		if alone, err := masq(0); err != nil {
-			return dataplane.Verdict{}, t.steps, err
+			return 0, nil, err
 		} else if alone {
 			hairpin = append(hairpin, ep)
 		}
 	}
-	return dataplane.Verdict{Action: dataplane.DNAT, Service: named(), Endpoints: eps,
-		Masquerade: masqueraded == len(eps), Hairpin: hairpin, Affinity: vs.Persistent}, t.steps, nil
+	return masqueraded, hairpin, nil
 }
 
 func realServers(list []RealServer) string {

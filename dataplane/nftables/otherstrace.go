@@ -101,10 +101,9 @@ var deciding = []string{"accept", "drop", "reject", "jump", "goto", "vmap", "dna
 
 // rule applies one rule: its matches, then its verdict.
 func (e *othersTrace) rule(t *otherTable, chain string, r otherRule, depth int) oResult {
-	rule, toks := r.text, r.toks
+	toks := r.toks
 	for i := 0; i < len(toks); {
-		tok := toks[i]
-		switch tok {
+		switch toks[i] {
 		case "counter":
 			i++
 			for i+1 < len(toks) && (toks[i] == "packets" || toks[i] == "bytes") {
@@ -114,108 +113,142 @@ func (e *othersTrace) rule(t *otherTable, chain string, r otherRule, depth int) 
 		case "comment":
 			i += 2
 			continue
-		case "accept", "drop", "return":
-			e.step(t, chain, rule)
-			return oResult{kind: map[string]okind{"accept": oAccept, "drop": oDrop, "return": oReturn}[tok]}
-		case "reject":
-			e.step(t, chain, rule)
-			return oResult{kind: oReject}
-		case "jump", "goto":
-			if i+1 >= len(toks) {
-				return e.unknown(t, chain, rule)
-			}
-			e.step(t, chain, rule)
-			return e.jump(t, tok, toks[i+1], depth)
-		case "dnat", "redirect":
-			ep, ok := e.natTarget(toks[i:])
-			if !ok {
-				return e.unknown(t, chain, rule)
-			}
-			e.step(t, chain, rule)
-			return oResult{kind: oDNAT, eps: []netip.AddrPort{ep}}
-		case "masquerade", "snat", "notrack":
-			return oResult{}
-		case "numgen":
-			// "numgen random mod N vmap { 0 : goto a, ... }": every branch.
-			if i+5 >= len(toks) || toks[i+1] != "random" || toks[i+2] != "mod" || toks[i+4] != "vmap" || !strings.HasPrefix(toks[i+5], "{") {
-				return e.unknown(t, chain, rule)
-			}
-			e.step(t, chain, rule)
-			return e.branches(t, parseElements("= "+toks[i+5]), depth)
 		}
-		// A match: selectors joined by " . ", then a value, a set or a
-		// verdict map.
-		var keys [][]string
-		for {
-			sel, n := e.selector(toks[i:])
-			switch {
-			case n == 0:
-				return e.unknown(t, chain, rule)
-			case sel == nil:
-				return oResult{}
-			}
-			keys, i = append(keys, sel), i+n
-			if i < len(toks) && toks[i] == "." {
-				i++
-				continue
-			}
-			break
+		if res, ok := e.statement(t, chain, r, i, depth); ok {
+			return res
 		}
-		if i >= len(toks) {
-			return e.unknown(t, chain, rule)
+		next, res, done := e.match(t, chain, r, i, depth)
+		if done {
+			return res
 		}
-		switch op := toks[i]; {
-		case op == "vmap":
-			if i+1 >= len(toks) {
-				return e.unknown(t, chain, rule)
-			}
-			set, ok := e.set(t, toks[i+1])
-			if !ok {
-				return e.unknown(t, chain, rule)
-			}
-			if el := set.lookup(keys); el != nil && len(el.Value) == 1 {
-				e.step(t, chain, rule+"  ["+strings.Join(el.Key, " . ")+" : "+el.Value[0]+"]")
-				return e.verdict(t, el.Value[0], depth)
-			}
-			return oResult{}
-		case len(keys) > 1 || strings.HasPrefix(op, "@"):
-			// A concatenation is matched against a set.
-			if len(keys) > 1 && !strings.HasPrefix(op, "@") && !strings.HasPrefix(op, "{") {
-				return e.unknown(t, chain, rule)
-			}
-			set, ok := e.set(t, op)
-			if !ok {
-				return e.unknown(t, chain, rule)
-			}
-			if set.lookup(keys) == nil {
-				return oResult{}
-			}
-			i++
-		default:
-			neg := op == "!="
-			if neg {
-				i++
-			}
-			if i >= len(toks) || len(keys) != 1 {
-				return e.unknown(t, chain, rule)
-			}
-			var hit bool
-			if strings.HasPrefix(toks[i], "{") || strings.HasPrefix(toks[i], "@") {
-				set, ok := e.set(t, toks[i])
-				if !ok {
-					return e.unknown(t, chain, rule)
-				}
-				hit = set.lookup(keys) != nil
-			} else {
-				hit = matchOne(keys[0], toks[i])
-			}
-			if hit == neg {
-				return oResult{}
-			}
-			i++
-		}
+		i = next
 	}
 	return oResult{}
+}
+
+// statement applies the statement at r.toks[i], if there is one there; ok
+// reports that there is, and then res is the rule's result.
+func (e *othersTrace) statement(t *otherTable, chain string, r otherRule, i, depth int) (res oResult, ok bool) {
+	rule, toks := r.text, r.toks
+	switch tok := toks[i]; tok {
+	case "accept", "drop", "return":
+		e.step(t, chain, rule)
+		return oResult{kind: map[string]okind{"accept": oAccept, "drop": oDrop, "return": oReturn}[tok]}, true
+	case "reject":
+		e.step(t, chain, rule)
+		return oResult{kind: oReject}, true
+	case "jump", "goto":
+		if i+1 >= len(toks) {
+			return e.unknown(t, chain, rule), true
+		}
+		e.step(t, chain, rule)
+		return e.jump(t, tok, toks[i+1], depth), true
+	case "dnat", "redirect":
+		ep, found := e.natTarget(toks[i:])
+		if !found {
+			return e.unknown(t, chain, rule), true
+		}
+		e.step(t, chain, rule)
+		return oResult{kind: oDNAT, eps: []netip.AddrPort{ep}}, true
+	case "masquerade", "snat", "notrack":
+		return oResult{}, true
+	case "numgen":
+		// "numgen random mod N vmap { 0 : goto a, ... }": every branch.
+		if i+5 >= len(toks) || toks[i+1] != "random" || toks[i+2] != "mod" || toks[i+4] != "vmap" || !strings.HasPrefix(toks[i+5], "{") {
+			return e.unknown(t, chain, rule), true
+		}
+		e.step(t, chain, rule)
+		return e.branches(t, parseElements("= "+toks[i+5]), depth), true
+	}
+	return oResult{}, false
+}
+
+// match applies the match at r.toks[i]: selectors joined by " . ", then a
+// value, a set or a verdict map. next is where the rule goes on when the
+// packet matches; done reports that the rule ends here, with res.
+func (e *othersTrace) match(t *otherTable, chain string, r otherRule, i, depth int) (next int, res oResult, done bool) {
+	rule, toks := r.text, r.toks
+	var keys [][]string
+	for {
+		sel, n := e.selector(toks[i:])
+		switch {
+		case n == 0:
+			return i, e.unknown(t, chain, rule), true
+		case sel == nil:
+			return i, oResult{}, true
+		}
+		keys, i = append(keys, sel), i+n
+		if i < len(toks) && toks[i] == "." {
+			i++
+			continue
+		}
+		break
+	}
+	if i >= len(toks) {
+		return i, e.unknown(t, chain, rule), true
+	}
+	switch op := toks[i]; {
+	case op == "vmap":
+		return i, e.vmapMatch(t, chain, r, i, keys, depth), true
+	case len(keys) > 1 || strings.HasPrefix(op, "@"):
+		// A concatenation is matched against a set.
+		if len(keys) > 1 && !strings.HasPrefix(op, "@") && !strings.HasPrefix(op, "{") {
+			return i, e.unknown(t, chain, rule), true
+		}
+		set, ok := e.set(t, op)
+		if !ok {
+			return i, e.unknown(t, chain, rule), true
+		}
+		if set.lookup(keys) == nil {
+			return i, oResult{}, true
+		}
+		return i + 1, oResult{}, false
+	}
+	return e.compare(t, chain, rule, toks, i, keys)
+}
+
+// vmapMatch applies the verdict map named at r.toks[i+1] to keys; a key it
+// does not hold leaves the rule without a verdict.
+func (e *othersTrace) vmapMatch(t *otherTable, chain string, r otherRule, i int, keys [][]string, depth int) oResult {
+	rule, toks := r.text, r.toks
+	if i+1 >= len(toks) {
+		return e.unknown(t, chain, rule)
+	}
+	set, ok := e.set(t, toks[i+1])
+	if !ok {
+		return e.unknown(t, chain, rule)
+	}
+	if el := set.lookup(keys); el != nil && len(el.Value) == 1 {
+		e.step(t, chain, rule+"  ["+strings.Join(el.Key, " . ")+" : "+el.Value[0]+"]")
+		return e.verdict(t, el.Value[0], depth)
+	}
+	return oResult{}
+}
+
+// compare matches one selector's key against the value or set at toks[i],
+// after an optional "!=".
+func (e *othersTrace) compare(t *otherTable, chain, rule string, toks []string, i int, keys [][]string) (next int, res oResult, done bool) {
+	neg := toks[i] == "!="
+	if neg {
+		i++
+	}
+	if i >= len(toks) || len(keys) != 1 {
+		return i, e.unknown(t, chain, rule), true
+	}
+	var hit bool
+	if strings.HasPrefix(toks[i], "{") || strings.HasPrefix(toks[i], "@") {
+		set, ok := e.set(t, toks[i])
+		if !ok {
+			return i, e.unknown(t, chain, rule), true
+		}
+		hit = set.lookup(keys) != nil
+	} else {
+		hit = matchOne(keys[0], toks[i])
+	}
+	if hit == neg {
+		return i, oResult{}, true
+	}
+	return i + 1, oResult{}, false
 }
 
 // step records a rule that decided something.

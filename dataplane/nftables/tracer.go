@@ -195,113 +195,135 @@ func (tr *tracer) proto() string { return strings.ToLower(string(tr.p.Protocol))
 // rule evaluates one rule: its matches left to right, then its statements.
 func (tr *tracer) rule(rule string) (outcome, error) {
 	toks := strings.Fields(rule)
-	i := 0
-	peek := func(n int) string {
-		if i+n < len(toks) {
-			return toks[i+n]
+	for i := 0; i < len(toks); {
+		if o, ok, err := tr.vmapMatch(toks[i:]); ok {
+			return o, err
 		}
-		return ""
-	}
-	for i < len(toks) {
-		switch {
-		case peek(0) == "ct" && peek(1) == "state" && peek(2) == "new":
-			i += 3
-		case peek(0) == "ct" && peek(1) == "status" && peek(2) == "dnat":
-			if tr.dnat == nil {
-				return cont, nil
-			}
-			i += 3
-		case peek(0) == "mark" && peek(1) == "and":
-			// mark and M != 0
-			if !tr.marked {
-				return cont, nil
-			}
-			i += 5
-		case peek(0) == "fib" && peek(2) == "type" && peek(3) == "local":
-			a := tr.p.Src
-			if peek(1) == "daddr" {
-				a = tr.dst.Addr()
-			}
-			local := tr.local(a) || peek(1) == "saddr" && tr.p.From == dataplane.FromNode
-			if !local {
-				return cont, nil
-			}
-			i += 4
-		case peek(0) == "meta" && peek(1) == "l4proto" && peek(2) != ".":
-			if peek(2) != tr.proto() {
-				return cont, nil
-			}
-			i += 3
-		case peek(0) == "iifname":
-			neg := peek(1) == "!="
-			if neg {
-				i++
-			}
-			pat := strings.Trim(peek(1), `"`)
-			i += 2
-			var m bool
-			switch {
-			case tr.p.From == dataplane.FromNode:
-			case tr.p.Interface == "":
-				m = tr.p.From == dataplane.FromLocalPod
-			case strings.HasSuffix(pat, "*"):
-				m = strings.HasPrefix(tr.p.Interface, strings.TrimSuffix(pat, "*"))
-			default:
-				m = tr.p.Interface == pat
-			}
-			if m == neg {
-				return cont, nil
-			}
-		case peek(0) == tr.ipX && peek(2) == "." && peek(5) == "." && peek(6) == "th":
-			// ip daddr . meta l4proto . th dport vmap @M
-			key := tr.dst.Addr().String() + " . " + tr.proto() + " . " + strconv.Itoa(int(tr.dst.Port()))
-			return tr.vmap(strings.TrimPrefix(toks[i+9], "@"), key)
-		case peek(0) == "meta" && peek(1) == "l4proto" && peek(2) == ".":
-			// meta l4proto . th dport vmap @M
-			key := tr.proto() + " . " + strconv.Itoa(int(tr.dst.Port()))
-			return tr.vmap(strings.TrimPrefix(toks[i+6], "@"), key)
-		case peek(0) == tr.ipX && peek(2) == "." && peek(3) == tr.ipX:
-			// ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections
-			ep := tr.endpoint
-			key := tr.p.Src.String() + " . " + ep.Addr().String() + " . " + tr.proto() + " . " + strconv.Itoa(int(ep.Port()))
-			if !tr.inSet(strings.TrimPrefix(toks[i+11], "@"), key) {
-				return cont, nil
-			}
-			i += 12
-		case peek(0) == tr.ipX && (peek(1) == "saddr" || peek(1) == "daddr"):
-			a := tr.p.Src
-			if peek(1) == "daddr" {
-				a = tr.dst.Addr()
-			}
-			i += 2
-			neg := peek(0) == "!="
-			if neg {
-				i++
-			}
-			var m bool
-			if peek(0) == "{" {
-				end := slices.Index(toks[i:], "}") + i
-				for _, v := range toks[i+1 : end] {
-					if inPrefixOrAddr(strings.TrimSuffix(v, ","), a) {
-						m = true
-					}
-				}
-				i = end + 1
-			} else if strings.HasPrefix(peek(0), "@") {
-				m = tr.inSet(strings.TrimPrefix(peek(0), "@"), a.String())
-				i++
-			} else {
-				m = inPrefixOrAddr(peek(0), a)
-				i++
-			}
-			if m == neg {
-				return cont, nil
-			}
-		default:
+		n, hit := tr.match(toks[i:])
+		if n == 0 {
 			return tr.statement(toks[i:])
 		}
+		if !hit {
+			return cont, nil
+		}
+		i += n
 	}
 	return cont, nil
+}
+
+// word is toks[n], or "" past its end, so that a short rule reads as one
+// that does not match rather than out of range.
+func word(toks []string, n int) string {
+	if n < len(toks) {
+		return toks[n]
+	}
+	return ""
+}
+
+// vmapMatch evaluates the verdict map lookup that toks starts with, if it
+// does; ok reports that it does.
+func (tr *tracer) vmapMatch(toks []string) (o outcome, ok bool, err error) {
+	switch {
+	case word(toks, 0) == tr.ipX && word(toks, 2) == "." && word(toks, 5) == "." && word(toks, 6) == "th":
+		// ip daddr . meta l4proto . th dport vmap @M
+		key := tr.dst.Addr().String() + " . " + tr.proto() + " . " + strconv.Itoa(int(tr.dst.Port()))
+		o, err = tr.vmap(strings.TrimPrefix(toks[9], "@"), key)
+		return o, true, err
+	case word(toks, 0) == "meta" && word(toks, 1) == "l4proto" && word(toks, 2) == ".":
+		// meta l4proto . th dport vmap @M
+		key := tr.proto() + " . " + strconv.Itoa(int(tr.dst.Port()))
+		o, err = tr.vmap(strings.TrimPrefix(toks[6], "@"), key)
+		return o, true, err
+	}
+	return cont, false, nil
+}
+
+// match evaluates the match that toks starts with: n is how many words it
+// takes, 0 when toks starts with a statement instead, and hit whether the
+// packet matches.
+func (tr *tracer) match(toks []string) (n int, hit bool) {
+	peek := func(k int) string { return word(toks, k) }
+	switch {
+	case peek(0) == "ct" && peek(1) == "state" && peek(2) == "new":
+		return 3, true
+	case peek(0) == "ct" && peek(1) == "status" && peek(2) == "dnat":
+		return 3, tr.dnat != nil
+	case peek(0) == "mark" && peek(1) == "and":
+		// mark and M != 0
+		return 5, tr.marked
+	case peek(0) == "fib" && peek(2) == "type" && peek(3) == "local":
+		a := tr.p.Src
+		if peek(1) == "daddr" {
+			a = tr.dst.Addr()
+		}
+		return 4, tr.local(a) || peek(1) == "saddr" && tr.p.From == dataplane.FromNode
+	case peek(0) == "meta" && peek(1) == "l4proto" && peek(2) != ".":
+		return 3, peek(2) == tr.proto()
+	case peek(0) == "iifname":
+		return tr.iifname(toks)
+	case peek(0) == tr.ipX && peek(2) == "." && peek(3) == tr.ipX:
+		// ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections
+		ep := tr.endpoint
+		key := tr.p.Src.String() + " . " + ep.Addr().String() + " . " + tr.proto() + " . " + strconv.Itoa(int(ep.Port()))
+		return 12, tr.inSet(strings.TrimPrefix(toks[11], "@"), key)
+	case peek(0) == tr.ipX && (peek(1) == "saddr" || peek(1) == "daddr"):
+		return tr.addrMatch(toks)
+	}
+	return 0, false
+}
+
+// iifname evaluates an input interface match, which a packet from the
+// node never meets and one with no interface meets when it is from a
+// local pod.
+func (tr *tracer) iifname(toks []string) (n int, hit bool) {
+	neg := word(toks, 1) == "!="
+	if neg {
+		n++
+	}
+	pat := strings.Trim(word(toks, n+1), `"`)
+	n += 2
+	var m bool
+	switch {
+	case tr.p.From == dataplane.FromNode:
+	case tr.p.Interface == "":
+		m = tr.p.From == dataplane.FromLocalPod
+	case strings.HasSuffix(pat, "*"):
+		m = strings.HasPrefix(tr.p.Interface, strings.TrimSuffix(pat, "*"))
+	default:
+		m = tr.p.Interface == pat
+	}
+	return n, m != neg
+}
+
+// addrMatch evaluates a source or destination address match against one
+// address or prefix, an anonymous set or a named one.
+func (tr *tracer) addrMatch(toks []string) (n int, hit bool) {
+	a := tr.p.Src
+	if word(toks, 1) == "daddr" {
+		a = tr.dst.Addr()
+	}
+	i := 2
+	neg := word(toks, i) == "!="
+	if neg {
+		i++
+	}
+	var m bool
+	if word(toks, i) == "{" {
+		end := slices.Index(toks[i:], "}") + i
+		for _, v := range toks[i+1 : end] {
+			if inPrefixOrAddr(strings.TrimSuffix(v, ","), a) {
+				m = true
+			}
+		}
+		i = end + 1
+	} else if strings.HasPrefix(word(toks, i), "@") {
+		m = tr.inSet(strings.TrimPrefix(word(toks, i), "@"), a.String())
+		i++
+	} else {
+		m = inPrefixOrAddr(word(toks, i), a)
+		i++
+	}
+	return i, m != neg
 }
 
 func inPrefixOrAddr(s string, a netip.Addr) bool {
