@@ -107,8 +107,13 @@ func ParseListing(listing []byte, family v1.IPFamily) (*Ruleset, error) {
 var elementComment = regexp.MustCompile(` comment "([^"]*)"`)
 
 // parseElements reads "elements = { k1 . k2 [comment "c"] : v, ... }".
+// A list cut off before its closing brace has no elements.
 func parseElements(s string) []*knftables.Element {
-	body := s[strings.Index(s, "{")+1 : strings.LastIndex(s, "}")]
+	open, end := strings.Index(s, "{"), strings.LastIndex(s, "}")
+	if open < 0 || end < open {
+		return nil
+	}
+	body := s[open+1 : end]
 	var out []*knftables.Element
 	for _, e := range strings.Split(body, ",") {
 		e = strings.TrimSpace(e)
