@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -28,6 +29,33 @@ type FakeNetlink struct {
 type fakeLink struct {
 	link  netlink.Link
 	addrs []netlink.Addr
+	// at indexes addrs by address: a node's dummy link holds one per
+	// service address, tens of thousands.
+	at map[netip.Addr]int
+}
+
+func addrKey(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+func (l *fakeLink) add(a netlink.Addr) {
+	if l.at == nil {
+		l.at = map[netip.Addr]int{}
+	}
+	l.at[addrKey(a.IP)] = len(l.addrs)
+	l.addrs = append(l.addrs, a)
+}
+
+// remove deletes the address at i, moving the last one there.
+func (l *fakeLink) remove(i int) {
+	delete(l.at, addrKey(l.addrs[i].IP))
+	last := len(l.addrs) - 1
+	if i != last {
+		l.addrs[i] = l.addrs[last]
+		l.at[addrKey(l.addrs[i].IP)] = i
+	}
+	l.addrs = l.addrs[:last]
 }
 
 type fakeSet struct {
@@ -141,9 +169,9 @@ func (f *FakeNetlink) SetLinkAddrs(name string, addrs ...netip.Addr) {
 		l = &fakeLink{link: &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: name, Index: 100 + f.index}}}
 		f.links[name] = l
 	}
-	l.addrs = nil
+	l.addrs, l.at = nil, nil
 	for _, a := range addrs {
-		l.addrs = append(l.addrs, *handle.HostAddr(a))
+		l.add(*handle.HostAddr(a))
 	}
 }
 
@@ -156,7 +184,11 @@ func (f *FakeNetlink) addr(link netlink.Link, addr *netlink.Addr) (*fakeLink, in
 	if err != nil {
 		return nil, -1, err
 	}
-	return l, slices.IndexFunc(l.addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.IP) }), nil
+	i, ok := l.at[addrKey(addr.IP)]
+	if !ok {
+		i = -1
+	}
+	return l, i, nil
 }
 
 // AddrAdd implements the dataplane's netlink handle.
@@ -169,7 +201,7 @@ func (f *FakeNetlink) AddrAdd(link netlink.Link, addr *netlink.Addr) error {
 	if i >= 0 {
 		return unix.EEXIST
 	}
-	l.addrs = append(l.addrs, *addr)
+	l.add(*addr)
 	return nil
 }
 
@@ -183,7 +215,7 @@ func (f *FakeNetlink) AddrDel(link netlink.Link, addr *netlink.Addr) error {
 	if i < 0 {
 		return unix.EADDRNOTAVAIL
 	}
-	l.addrs = slices.Delete(l.addrs, i, i+1)
+	l.remove(i)
 	return nil
 }
 
