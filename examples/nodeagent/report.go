@@ -56,7 +56,8 @@ func (o *options) logOnce(log logr.Logger, planes []plane, elapsed time.Duration
 		"elapsed", elapsed.Round(time.Millisecond))
 }
 
-// runCleanup removes what every dataplane owns and says what that was.
+// runCleanup removes what every dataplane owns, and what the other modes
+// left, and says what that was.
 func (o *options) runCleanup(ctx context.Context, h host, log logr.Logger, planes []plane) error {
 	if o.dryRun {
 		return errors.New("--cleanup with --dry-run: a dry run programs nothing, so there is nothing to remove")
