@@ -173,6 +173,7 @@ func TestKernelModeSwitchLeavesNothingBehind(t *testing.T) {
 	case os.Getenv(netns.RequireKernelEnv) == "1" && vmtest.Inside():
 		t.Fatalf("no IPVS in the VM: %v", ipvsMissing(t))
 	}
+	t.Logf("modes in turn: %s", strings.Join(cycle, ", "))
 	l := newSwitchLab(t)
 	l.plantForeign(t)
 	before := l.foreignState(t)
