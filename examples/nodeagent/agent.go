@@ -24,6 +24,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane/conntrack"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/ipvs"
+	"github.com/proxykit/proxykit/dataplane/userspace"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/source"
 	"github.com/proxykit/proxykit/source/informer"
@@ -60,6 +61,11 @@ type host struct {
 	// ipvs returns family's IPVS kernel, or why IPVS cannot
 	// be used (wrapping ipvs.ErrNoIPVS without the ip_vs module).
 	ipvs func(family v1.IPFamily) (ipvs.Kernel, error)
+	// probeIPVS says whether the kernel has IPVS without loading it, for
+	// the cleanup of mode ipvs's objects from another mode; nil has none.
+	probeIPVS func() error
+	// routing opens the policy routing of mode userspace; nil has none.
+	routing func() (userspace.PolicyRouting, error)
 	// conntrack returns the stale-flow cleaner; nil cleans nothing.
 	conntrack func(log logr.Logger) proxykit.ConntrackCleaner
 	// nftListing returns what "nft list table" prints of family's table
@@ -94,8 +100,16 @@ func machine() host {
 			}
 			return r, nil
 		},
-		nft:  realNFT,
-		ipvs: realIPVS,
+		nft:       realNFT,
+		ipvs:      realIPVS,
+		probeIPVS: ipvs.Probe,
+		routing: func() (userspace.PolicyRouting, error) {
+			r, err := userspace.OpenNetlinkRouting()
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		},
 		conntrack: func(log logr.Logger) proxykit.ConntrackCleaner {
 			return conntrack.New(conntrack.Config{Logger: log})
 		},
@@ -361,6 +375,9 @@ type plane struct {
 	// there is nothing, and key-value pairs counting it (all zero when
 	// there is nothing).
 	owned func(ctx context.Context) (nothing string, counts []any, err error)
+	// close releases the kernel handles the dataplane holds; nil holds
+	// none the process must release.
+	close func()
 }
 
 func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *input, stdout io.Writer) error {
@@ -371,12 +388,15 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		return err
 	}
 	if o.cleanup {
-		return o.runCleanup(ctx, log, planes)
+		return o.runCleanup(ctx, h, log, planes)
 	}
 	if !o.dryRun {
 		if err := o.initNode(h, log); err != nil {
 			return err
 		}
+		// After this mode's dataplanes were made: a mode the node
+		// cannot run leaves the previous one in place.
+		o.removeOtherModes(ctx, h, log)
 	}
 	o.warnMisconfiguration(log)
 	cfg := o.proxyConfig()

@@ -42,7 +42,7 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-mode ipvs: %w", err)
 	}
-	defer closeKernel(k)
+	defer closeHandles(k)
 	d, err := ipvs.New(ipvs.Config{Family: st.Family, Kernel: k, Runner: r})
 	if err != nil {
 		return nil, err
@@ -77,8 +77,9 @@ func ipvsReading(ctx context.Context, h host, log logr.Logger, st *dataplane.Sta
 	return kr, nil
 }
 
-// closeKernel closes k if it can be: the kernel's, not the fakes.
-func closeKernel(k ipvs.Kernel) {
+// closeHandles closes k if it can be: the kernel's handles, not the
+// fakes.
+func closeHandles(k any) {
 	if c, ok := k.(interface{ Close() }); ok {
 		c.Close()
 	}
@@ -128,7 +129,7 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 			return nil, err
 		}
 		rec := &recordedIPVS{Dataplane: d, dump: dump, fakeNL: fakeNL, out: out, family: f}
-		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f,
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, close: func() { closeHandles(cfg.Kernel) },
 			owned: func(ctx context.Context) (string, []any, error) {
 				l, err := d.Leftovers(ctx)
 				return "no " + ipvs.DefaultPrefix + " virtual servers, addresses, sets or chains found",

@@ -26,14 +26,7 @@ import (
 func requireIPVS(t *testing.T) {
 	t.Helper()
 	netns.Require(t, "iptables-restore")
-	probe := netns.New(t, "ipvsprobe")
-	var missing []string
-	if err := probe.Do(ipvs.Probe); err != nil {
-		missing = append(missing, err.Error())
-	}
-	if _, err := probe.Run("ip", "link", "add", "pkprobe0", "type", "dummy"); err != nil {
-		missing = append(missing, "dummy links: "+strings.TrimSpace(err.Error()))
-	}
+	missing := ipvsMissing(t)
 	if len(missing) == 0 {
 		return
 	}
@@ -42,6 +35,21 @@ func requireIPVS(t *testing.T) {
 		t.Fatalf("%s (%s=1 forbids skipping)", msg, netns.RequireKernelEnv)
 	}
 	t.Skip(msg + " (TestKernelIPVSInVM runs it in a VM)")
+}
+
+// ipvsMissing says what of IPVS and dummy links the kernel lacks, probed
+// in a namespace of its own; nil when it has both.
+func ipvsMissing(t *testing.T) []string {
+	t.Helper()
+	probe := netns.New(t, "ipvsprobe")
+	var missing []string
+	if err := probe.Do(ipvs.Probe); err != nil {
+		missing = append(missing, err.Error())
+	}
+	if _, err := probe.Run("ip", "link", "add", "pkprobe0", "type", "dummy"); err != nil {
+		missing = append(missing, "dummy links: "+strings.TrimSpace(err.Error()))
+	}
+	return missing
 }
 
 // ipvsLBManifest adds a LoadBalancer with source ranges and

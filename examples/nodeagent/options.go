@@ -144,7 +144,7 @@ func newFlagSet(o *options, from *string, out io.Writer) *pflag.FlagSet {
 	fs.Func("feature-gates", "comma-separated Name=true|false of kube-proxy's feature gates: "+strings.Join(kpconfig.GateNames(), ", ")+" (ignored with --config)", func(s string) error {
 		return kpconfig.ParseGates(s, c.FeatureGates)
 	})
-	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything the agent programmed and exit")
+	fs.BoolVar(&o.cleanup, "cleanup", false, "remove everything the agent programmed, in every proxy mode, and exit")
 	fs.BoolVar(&o.initOnly, "init-only", false, "set the conntrack sysctls and OOM score (what needs full privileges) and exit")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 
@@ -158,7 +158,7 @@ func newFlagSet(o *options, from *string, out io.Writer) *pflag.FlagSet {
 	fs.StringVar(&o.hostnameOverride, "hostname-override", "", "the name of this node, if not the hostname (demo-node for the demo manifests); wins over the file's")
 
 	fs = g.group("Proxy")
-	fs.StringVar((*string)(&c.Mode), "proxy-mode", "", "which proxy mode to use: "+strings.Join(proxyModes, ", ")+" (built: "+strings.Join(builtModes, ", ")+"; default iptables; ignored with --config)")
+	fs.StringVar((*string)(&c.Mode), "proxy-mode", "", "which proxy mode to use: "+strings.Join(proxyModes, ", ")+" (built: "+strings.Join(builtModes, ", ")+"; default iptables; ignored with --config); at start, what the agent's other modes left is removed")
 	fs.BoolVar(&c.IPTables.MasqueradeAll, "masquerade-all", false, "SNAT all traffic sent through service cluster IPs (ignored with --config)")
 	fs.Int32Var(c.IPTables.MasqueradeBit, "iptables-masquerade-bit", *c.IPTables.MasqueradeBit, "the fwmark bit that flags packets for SNAT, 1 to 31 (ignored with --config)")
 	fs.BoolVar(c.IPTables.LocalhostNodePorts, "iptables-localhost-nodeports", *c.IPTables.LocalhostNodePorts, "serve IPv4 NodePorts on localhost too (ignored with --config)")

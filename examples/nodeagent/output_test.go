@@ -59,6 +59,7 @@ var operatorLines = []string{
 	"Programmed the rules once",
 	"Printed the rules",
 	"Removed the agent's rules",
+	"Removed another proxy mode's objects",
 	"Nothing to clean up",
 }
 

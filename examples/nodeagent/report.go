@@ -56,8 +56,9 @@ func (o *options) logOnce(log logr.Logger, planes []plane, elapsed time.Duration
 		"elapsed", elapsed.Round(time.Millisecond))
 }
 
-// runCleanup removes what every dataplane owns and says what that was.
-func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plane) error {
+// runCleanup removes what every dataplane owns, and what the other modes
+// left, and says what that was.
+func (o *options) runCleanup(ctx context.Context, h host, log logr.Logger, planes []plane) error {
 	if o.dryRun {
 		return errors.New("--cleanup with --dry-run: a dry run programs nothing, so there is nothing to remove")
 	}
@@ -82,6 +83,8 @@ func (o *options) runCleanup(ctx context.Context, log logr.Logger, planes []plan
 			removed = true
 		}
 	}
+	// As kube-proxy's --cleanup, every mode's.
+	removed = o.removeOtherModes(ctx, h, log) || removed
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ type support struct {
 var kubeProxyFlags = []support{
 	{"bind-address", differs, "only picks the family of the servers' default addresses; the node's IPs come from its Node object (warned when set to a specific IP)"},
 	{"bind-address-hard-fail", differs, "the agent always exits when a server cannot bind"},
-	{"cleanup", supported, "removes the agent's own chains (`PK-`), not kube-proxy's; in mode ipvs, the virtual servers, addresses, link, ipsets and chains (`PKV-`) it created"},
+	{"cleanup", supported, "removes what every mode of the agent created, whichever --proxy-mode is given, as kube-proxy's removes every mode's: chains `PK-`, `PKU-` and `PKV-`, tables ip and ip6 proxykit, mode ipvs's virtual servers, addresses, link and ipsets, mode userspace's policy route; not kube-proxy's"},
 	{"cluster-cidr", supported, ""},
 	{"config", supported, "see the fields below"},
 	{"config-sync-period", supported, "the informers' resync period"},
@@ -76,7 +76,7 @@ var kubeProxyFlags = []support{
 	{"pod-bridge-interface", supported, ""},
 	{"pod-interface-name-prefix", supported, ""},
 	{"profiling", supported, "/debug/pprof on the metrics server"},
-	{"proxy-mode", differs, "iptables; nftables (tables ip proxykit and ip6 proxykit; node ports on the primary node IPs unless --nodeport-addresses says otherwise, as kube-proxy); or userspace: Go forwarders behind TPROXY rules for traffic entering the node and REDIRECT rules for its own (chains PKU- in the nat, mangle and filter tables, a policy route of fwmark 0x2000 to table 20555; no --dry-run nor --once, the forwarders live in the agent's process; the client's address is not kept); or ipvs: virtual servers through netlink, addresses on the dummy link proxykit-ipvs0, ipsets and chains PKV- (node ports on the addresses the node's kernel has, those --nodeport-addresses selects, never on loopback; internal traffic to a service whose traffic policies are both Local reaches only its local endpoints; exits at start on a kernel without the ip_vs module, naming any missing module)"},
+	{"proxy-mode", differs, "iptables; nftables (tables ip proxykit and ip6 proxykit; node ports on the primary node IPs unless --nodeport-addresses says otherwise, as kube-proxy); or userspace: Go forwarders behind TPROXY rules for traffic entering the node and REDIRECT rules for its own (chains PKU- in the nat, mangle and filter tables, a policy route of fwmark 0x2000 to table 20555; no --dry-run nor --once, the forwarders live in the agent's process; the client's address is not kept); or ipvs: virtual servers through netlink, addresses on the dummy link proxykit-ipvs0, ipsets and chains PKV- (node ports on the addresses the node's kernel has, those --nodeport-addresses selects, never on loopback; internal traffic to a service whose traffic policies are both Local reaches only its local endpoints; exits at start on a kernel without the ip_vs module, naming any missing module); at start the agent removes what its other modes left (see \"Switching modes\")"},
 	{"show-hidden-metrics-for-version", ignored, "the agent hides no metrics"},
 	{"v", supported, ""},
 	{"version", differs, "prints the agent's version"},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 
@@ -26,12 +27,19 @@ func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Regist
 	if err != nil {
 		return nil, err
 	}
+	if h.routing == nil {
+		return nil, errors.New("--proxy-mode userspace: this host has no policy routing")
+	}
 	var planes []plane
 	for _, fr := range runners {
 		f := fr.family
+		routing, err := h.routing()
+		if err != nil {
+			return nil, fmt.Errorf("--proxy-mode userspace: %w", err)
+		}
 		d, err := userspace.New(userspace.Config{
 			Family:     f,
-			Redirect:   &userspace.RedirectConfig{Runner: fr.runner},
+			Redirect:   &userspace.RedirectConfig{Runner: fr.runner, Routing: routing},
 			Logger:     log,
 			Registerer: reg,
 		})
@@ -39,7 +47,9 @@ func (o *options) userspacePlanes(h host, log logr.Logger, reg prometheus.Regist
 			return nil, err
 		}
 		rec := &recordedUserspace{Dataplane: d}
-		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, owned: chainsOwned(fr.runner, userspace.DefaultRedirectChainPrefix, "filter", "nat", "mangle")})
+		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f,
+			owned: chainsOwned(fr.runner, userspace.DefaultRedirectChainPrefix, "filter", "nat", "mangle"),
+			close: func() { closeHandles(routing) }})
 	}
 	return planes, nil
 }

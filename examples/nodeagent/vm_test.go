@@ -1,11 +1,23 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/proxykit/proxykit/internal/vmtest"
 )
+
+// vmIPVSModules are what mode ipvs needs loaded in the VM: IPVS with the
+// default scheduler, dummy links and the ipset types it creates (the
+// kernel loads the rest on demand).
+var vmIPVSModules = []string{
+	"ip_vs", "ip_vs_rr", "dummy", "ip_set", "ip_set_hash_ip", "ip_set_hash_ipport",
+	"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "xt_set",
+}
+
+// vmIPTables are the iptables tools of both families.
+var vmIPTables = []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"}
 
 // TestKernelIPVSInVM runs the agent's ipvs-mode kernel test inside a VM
 // whose kernel has IPVS and dummy links (this machine's may have
@@ -16,14 +28,27 @@ func TestKernelIPVSInVM(t *testing.T) {
 		t.Skip("boots a VM")
 	}
 	vmtest.Run(t, vmtest.Config{
-		Run: "^TestKernelIPVSServesTraffic$",
-		Modules: []string{
-			"ip_vs", "ip_vs_rr", "dummy", "ip_set", "ip_set_hash_ip", "ip_set_hash_ipport",
-			"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "xt_set",
-		},
+		Run:     "^TestKernelIPVSServesTraffic$",
+		Modules: vmIPVSModules,
 		Omit:    []string{"xfrm_user"},
-		Tools:   []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"},
+		Tools:   vmIPTables,
 		Args:    []string{"-test.v"},
 		Timeout: 10 * time.Minute,
+	})
+}
+
+// TestKernelModeSwitchInVM runs the mode-switch kernel test inside the VM,
+// whose kernel has IPVS: the cycle goes through every mode, ipvs
+// included.
+func TestKernelModeSwitchInVM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
+	vmtest.Run(t, vmtest.Config{
+		Run:     "^TestKernelModeSwitchLeavesNothingBehind$",
+		Modules: slices.Concat(vmIPVSModules, []string{"xt_TPROXY", "xt_socket"}),
+		Tools:   slices.Concat(vmIPTables, []string{"nft"}),
+		Args:    []string{"-test.v"},
+		Timeout: 15 * time.Minute,
 	})
 }
