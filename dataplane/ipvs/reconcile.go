@@ -40,6 +40,9 @@ type Leftovers struct {
 	Addresses int
 	// Sets and Chains of its prefix that exist.
 	Sets, Chains int
+	// Link is whether its dummy link exists (left empty by a cleanup that
+	// failed half-way, it holds no address).
+	Link bool
 }
 
 // Empty reports whether there is nothing to remove.
@@ -64,6 +67,9 @@ func (d *Dataplane) Leftovers(ctx context.Context) (Leftovers, error) {
 		}
 	}
 	l.Addresses = len(have[setIPs])
+	if _, err := d.nl.LinkByName(d.cfg.Link); err == nil {
+		l.Link = true
+	}
 	kernel, err := d.ipvs.GetServices()
 	if err != nil {
 		return l, fmt.Errorf("ipvs: list virtual servers: %w", err)

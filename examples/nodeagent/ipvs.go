@@ -132,8 +132,8 @@ func (o *options) ipvsPlanes(h host, log logr.Logger, out io.Writer) ([]plane, e
 		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f, close: func() { closeHandles(cfg.Kernel) },
 			owned: func(ctx context.Context) (string, []any, error) {
 				l, err := d.Leftovers(ctx)
-				return "no " + ipvs.DefaultPrefix + " virtual servers, addresses, sets or chains found",
-					[]any{"virtualServers", l.VirtualServers, "addresses", l.Addresses, "ipsets", l.Sets, "chains", l.Chains}, err
+				return "no " + ipvs.DefaultPrefix + " virtual servers, addresses, sets, chains or link found",
+					[]any{"virtualServers", l.VirtualServers, "addresses", l.Addresses, "ipsets", l.Sets, "chains", l.Chains, "link", l.Link}, err
 			}})
 	}
 	return planes, nil

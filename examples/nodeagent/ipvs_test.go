@@ -95,7 +95,7 @@ func TestIPVSOnceAndCleanup(t *testing.T) {
 			`I "Removed the agent's rules" ipFamily="IPv4" virtualServers=`,
 			`I "Removed the agent's rules" ipFamily="IPv6" virtualServers=`,
 		},
-		{`I "Nothing to clean up: no PKV virtual servers, addresses, sets or chains found"`},
+		{`I "Nothing to clean up: no PKV virtual servers, addresses, sets, chains or link found"`},
 	} {
 		code, out, errOut := runOnHost(t, h.host(), "--proxy-mode", "ipvs", "--cleanup")
 		if code != exitOK || out != "" {

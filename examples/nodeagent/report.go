@@ -94,12 +94,19 @@ func (o *options) runCleanup(ctx context.Context, h host, log logr.Logger, plane
 	return nil
 }
 
-// anyCounted reports whether a key-value list of counts holds a non-zero
-// one.
+// anyCounted reports whether a key-value list of counts (and flags) holds
+// a non-zero count or a set flag.
 func anyCounted(kv []any) bool {
 	for i := 1; i < len(kv); i += 2 {
-		if n, ok := kv[i].(int); ok && n > 0 {
-			return true
+		switch v := kv[i].(type) {
+		case int:
+			if v > 0 {
+				return true
+			}
+		case bool:
+			if v {
+				return true
+			}
 		}
 	}
 	return false
