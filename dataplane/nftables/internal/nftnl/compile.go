@@ -142,7 +142,7 @@ func (c *compiler) statement() {
 		c.emit(&expr.Masq{FullyRandom: true})
 	case "reject":
 		c.next()
-		code := uint8(unix.NFT_REJECT_ICMPX_UNREACH) // ICMP port unreachable
+		code := uint8(3) // ICMP port unreachable
 		if c.ipv6 {
 			code = 4 // ICMPv6 port unreachable
 		}

@@ -59,8 +59,8 @@ type typeofField struct {
 var typeofFields = []typeofField{
 	{"ip daddr", kIPv4, 12, 12},
 	{"ip saddr", kIPv4, 12, 11},
-	{"ip6 daddr", kIPv6, 13, 8},
-	{"ip6 saddr", kIPv6, 13, 7},
+	{"ip6 daddr", kIPv6, 13, 9},
+	{"ip6 saddr", kIPv6, 13, 8},
 	{"tcp dport", kService, 8, 2},
 	{"udp dport", kService, 6, 2},
 	{"sctp dport", kService, 10, 2},

@@ -1,0 +1,418 @@
+package nftnl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+)
+
+// maxElemBytes caps the encoded elements of one message: their list is
+// one attribute, whose length netlink holds in 16 bits.
+const maxElemBytes = 60 << 10
+
+// batch is a transaction being encoded.
+type batch struct {
+	c   *Conn
+	w   buf
+	seq uint32
+	// msgs describe the messages by sequence number, from firstSeq.
+	firstSeq uint32
+	msgs     []msgInfo
+	// types are the set types the transaction defines, committed to
+	// c.types when it succeeds.
+	types map[string]*setType
+	// open is the element message being filled, nil when none.
+	open *elemMsg
+}
+
+// msgInfo says which ops a message carries, for naming the one the kernel
+// refused: ops[first:first+count]; for element messages elemAt holds each
+// element's offset in the message.
+type msgInfo struct {
+	first, count int
+	start        int
+	elemAt       []int
+}
+
+// elemMsg is an element message still taking elements.
+type elemMsg struct {
+	verb             Verb
+	set              string
+	at, list, nested int
+	info             int
+}
+
+// OpError is a refused transaction: the kernel's errno (errors.Is works
+// with syscall.ENOENT, EEXIST, ...) and the operation it refused, as nft
+// text.
+type OpError struct {
+	// Op is the refused operation as an nft command; "" when the kernel
+	// did not say which.
+	Op string
+	// Msg is the kernel's extended-ack message, often "".
+	Msg string
+	// Others counts further refused operations.
+	Others int
+	Err    error
+}
+
+func (e *OpError) Error() string {
+	var b strings.Builder
+	b.WriteString("nftnl: transaction refused")
+	if e.Op != "" {
+		b.WriteString(" at " + strings.TrimSpace(e.Op))
+	}
+	if e.Msg != "" {
+		b.WriteString(" (" + e.Msg + ")")
+	}
+	if e.Others > 0 {
+		fmt.Fprintf(&b, " and %d more", e.Others)
+	}
+	return b.String() + ": " + e.Err.Error()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Run runs ops as one nftables transaction: one netlink batch, which the
+// kernel commits whole or not at all. On error nothing changed (the batch
+// was aborted), the socket is replaced, and the error is an *OpError
+// naming the refused operation when the kernel refused one.
+//
+// Only errors are answered (no acknowledgements are asked for), so a
+// batch of a million elements gets no million replies; a generation
+// request sent after the batch marks where its replies end. A lost reply
+// (ENOBUFS) can only be an error's, so it means the batch was refused.
+func (c *Conn) Run(ctx context.Context, ops []Op) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := c.ready(); err != nil {
+		return err
+	}
+	b := &batch{c: c, types: map[string]*setType{}}
+	b.w.b = make([]byte, 0, 256+len(ops)*64)
+	if err := b.encode(ctx, ops); err != nil {
+		return err
+	}
+	c.deadline(ctx)
+	if err := c.send(b.w.b); err != nil {
+		c.reset()
+		return err
+	}
+	var refused []reply
+	_, err := c.generation(func(r reply) { refused = append(refused, r) })
+	if len(refused) == 0 && err == nil {
+		for n, t := range b.types {
+			c.types[n] = t
+		}
+		return nil
+	}
+	c.reset()
+	if len(refused) == 0 {
+		return fmt.Errorf("nftnl: transaction of %d operations: %w", len(ops), err)
+	}
+	oe := b.describe(ops, refused)
+	c.opts.Logger.Info("nftables transaction refused", "error", oe.Error())
+	return oe
+}
+
+// describe names the first refused operation.
+func (b *batch) describe(ops []Op, refused []reply) *OpError {
+	ke := parseError(refused[0])
+	oe := &OpError{Msg: ke.msg, Others: len(refused) - 1, Err: ke.errno}
+	i := int(refused[0].seq) - int(b.firstSeq)
+	if i < 0 || i >= len(b.msgs) {
+		return oe
+	}
+	m := b.msgs[i]
+	first, count := m.first, m.count
+	if len(m.elemAt) > 0 && ke.offset >= 0 {
+		j := sort.SearchInts(m.elemAt, ke.offset+1) - 1
+		if j >= 0 {
+			first, count = m.first+j, 1
+		}
+	}
+	oe.Op = opText(b.c.family, b.c.table, ops[first])
+	if count > 1 {
+		oe.Op += fmt.Sprintf(" (one of %d elements from there)", count)
+	}
+	return oe
+}
+
+// opText is op as nft text.
+func opText(family knftables.Family, table string, op Op) string {
+	tx := knftables.NewFake(family, table).NewTransaction()
+	switch op.Verb {
+	case Add:
+		tx.Add(op.Obj)
+	case Flush:
+		tx.Flush(op.Obj)
+	case Delete:
+		tx.Delete(op.Obj)
+	}
+	return strings.TrimSpace(tx.String())
+}
+
+func (b *batch) begin(typ uint16, flags uint16, op int) int {
+	b.closeElems()
+	seq := b.c.nextSeq()
+	if b.firstSeq == 0 {
+		b.firstSeq = seq
+	}
+	var at int
+	b.w.b, at = msgHeader(b.w.b, typ, unix.NLM_F_REQUEST|flags, seq, b.c.fam, 0)
+	b.msgs = append(b.msgs, msgInfo{first: op, count: 1, start: at})
+	return at
+}
+
+// encode writes the batch: begin, the ops' messages, end.
+func (b *batch) encode(ctx context.Context, ops []Op) error {
+	var at int
+	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	finish(b.w.b, at)
+	for i, op := range ops {
+		if err := b.op(ctx, i, op); err != nil {
+			return fmt.Errorf("nftnl: %s: %w", opText(b.c.family, b.c.table, op), err)
+		}
+	}
+	b.closeElems()
+	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	finish(b.w.b, at)
+	return nil
+}
+
+var errVerb = errors.New("unsupported operation for this object")
+
+func (b *batch) op(ctx context.Context, i int, op Op) error {
+	switch o := op.Obj.(type) {
+	case *knftables.Table:
+		return b.table(i, op.Verb, o)
+	case *knftables.Chain:
+		return b.chain(i, op.Verb, o)
+	case *knftables.Rule:
+		return b.rule(i, op.Verb, o)
+	case *knftables.Set:
+		return b.set(i, op.Verb, o.Name, o.Type, o.TypeOf, o.Flags, o.Timeout, o.Size, o.Comment)
+	case *knftables.Map:
+		return b.set(i, op.Verb, o.Name, o.Type, o.TypeOf, o.Flags, o.Timeout, o.Size, o.Comment)
+	case *knftables.Element:
+		return b.element(ctx, i, op.Verb, o)
+	}
+	return fmt.Errorf("%w: %T", errVerb, op.Obj)
+}
+
+func (b *batch) table(i int, v Verb, t *knftables.Table) error {
+	switch v {
+	case Add:
+		at := b.begin(nftType(unix.NFT_MSG_NEWTABLE), unix.NLM_F_CREATE, i)
+		b.w.str(unix.NFTA_TABLE_NAME, b.c.table)
+		b.w.u32(unix.NFTA_TABLE_FLAGS, 0)
+		if t.Comment != nil {
+			b.w.attr(nftaTableUserdata, udataString(nil, udTableComment, *t.Comment))
+		}
+		finish(b.w.b, at)
+	case Flush:
+		at := b.begin(nftType(unix.NFT_MSG_DELRULE), 0, i)
+		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
+		finish(b.w.b, at)
+	case Delete:
+		at := b.begin(nftType(unix.NFT_MSG_DELTABLE), 0, i)
+		b.w.str(unix.NFTA_TABLE_NAME, b.c.table)
+		finish(b.w.b, at)
+	}
+	return nil
+}
+
+// Attributes x/sys/unix does not name.
+const (
+	nftaTableUserdata = 6
+	nftaChainUserdata = 12
+)
+
+func (b *batch) chain(i int, v Verb, ch *knftables.Chain) error {
+	switch v {
+	case Add:
+		at := b.begin(nftType(unix.NFT_MSG_NEWCHAIN), unix.NLM_F_CREATE, i)
+		b.w.str(unix.NFTA_CHAIN_TABLE, b.c.table)
+		b.w.str(unix.NFTA_CHAIN_NAME, ch.Name)
+		if ch.Type != nil || ch.Hook != nil {
+			if ch.Type == nil || ch.Hook == nil || ch.Priority == nil {
+				return errors.New("a base chain needs type, hook and priority")
+			}
+			hook, ok := hookNumber(*ch.Hook)
+			prio, ok2 := priorityNumber(*ch.Priority)
+			if !ok || !ok2 {
+				return fmt.Errorf("unsupported hook %q or priority %q", *ch.Hook, *ch.Priority)
+			}
+			b.w.str(unix.NFTA_CHAIN_TYPE, string(*ch.Type))
+			n := b.w.nest(unix.NFTA_CHAIN_HOOK)
+			b.w.u32(unix.NFTA_HOOK_HOOKNUM, hook)
+			b.w.u32(unix.NFTA_HOOK_PRIORITY, uint32(prio))
+			_ = b.w.end(n)
+			if ch.Policy != nil {
+				pol := uint32(1) // NF_ACCEPT
+				if *ch.Policy == knftables.DropPolicy {
+					pol = 0 // NF_DROP
+				}
+				b.w.u32(unix.NFTA_CHAIN_POLICY, pol)
+			}
+		}
+		if ch.Comment != nil {
+			b.w.attr(nftaChainUserdata, udataString(nil, udTableComment, *ch.Comment))
+		}
+		finish(b.w.b, at)
+	case Flush:
+		at := b.begin(nftType(unix.NFT_MSG_DELRULE), 0, i)
+		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
+		b.w.str(unix.NFTA_RULE_CHAIN, ch.Name)
+		finish(b.w.b, at)
+	case Delete:
+		at := b.begin(nftType(unix.NFT_MSG_DELCHAIN), 0, i)
+		b.w.str(unix.NFTA_CHAIN_TABLE, b.c.table)
+		b.w.str(unix.NFTA_CHAIN_NAME, ch.Name)
+		finish(b.w.b, at)
+	}
+	return nil
+}
+
+func (b *batch) rule(i int, v Verb, r *knftables.Rule) error {
+	switch v {
+	case Add:
+		c, err := Compile(b.c.family, r.Rule)
+		if err != nil {
+			return err
+		}
+		if r.Index != nil || r.Handle != nil {
+			return errors.New("rules are only appended")
+		}
+		if c.Anon != nil {
+			b.anon(i, c)
+		}
+		at := b.begin(nftType(unix.NFT_MSG_NEWRULE), unix.NLM_F_CREATE|unix.NLM_F_APPEND, i)
+		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
+		b.w.str(unix.NFTA_RULE_CHAIN, r.Chain)
+		list := b.w.nest(unix.NFTA_RULE_EXPRESSIONS)
+		for _, e := range c.Exprs {
+			data, err := expr.Marshal(b.c.fam, e)
+			if err != nil {
+				return err
+			}
+			n := b.w.nest(unix.NFTA_LIST_ELEM)
+			b.w.b = append(b.w.b, data...)
+			_ = b.w.end(n)
+		}
+		if err := b.w.end(list); err != nil {
+			return err
+		}
+		if r.Comment != nil {
+			b.w.attr(unix.NFTA_RULE_USERDATA, udataString(nil, udRuleComment, *r.Comment))
+		}
+		finish(b.w.b, at)
+	case Delete:
+		if r.Handle == nil {
+			return errors.New("deleting a rule needs its handle")
+		}
+		at := b.begin(nftType(unix.NFT_MSG_DELRULE), 0, i)
+		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
+		b.w.str(unix.NFTA_RULE_CHAIN, r.Chain)
+		b.w.u64(unix.NFTA_RULE_HANDLE, uint64(*r.Handle))
+		finish(b.w.b, at)
+	default:
+		return errVerb
+	}
+	return nil
+}
+
+// Set flags (nf_tables.h).
+const (
+	setAnonymous = unix.NFT_SET_ANONYMOUS
+	setConstant  = unix.NFT_SET_CONSTANT
+	setInterval  = unix.NFT_SET_INTERVAL
+	setMap       = unix.NFT_SET_MAP
+	setTimeout   = unix.NFT_SET_TIMEOUT
+	setEval      = unix.NFT_SET_EVAL
+)
+
+// anon writes the anonymous set or map of a rule about to be written,
+// as nft does: the set, then its elements, and the lookup names its ID.
+func (b *batch) anon(i int, c *Compiled) {
+	b.c.setID++
+	id := b.c.setID
+	a := c.Anon
+	for _, e := range c.Exprs {
+		if l, ok := e.(*expr.Lookup); ok {
+			l.SetID = id
+		}
+	}
+	name := "__set%d"
+	flags := uint32(setAnonymous | setConstant | setInterval)
+	keyType, keyLen := uint32(dtIPv4), 4
+	ud := anonIntervalUdata(a.field)
+	if a.field.kind == kIPv6 {
+		keyType, keyLen = dtIPv6, 16
+	}
+	if a.isMap {
+		name, flags = "__map%d", setAnonymous|setConstant|setMap
+		keyType, keyLen, ud = dtInteger, 4, anonMapUdata()
+	}
+	at := b.begin(nftType(unix.NFT_MSG_NEWSET), unix.NLM_F_CREATE, i)
+	b.w.str(unix.NFTA_SET_TABLE, b.c.table)
+	b.w.str(unix.NFTA_SET_NAME, name)
+	b.w.u32(unix.NFTA_SET_FLAGS, flags)
+	b.w.u32(unix.NFTA_SET_KEY_TYPE, keyType)
+	b.w.u32(unix.NFTA_SET_KEY_LEN, uint32(keyLen))
+	if a.isMap {
+		b.w.u32(unix.NFTA_SET_DATA_TYPE, dtVerdict)
+		b.w.u32(unix.NFTA_SET_DATA_LEN, 0)
+	}
+	b.w.u32(unix.NFTA_SET_ID, id)
+	d := b.w.nest(unix.NFTA_SET_DESC)
+	b.w.u32(unix.NFTA_SET_DESC_SIZE, uint32(len(a.elems)))
+	_ = b.w.end(d)
+	b.w.attr(unix.NFTA_SET_USERDATA, ud)
+	finish(b.w.b, at)
+
+	at = b.begin(nftType(unix.NFT_MSG_NEWSETELEM), unix.NLM_F_CREATE, i)
+	b.w.str(unix.NFTA_SET_ELEM_LIST_TABLE, b.c.table)
+	b.w.str(unix.NFTA_SET_ELEM_LIST_SET, name)
+	b.w.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
+	list := b.w.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+	for _, e := range a.elems {
+		n := b.w.nest(unix.NFTA_LIST_ELEM)
+		k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
+		b.w.attr(unix.NFTA_DATA_VALUE, e.key)
+		_ = b.w.end(k)
+		if e.end {
+			b.w.u32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
+		}
+		if e.verdict != nil {
+			b.verdictData(e.verdict)
+		}
+		_ = b.w.end(n)
+	}
+	_ = b.w.end(list)
+	finish(b.w.b, at)
+}
+
+// verdictData appends a map element's verdict.
+func (b *batch) verdictData(v *expr.Verdict) {
+	d := b.w.nest(unix.NFTA_SET_ELEM_DATA)
+	vd := b.w.nest(unix.NFTA_DATA_VERDICT)
+	b.w.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+	if v.Chain != "" {
+		b.w.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+	}
+	_ = b.w.end(vd)
+	_ = b.w.end(d)
+}
+
+var _ = syscall.ENOENT
