@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -98,18 +99,23 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	if err := c.ready(); err != nil {
 		return err
 	}
+	start := time.Now()
 	b := &batch{c: c, types: map[string]*setType{}}
 	b.w.b = make([]byte, 0, 256+len(ops)*64)
 	if err := b.encode(ctx, ops); err != nil {
 		return err
 	}
+	encoded := time.Now()
 	c.deadline(ctx)
 	if err := c.send(b.w.b); err != nil {
 		c.reset()
 		return err
 	}
+	sent := time.Now()
 	var refused []reply
 	_, err := c.generation(func(r reply) { refused = append(refused, r) })
+	c.opts.Logger.V(4).Info("nftables transaction", "operations", len(ops), "messages", len(b.msgs), "bytes", len(b.w.b),
+		"encode", encoded.Sub(start), "kernel", sent.Sub(encoded), "replies", time.Since(sent))
 	if len(refused) == 0 && err == nil {
 		for n, t := range b.types {
 			c.types[n] = t
@@ -179,7 +185,8 @@ func (b *batch) encode(ctx context.Context, ops []Op) error {
 	var at int
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	finish(b.w.b, at)
-	for i, op := range ops {
+	for _, i := range elementOrder(ops) {
+		op := ops[i]
 		if err := b.op(ctx, i, op); err != nil {
 			return fmt.Errorf("nftnl: %s: %w", opText(b.c.family, b.c.table, op), err)
 		}
@@ -188,6 +195,67 @@ func (b *batch) encode(ctx context.Context, ops []Op) error {
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	finish(b.w.b, at)
 	return nil
+}
+
+// elementOrder is the order ops are encoded in: theirs, except that each
+// run of element operations of one verb is grouped by set (stably, so
+// that the operations of one set keep their order). Element additions to
+// different sets commute, as do deletions, and grouping puts thousands of
+// elements in a message instead of one: the kernel looks a message's set
+// up by name among all the table's sets.
+func elementOrder(ops []Op) []int {
+	idx := make([]int, len(ops))
+	for i := range idx {
+		idx[i] = i
+	}
+	elem := func(i int) (*knftables.Element, bool) {
+		e, ok := ops[i].Obj.(*knftables.Element)
+		return e, ok && ops[i].Verb != Flush
+	}
+	for i := 0; i < len(ops); {
+		_, ok := elem(i)
+		j := i + 1
+		for ok && j < len(ops) {
+			if _, ok2 := elem(j); !ok2 || ops[j].Verb != ops[i].Verb {
+				break
+			}
+			j++
+		}
+		if ok && j-i > 1 {
+			groupBySet(ops, idx[i:j])
+		}
+		i = j
+	}
+	return idx
+}
+
+// groupBySet reorders idx by set, each set's in their order, the sets in
+// order of first appearance.
+func groupBySet(ops []Op, idx []int) {
+	pos := map[string]int{}
+	var groups [][]int
+	for _, i := range idx {
+		s := setOf(ops[i])
+		g, ok := pos[s]
+		if !ok {
+			g = len(groups)
+			pos[s] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	k := 0
+	for _, g := range groups {
+		k += copy(idx[k:], g)
+	}
+}
+
+func setOf(op Op) string {
+	e := op.Obj.(*knftables.Element)
+	if e.Set != "" {
+		return e.Set
+	}
+	return e.Map
 }
 
 var errVerb = errors.New("unsupported operation for this object")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -344,6 +345,7 @@ func (c *Conn) generation(onError func(reply)) (uint32, error) {
 			case r.seq == seq && r.typ == unix.NLMSG_ERROR:
 				return 0, parseError(r).errno
 			case r.typ == unix.NLMSG_ERROR && onError != nil:
+				r.data = slices.Clone(r.data) // buf is read into again
 				onError(r)
 			}
 		}

@@ -1,6 +1,7 @@
 package nftnl_test
 
 import (
+	"github.com/go-logr/logr/testr"
 	"os"
 	"testing"
 
@@ -26,7 +27,7 @@ func newKernelNS(t *testing.T, family knftables.Family) *kernelNS {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	c, err := nftnl.Open(family, table, nftnl.Options{NetNS: f})
+	c, err := nftnl.Open(family, table, nftnl.Options{NetNS: f, Logger: testr.NewWithOptions(t, testr.Options{Verbosity: 4})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,15 @@ func (c *Conn) ListRules(ctx context.Context, chain string) ([]*knftables.Rule, 
 	if err := c.tableExists(ctx); err != nil {
 		return nil, err
 	}
+	if chain != "" {
+		_, err := c.request(ctx, unix.NFT_MSG_GETCHAIN, false, func(w *buf) {
+			w.str(unix.NFTA_CHAIN_TABLE, c.table)
+			w.str(unix.NFTA_CHAIN_NAME, chain)
+		})
+		if err != nil {
+			return nil, c.notFound("chain "+chain, err)
+		}
+	}
 	rs, err := c.request(ctx, unix.NFT_MSG_GETRULE, true, func(w *buf) {
 		w.str(unix.NFTA_RULE_TABLE, c.table)
 		if chain != "" {
