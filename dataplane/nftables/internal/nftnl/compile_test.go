@@ -126,3 +126,24 @@ func TestCompileErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCompile compiles the rules a service writes most: its endpoint
+// choice, and a jump of the fixed chains.
+func BenchmarkCompile(b *testing.B) {
+	b.ReportAllocs()
+	for _, c := range []struct{ name, rule string }{
+		{"dnat-map", "meta l4proto tcp dnat ip addr . port to numgen random mod 10 offset 65536 map @dnat-tcp-3af"},
+		{"dnat-to", "meta l4proto tcp dnat to 10.180.0.1:80"},
+		{"vmap", "ip daddr . meta l4proto . th dport vmap @service-ips"},
+	} {
+		rule := c.rule
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := nftnl.Compile(knftables.IPv4Family, rule); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

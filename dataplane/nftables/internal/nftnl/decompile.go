@@ -336,13 +336,13 @@ func (d *decompiler) mark() error {
 	switch n := d.peek(1).(type) {
 	case *expr.Cmp:
 		d.i += 2
-		d.say("mark and", hex(mask), "!= 0")
+		d.say("mark and", hexU32(mask), "!= 0")
 	case *expr.Meta:
 		d.i += 2
 		if mask == 0xffffffff {
-			d.say("mark set mark xor", hex(xor))
+			d.say("mark set mark xor", hexU32(xor))
 		} else {
-			d.say("mark set mark or", hex(xor))
+			d.say("mark set mark or", hexU32(xor))
 		}
 		_ = n
 	default:
@@ -351,7 +351,7 @@ func (d *decompiler) mark() error {
 	return nil
 }
 
-func hex(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
+func hexU32(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
 
 // dnatTo says "dnat to ADDR:PORT".
 func (d *decompiler) dnatTo(addr *expr.Immediate) error {
