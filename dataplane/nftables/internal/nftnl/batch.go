@@ -180,6 +180,17 @@ func (b *batch) begin(typ uint16, flags uint16, op int) int {
 	return at
 }
 
+// named writes a message of the table and, when nameAttr is not 0, an
+// object's name: flushes and deletes.
+func (b *batch) named(msg, i int, tableAttr, nameAttr uint16, name string) {
+	at := b.begin(nftType(msg), 0, i)
+	b.w.str(tableAttr, b.c.table)
+	if nameAttr != 0 {
+		b.w.str(nameAttr, name)
+	}
+	finish(b.w.b, at)
+}
+
 // encode writes the batch: begin, the ops' messages, end.
 func (b *batch) encode(ctx context.Context, ops []Op) error {
 	var at int
@@ -289,9 +300,7 @@ func (b *batch) table(i int, v Verb, t *knftables.Table) error {
 		}
 		finish(b.w.b, at)
 	case Flush:
-		at := b.begin(nftType(unix.NFT_MSG_DELRULE), 0, i)
-		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
-		finish(b.w.b, at)
+		b.named(unix.NFT_MSG_DELRULE, i, unix.NFTA_RULE_TABLE, 0, "")
 	case Delete:
 		at := b.begin(nftType(unix.NFT_MSG_DELTABLE), 0, i)
 		b.w.str(unix.NFTA_TABLE_NAME, b.c.table)
@@ -339,15 +348,9 @@ func (b *batch) chain(i int, v Verb, ch *knftables.Chain) error {
 		}
 		finish(b.w.b, at)
 	case Flush:
-		at := b.begin(nftType(unix.NFT_MSG_DELRULE), 0, i)
-		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
-		b.w.str(unix.NFTA_RULE_CHAIN, ch.Name)
-		finish(b.w.b, at)
+		b.named(unix.NFT_MSG_DELRULE, i, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, ch.Name)
 	case Delete:
-		at := b.begin(nftType(unix.NFT_MSG_DELCHAIN), 0, i)
-		b.w.str(unix.NFTA_CHAIN_TABLE, b.c.table)
-		b.w.str(unix.NFTA_CHAIN_NAME, ch.Name)
-		finish(b.w.b, at)
+		b.named(unix.NFT_MSG_DELCHAIN, i, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, ch.Name)
 	}
 	return nil
 }

@@ -17,16 +17,10 @@ import (
 func (b *batch) set(i int, v Verb, name, typ, typeOf string, flags []knftables.SetFlag, timeout *time.Duration, size *uint64, comment *string) error {
 	switch v {
 	case Flush:
-		at := b.begin(nftType(unix.NFT_MSG_DELSETELEM), 0, i)
-		b.w.str(unix.NFTA_SET_ELEM_LIST_TABLE, b.c.table)
-		b.w.str(unix.NFTA_SET_ELEM_LIST_SET, name)
-		finish(b.w.b, at)
+		b.named(unix.NFT_MSG_DELSETELEM, i, unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET, name)
 		return nil
 	case Delete:
-		at := b.begin(nftType(unix.NFT_MSG_DELSET), 0, i)
-		b.w.str(unix.NFTA_SET_TABLE, b.c.table)
-		b.w.str(unix.NFTA_SET_NAME, name)
-		finish(b.w.b, at)
+		b.named(unix.NFT_MSG_DELSET, i, unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, name)
 		return nil
 	}
 	t, err := parseType(typ, typeOf)

@@ -67,17 +67,11 @@ func (c *compiler) addrMatch() {
 		c.fail(c.tok + " in a table of the other family")
 		return
 	}
-	var f concatField
-	switch c.next() {
-	case "saddr":
-		f = fieldSaddr
-	case "daddr":
-		f = fieldDaddr
-	default:
-		c.fail("want saddr or daddr")
+	c.next()
+	f, ok := c.addrKey()
+	if !ok {
 		return
 	}
-	c.next()
 	if c.tok == "." {
 		c.concat(f)
 		return
@@ -95,6 +89,21 @@ func (c *compiler) addrMatch() {
 			c.prefixMatch(f, op, p)
 		}
 	}
+}
+
+// addrKey reads "saddr" or "daddr".
+func (c *compiler) addrKey() (concatField, bool) {
+	f := fieldSaddr
+	switch c.tok {
+	case "saddr":
+	case "daddr":
+		f = fieldDaddr
+	default:
+		c.fail("want saddr or daddr")
+		return 0, false
+	}
+	c.next()
+	return f, true
 }
 
 // setName reads "@name".
@@ -185,15 +194,13 @@ func (c *compiler) concat(first concatField) {
 		var f concatField
 		switch c.next() {
 		case c.ipX:
-			switch c.next() {
-			case "saddr":
-				f = fieldSaddr
-			case "daddr":
-				f = fieldDaddr
-			default:
-				c.fail("want saddr or daddr")
+			c.next()
+			var ok bool
+			if f, ok = c.addrKey(); !ok {
 				return
 			}
+			slot += c.load(f, slot)
+			continue
 		case "meta":
 			c.next()
 			if c.tok != "l4proto" {
