@@ -96,12 +96,14 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := c.ready(); err != nil {
 		return err
 	}
 	start := time.Now()
 	b := &batch{c: c, types: map[string]*setType{}}
-	b.w.b = make([]byte, 0, 256+len(ops)*64)
 	if err := b.encode(ctx, ops); err != nil {
 		return err
 	}
@@ -129,6 +131,29 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	oe := b.describe(ops, refused)
 	c.opts.Logger.Info("nftables transaction refused", "error", oe.Error())
 	return oe
+}
+
+// batchSize estimates the encoded size of ops from above, so that the
+// buffer of a large batch is allocated once and never copied.
+func batchSize(ops []Op) int {
+	n := 256
+	for _, op := range ops {
+		switch o := op.Obj.(type) {
+		case *knftables.Element:
+			n += 48
+			for _, s := range o.Key {
+				n += len(s) + 16
+			}
+			for _, s := range o.Value {
+				n += len(s) + 16
+			}
+		case *knftables.Rule:
+			n += 128 + 2*len(o.Chain) + 4*len(o.Rule)
+		default:
+			n += 512
+		}
+	}
+	return n
 }
 
 // describe names the first refused operation.
@@ -193,6 +218,7 @@ func (b *batch) named(msg, i int, tableAttr, nameAttr uint16, name string) {
 
 // encode writes the batch: begin, the ops' messages, end.
 func (b *batch) encode(ctx context.Context, ops []Op) error {
+	b.w.b = make([]byte, 0, batchSize(ops))
 	var at int
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	finish(b.w.b, at)

@@ -247,39 +247,6 @@ func TestKernelGeneration(t *testing.T) {
 	}
 }
 
-// serviceOps is a table shaped as the dataplane's at services × endpoints:
-// per service a chain choosing among its endpoints through a shard map,
-// its element in service-ips and cluster-ips, and its endpoints.
-func serviceOps(services, endpoints int) []nftnl.Op {
-	ops := []nftnl.Op{
-		{Verb: nftnl.Add, Obj: &knftables.Table{}},
-		{Verb: nftnl.Add, Obj: &knftables.Set{Name: "cluster-ips", Type: "ipv4_addr"}},
-		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "service-ips", Type: "ipv4_addr . inet_proto . inet_service : verdict"}},
-	}
-	const shards = 1024
-	for s := range shards {
-		ops = append(ops, nftnl.Op{Verb: nftnl.Add, Obj: &knftables.Map{Name: fmt.Sprintf("dnat-tcp-%03x", s), TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}})
-	}
-	var elems []nftnl.Op
-	for i := range services {
-		chain := fmt.Sprintf("service-%d/ns/svc/tcp/p", i)
-		ip := fmt.Sprintf("172.%d.%d.%d", 16+i>>16, i>>8&0xff, i&0xff)
-		shard := fmt.Sprintf("dnat-tcp-%03x", i%shards)
-		slot := i / shards << 16
-		ops = append(ops,
-			nftnl.Op{Verb: nftnl.Add, Obj: &knftables.Chain{Name: chain}},
-			nftnl.Op{Verb: nftnl.Add, Obj: &knftables.Rule{Chain: chain, Rule: fmt.Sprintf("meta l4proto tcp dnat ip addr . port to numgen random mod %d offset %d map @%s", endpoints, slot, shard)}})
-		elems = append(elems,
-			nftnl.Op{Verb: nftnl.Add, Obj: &knftables.Element{Set: "cluster-ips", Key: []string{ip}}},
-			nftnl.Op{Verb: nftnl.Add, Obj: &knftables.Element{Map: "service-ips", Key: []string{ip + " . tcp . 80"}, Value: []string{"goto " + chain}}})
-		for e := range endpoints {
-			elems = append(elems, nftnl.Op{Verb: nftnl.Add, Obj: &knftables.Element{Map: shard,
-				Key: []string{fmt.Sprint(slot + e)}, Value: []string{fmt.Sprintf("10.%d.%d.%d . 8080", i>>16, i>>8&0xff, e+1)}}})
-		}
-	}
-	return append(ops, elems...)
-}
-
 // TestKernelScale measures cold syncs of dataplane-shaped tables and a
 // one-element change into the largest.
 func TestKernelScale(t *testing.T) {
@@ -291,7 +258,7 @@ func TestKernelScale(t *testing.T) {
 	for _, n := range sizes {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			k := newKernelNS(t, knftables.IPv4Family)
-			ops := serviceOps(n, 10)
+			ops := nftnl.ServiceOps(n, 10)
 			start := time.Now()
 			if err := k.conn.Run(ctx, ops); err != nil {
 				t.Fatal(err)
