@@ -55,10 +55,13 @@ func (w *buf) u64(typ uint16, v uint64) {
 }
 
 // nest opens a nested attribute; end closes it.
-func (w *buf) nest(typ uint16) int {
+func (w *buf) nest(typ uint16) int { return w.start(typ | nlaFNested) }
+
+// start opens an attribute whose value is appended next; end closes it.
+func (w *buf) start(typ uint16) int {
 	at := len(w.b)
 	w.b = append(w.b, 0, 0, 0, 0)
-	binary.NativeEndian.PutUint16(w.b[at+2:], typ|nlaFNested)
+	binary.NativeEndian.PutUint16(w.b[at+2:], typ)
 	return at
 }
 
@@ -72,6 +75,7 @@ func (w *buf) end(at int) error {
 		return errAttrTooLong
 	}
 	binary.NativeEndian.PutUint16(w.b[at:], uint16(n))
+	w.pad()
 	return nil
 }
 

@@ -29,6 +29,9 @@ type batch struct {
 	// types are the set types the transaction defines, committed to
 	// c.types when it succeeds.
 	types map[string]*setType
+	// ids are the IDs of the sets the transaction defines: nft names a
+	// set by its ID as well as by its name in the messages that use it.
+	ids map[string]uint32
 	// open is the element message being filled, nil when none.
 	open *elemMsg
 }
@@ -103,7 +106,7 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 		return err
 	}
 	start := time.Now()
-	b := &batch{c: c, types: map[string]*setType{}}
+	b := &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
 	if err := b.encode(ctx, ops); err != nil {
 		return err
 	}
@@ -203,6 +206,21 @@ func (b *batch) begin(typ uint16, flags uint16, op int) int {
 	b.w.b, at = msgHeader(b.w.b, typ, unix.NLM_F_REQUEST|flags, seq, b.c.fam, 0)
 	b.msgs = append(b.msgs, msgInfo{first: op, count: 1, start: at})
 	return at
+}
+
+// setIDOf gives a lookup or dynset in a set the transaction defines the
+// set's ID.
+func (b *batch) setIDOf(e expr.Any) {
+	switch e := e.(type) {
+	case *expr.Lookup:
+		if id, ok := b.ids[e.SetName]; ok {
+			e.SetID = id
+		}
+	case *expr.Dynset:
+		if id, ok := b.ids[e.SetName]; ok {
+			e.SetID = id
+		}
+	}
 }
 
 // named writes a message of the table and, when nameAttr is not 0, an
@@ -398,14 +416,15 @@ func (b *batch) rule(i int, v Verb, r *knftables.Rule) error {
 		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
 		b.w.str(unix.NFTA_RULE_CHAIN, r.Chain)
 		list := b.w.nest(unix.NFTA_RULE_EXPRESSIONS)
+		var prev expr.Any
 		for _, e := range c.Exprs {
-			data, err := expr.Marshal(b.c.fam, e)
-			if err != nil {
+			b.setIDOf(e)
+			n := b.w.nest(unix.NFTA_LIST_ELEM)
+			if err := b.w.marshalExpr(b.c.fam, e, prev); err != nil {
 				return err
 			}
-			n := b.w.nest(unix.NFTA_LIST_ELEM)
-			b.w.b = append(b.w.b, data...)
 			_ = b.w.end(n)
+			prev = e
 		}
 		if err := b.w.end(list); err != nil {
 			return err
@@ -483,14 +502,15 @@ func (b *batch) anon(i int, c *Compiled) {
 	b.w.str(unix.NFTA_SET_ELEM_LIST_SET, name)
 	b.w.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
 	list := b.w.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
-	for _, e := range a.elems {
-		n := b.w.nest(unix.NFTA_LIST_ELEM)
-		k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
-		b.w.attr(unix.NFTA_DATA_VALUE, e.key)
-		_ = b.w.end(k)
+	for j, e := range a.elems {
+		// libnftnl numbers the elements of a list from 1.
+		n := b.w.nest(uint16(j + 1))
 		if e.end {
 			b.w.u32(unix.NFTA_SET_ELEM_FLAGS, unix.NFT_SET_ELEM_INTERVAL_END)
 		}
+		k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
+		b.w.attr(unix.NFTA_DATA_VALUE, e.key)
+		_ = b.w.end(k)
 		if e.verdict != nil {
 			b.verdictData(e.verdict)
 		}

@@ -50,6 +50,7 @@ func (b *batch) set(i int, v Verb, name, typ, typeOf string, flags []knftables.S
 	}
 	b.types[name] = t
 	b.c.setID++
+	b.ids[name] = b.c.setID
 	at := b.begin(nftType(unix.NFT_MSG_NEWSET), unix.NLM_F_CREATE, i)
 	b.w.str(unix.NFTA_SET_TABLE, b.c.table)
 	b.w.str(unix.NFTA_SET_NAME, name)
@@ -123,6 +124,9 @@ func (b *batch) element(ctx context.Context, i int, v Verb, e *knftables.Element
 		at := b.begin(typ, flags, i)
 		b.w.str(unix.NFTA_SET_ELEM_LIST_TABLE, b.c.table)
 		b.w.str(unix.NFTA_SET_ELEM_LIST_SET, name)
+		if id, ok := b.ids[name]; ok {
+			b.w.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
+		}
 		b.open = &elemMsg{verb: v, set: name, at: at, info: len(b.msgs) - 1}
 		b.open.list = b.w.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 		b.open.nested = len(b.w.b)
@@ -131,9 +135,10 @@ func (b *batch) element(ctx context.Context, i int, v Verb, e *knftables.Element
 	m := &b.msgs[b.open.info]
 	m.count++
 	m.elemAt = append(m.elemAt, len(b.w.b)-b.open.at)
-	n := b.w.nest(unix.NFTA_LIST_ELEM)
+	// libnftnl numbers the elements of a list from 1.
+	n := b.w.nest(uint16(m.count))
 	k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
-	d := b.w.nest(unix.NFTA_DATA_VALUE)
+	d := b.w.start(unix.NFTA_DATA_VALUE)
 	var ok bool
 	if b.w.b, ok = appendValue(b.w.b, t.key, strings.Join(e.Key, " . ")); !ok {
 		return &ElementError{Set: name, Text: strings.Join(e.Key, " . ")}
@@ -162,7 +167,7 @@ func (b *batch) elemValue(t *setType, set string, value []string) error {
 		return nil
 	}
 	d := b.w.nest(unix.NFTA_SET_ELEM_DATA)
-	dv := b.w.nest(unix.NFTA_DATA_VALUE)
+	dv := b.w.start(unix.NFTA_DATA_VALUE)
 	var ok bool
 	if b.w.b, ok = appendValue(b.w.b, t.data, text); !ok {
 		return &ElementError{Set: set, Text: text}

@@ -48,9 +48,22 @@ func BenchmarkEncode(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c := &Conn{family: knftables.IPv4Family, fam: 2, table: "t", types: map[string]*setType{}}
-		bt := &batch{c: c, types: map[string]*setType{}}
+		bt := &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
 		if err := bt.encode(context.Background(), ops); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// EncodeForTest is the batch Run would send for ops, in a table of
+// family without set types from the kernel.
+func EncodeForTest(family knftables.Family, table string, ops []Op) ([]byte, error) {
+	fam := byte(2)
+	if family == knftables.IPv6Family {
+		fam = 10
+	}
+	c := &Conn{family: family, fam: fam, table: table, types: map[string]*setType{}}
+	bt := &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
+	err := bt.encode(context.Background(), ops)
+	return bt.w.b, err
 }
