@@ -1,6 +1,7 @@
 package nftnl_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -123,3 +124,16 @@ func TestKernelLegibleScenarios(t *testing.T) {
 }
 
 var _ = nftnl.Add
+
+// TestKernelLegibleLargeSet: an anonymous set too large for one message
+// (a firewall of 3,000 source ranges) is written over several, as nft
+// does, and lists as nft's.
+func TestKernelLegibleLargeSet(t *testing.T) {
+	var ranges []string
+	for i := range 3000 {
+		ranges = append(ranges, fmt.Sprintf("10.%d.%d.0/24", i/100, 2*(i%100)))
+	}
+	p := "add %s ip " + table + " "
+	script := fmt.Sprintf(p+"\n"+p+"firewall\n"+p+"firewall ip saddr != { %s } drop\n", "table", "chain", "rule", strings.Join(ranges, " , "))
+	checkLegible(t, knftables.IPv4Family, script)
+}
