@@ -75,4 +75,3 @@ func (b *batch) anon(i int, c *Compiled) {
 	_ = b.w.end(list)
 	finish(b.w.b, at)
 }
-
