@@ -29,6 +29,9 @@ type batch struct {
 	// types are the set types the transaction defines, committed to
 	// c.types when it succeeds.
 	types map[string]*setType
+	// tableDeleted is set when the transaction deletes the table, and
+	// with it every set.
+	tableDeleted bool
 	// ids are the IDs of the sets the transaction defines: nft names a
 	// set by its ID as well as by its name in the messages that use it.
 	ids map[string]uint32
@@ -122,8 +125,15 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	c.opts.Logger.V(4).Info("nftables transaction", "operations", len(ops), "messages", len(b.msgs), "bytes", len(b.w.b),
 		"encode", encoded.Sub(start), "kernel", sent.Sub(encoded), "replies", time.Since(sent))
 	if len(refused) == 0 && err == nil {
+		if b.tableDeleted {
+			clear(c.types)
+		}
 		for n, t := range b.types {
-			c.types[n] = t
+			if t == nil {
+				delete(c.types, n)
+			} else {
+				c.types[n] = t
+			}
 		}
 		return nil
 	}
@@ -346,6 +356,8 @@ func (b *batch) table(i int, v Verb, t *knftables.Table) error {
 	case Flush:
 		b.named(unix.NFT_MSG_DELRULE, i, unix.NFTA_RULE_TABLE, 0, "")
 	case Delete:
+		// The sets defined so far go with the table.
+		b.tableDeleted, b.types = true, map[string]*setType{}
 		at := b.begin(nftType(unix.NFT_MSG_DELTABLE), 0, i)
 		b.w.str(unix.NFTA_TABLE_NAME, b.c.table)
 		finish(b.w.b, at)

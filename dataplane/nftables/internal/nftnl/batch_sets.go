@@ -21,6 +21,7 @@ func (b *batch) set(i int, v Verb, name, typ, typeOf string, flags []knftables.S
 		return nil
 	case Delete:
 		b.named(unix.NFT_MSG_DELSET, i, unix.NFTA_SET_TABLE, unix.NFTA_SET_NAME, name)
+		b.types[name] = nil
 		return nil
 	}
 	t, err := parseType(typ, typeOf)
@@ -87,10 +88,13 @@ func (b *batch) set(i int, v Verb, name, typ, typeOf string, flags []knftables.S
 // typeOf is the type of set name: defined in this transaction, known to
 // the Conn, or read from the kernel.
 func (b *batch) typeOf(ctx context.Context, name string) (*setType, error) {
-	if t := b.types[name]; t != nil {
+	if t, ok := b.types[name]; ok {
+		if t == nil {
+			return nil, fmt.Errorf("set %s is deleted earlier in the transaction", name)
+		}
 		return t, nil
 	}
-	if t := b.c.types[name]; t != nil {
+	if t := b.c.types[name]; t != nil && !b.tableDeleted {
 		return t, nil
 	}
 	s, err := b.c.getSet(ctx, name)
