@@ -471,7 +471,7 @@ const (
 )
 
 // verdictData appends a map element's verdict.
-func (b *batch) verdictData(v *expr.Verdict) {
+func (b *batch) verdictData(v expr.Verdict) {
 	d := b.w.nest(unix.NFTA_SET_ELEM_DATA)
 	vd := b.w.nest(unix.NFTA_DATA_VERDICT)
 	b.w.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))

@@ -68,7 +68,7 @@ func (b *batch) anon(i int, c *Compiled) {
 		b.w.attr(unix.NFTA_DATA_VALUE, e.key)
 		_ = b.w.end(k)
 		if e.verdict != nil {
-			b.verdictData(e.verdict)
+			b.verdictData(*e.verdict)
 		}
 		_ = b.w.end(n)
 	}

@@ -181,24 +181,24 @@ func (b *batch) elemValue(t *setType, set string, value []string) error {
 }
 
 // parseVerdict reads "drop", "accept", "jump CHAIN" or "goto CHAIN".
-func parseVerdict(s string) (*expr.Verdict, bool) {
+func parseVerdict(s string) (expr.Verdict, bool) {
 	switch s {
 	case "drop":
-		return &expr.Verdict{Kind: expr.VerdictDrop}, true
+		return expr.Verdict{Kind: expr.VerdictDrop}, true
 	case "accept":
-		return &expr.Verdict{Kind: expr.VerdictAccept}, true
+		return expr.Verdict{Kind: expr.VerdictAccept}, true
 	}
 	verb, chain, ok := strings.Cut(s, " ")
 	if !ok || chain == "" || strings.ContainsAny(chain, " {}\"@,") {
-		return nil, false
+		return expr.Verdict{}, false
 	}
 	switch verb {
 	case "goto":
-		return &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}, true
+		return expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}, true
 	case "jump":
-		return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}, true
+		return expr.Verdict{Kind: expr.VerdictJump, Chain: chain}, true
 	}
-	return nil, false
+	return expr.Verdict{}, false
 }
 
 // closeElems finishes the open element message.
