@@ -45,6 +45,17 @@ type Conn struct {
 	types map[string]*setType
 	// setID numbers the sets a transaction creates.
 	setID uint32
+	// rbuf receives replies; what is kept of them is copied out.
+	rbuf []byte
+}
+
+// readBuf is the buffer replies are read into: the largest datagram a
+// dump sends fits.
+func (c *Conn) readBuf() []byte {
+	if c.rbuf == nil {
+		c.rbuf = make([]byte, 1<<20)
+	}
+	return c.rbuf
 }
 
 // rcvbuf is the receive buffer: replies are only errors and dumps, which
@@ -320,7 +331,7 @@ func (c *Conn) generation(onError func(reply)) (uint32, error) {
 	if err := c.send(b); err != nil {
 		return 0, err
 	}
-	buf := make([]byte, 64<<10)
+	buf := c.readBuf()
 	var overrun error
 	for {
 		rs, err := c.recv(buf)

@@ -54,7 +54,7 @@ func (c *Conn) exchange(msg int, dump bool, attr func(w *buf)) (out [][]byte, in
 	if err := c.send(w.b); err != nil {
 		return nil, false, err
 	}
-	buf := make([]byte, 1<<20)
+	buf := c.readBuf()
 	for {
 		rs, err := c.recv(buf)
 		if err != nil {
