@@ -201,20 +201,16 @@ func (c *compiler) concat(first concatField) {
 			}
 			slot += c.load(f, slot)
 			continue
-		case "meta":
-			c.next()
-			if c.tok != "l4proto" {
-				c.fail("want meta l4proto")
-				return
-			}
+		case "meta", "th":
+			want := "meta l4proto"
 			f = fieldL4proto
-		case "th":
-			c.next()
-			if c.tok != "dport" {
-				c.fail("want th dport")
+			if c.tok == "th" {
+				want, f = "th dport", fieldDport
+			}
+			if c.next(); c.tok != want[strings.IndexByte(want, ' ')+1:] {
+				c.fail("want " + want)
 				return
 			}
-			f = fieldDport
 		default:
 			c.fail("want a concatenation field")
 			return
