@@ -2,8 +2,11 @@ package nftnl_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/nftables/expr"
 
 	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"sigs.k8s.io/knftables"
@@ -145,5 +148,30 @@ func BenchmarkCompile(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecompileRefuses: expressions Compile would not write are refused,
+// even when they do what a shape does.
+func TestDecompileRefuses(t *testing.T) {
+	c, err := nftnl.Compile(knftables.IPv4Family, "ip daddr . meta l4proto . th dport vmap @service-ips")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRegs := slices.Clone(c.Exprs)
+	meta := *otherRegs[1].(*expr.Meta)
+	meta.Register = 2 // nft puts the protocol in reg 9
+	otherRegs[1] = &meta
+	for name, exprs := range map[string][]expr.Any{
+		"other registers":  otherRegs,
+		"a counter more":   append(slices.Clone(c.Exprs), &expr.Counter{}),
+		"lookup cut short": c.Exprs[:3],
+		"no expressions":   nil,
+	} {
+		_, err := nftnl.Decompile(knftables.IPv4Family, exprs, nil)
+		var de *nftnl.DecompileError
+		if !errors.As(err, &de) {
+			t.Errorf("%s: Decompile = %v, want a *DecompileError", name, err)
+		}
 	}
 }

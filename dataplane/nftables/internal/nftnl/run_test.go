@@ -284,3 +284,19 @@ func TestKernelScale(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelForeignRule: a rule nftnl did not write lists as a
+// *RuleError, not as wrong text.
+func TestKernelForeignRule(t *testing.T) {
+	ctx := t.Context()
+	k := newKernelNS(t, knftables.IPv4Family)
+	if err := k.conn.Run(ctx, base()); err != nil {
+		t.Fatal(err)
+	}
+	k.MustRun("nft", "add", "rule", "ip", table, "a", "ip", "daddr", "10.0.0.1", "counter", "drop")
+	_, err := k.conn.ListRules(ctx, "a")
+	var re *nftnl.RuleError
+	if !errors.As(err, &re) || re.Chain != "a" {
+		t.Errorf("ListRules = %v, want a *RuleError in chain a", err)
+	}
+}
