@@ -30,9 +30,9 @@
 // as Decompile reads them, elements as nft prints them), and reads the
 // ruleset generation, which moves with every commit in the namespace.
 //
-// Only github.com/google/nftables's expression types and their encoding
-// are used; the messages, batching, replies and listing are this
-// package's own, so none of v0.3.0's connection handling (acknowledgement
-// floods, unsized buffers, oversized element attributes, sticky errors)
-// applies.
+// From github.com/google/nftables only the expression types are used,
+// and its decoding of expressions read back; the messages (expressions
+// included), batching, replies and listing are this package's own, so
+// none of v0.3.0's connection handling (acknowledgement floods, unsized
+// buffers, oversized element attributes, sticky errors) applies.
 package nftnl
