@@ -325,7 +325,32 @@ func setOf(op Op) string {
 
 var errVerb = errors.New("unsupported operation for this object")
 
+// maxComment is nft's limit on a comment (NFTNL_UDATA_COMMENT_MAXLEN).
+const maxComment = 128
+
+// comment is an object's comment, nil when it has none.
+func comment(o knftables.Object) *string {
+	switch o := o.(type) {
+	case *knftables.Table:
+		return o.Comment
+	case *knftables.Chain:
+		return o.Comment
+	case *knftables.Rule:
+		return o.Comment
+	case *knftables.Set:
+		return o.Comment
+	case *knftables.Map:
+		return o.Comment
+	case *knftables.Element:
+		return o.Comment
+	}
+	return nil
+}
+
 func (b *batch) op(ctx context.Context, i int, op Op) error {
+	if c := comment(op.Obj); c != nil && len(*c) > maxComment {
+		return fmt.Errorf("comment longer than nft's %d bytes", maxComment)
+	}
 	switch o := op.Obj.(type) {
 	case *knftables.Table:
 		return b.table(i, op.Verb, o)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/nftables/expr"
+	"sigs.k8s.io/knftables"
 )
 
 // unhex reads hex as nft --debug=mnl prints it: in words, spaces allowed.
@@ -124,5 +125,14 @@ func TestSameExprs(t *testing.T) {
 	}
 	if sameExprs(written, read[:1]) {
 		t.Error("sameExprs: lists of different lengths are the same")
+	}
+}
+
+// TestLongComment: a comment nft would refuse is refused before sending.
+func TestLongComment(t *testing.T) {
+	long := strings.Repeat("x", maxComment+1)
+	_, err := EncodeForTest(knftables.IPv4Family, "t", []Op{{Verb: Add, Obj: &knftables.Rule{Chain: "c", Rule: "drop", Comment: &long}}})
+	if err == nil || !strings.Contains(err.Error(), "comment longer") {
+		t.Errorf("encoding a %d-byte comment: %v", len(long), err)
 	}
 }
