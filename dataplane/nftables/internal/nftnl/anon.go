@@ -83,6 +83,44 @@ func (a *Anon) prefixes() ([]netip.Prefix, bool) {
 	return out, len(out) > 0
 }
 
+// ranges reads an interval set back as nft lists it: each range as a
+// prefix when it is one, else "first-last".
+func (a *Anon) ranges() ([]string, bool) {
+	ps, ok := a.prefixes()
+	if !ok {
+		return nil, false
+	}
+	var out []string
+	for i := 0; i < len(ps); {
+		lo, hi := ps[i].Masked().Addr(), lastAddr(ps[i])
+		j := i + 1
+		for ; j < len(ps) && lastAddr(ps[j-1]).Next() == ps[j].Addr(); j++ {
+			hi = lastAddr(ps[j])
+		}
+		out = append(out, rangeText(lo, hi))
+		i = j
+	}
+	return out, true
+}
+
+// rangeText is lo to hi as nft prints it: an address, a prefix, or
+// "lo-hi".
+func rangeText(lo, hi netip.Addr) string {
+	if lo == hi {
+		return lo.String()
+	}
+	for bits := lo.BitLen() - 1; bits >= 0; bits-- {
+		p := netip.PrefixFrom(lo, bits)
+		if p.Masked().Addr() != lo {
+			break
+		}
+		if lastAddr(p) == hi {
+			return p.String()
+		}
+	}
+	return lo.String() + "-" + hi.String()
+}
+
 // appendRange appends the fewest prefixes covering lo to hi.
 func appendRange(out []netip.Prefix, lo, hi netip.Addr) []netip.Prefix {
 	for lo.Compare(hi) <= 0 {

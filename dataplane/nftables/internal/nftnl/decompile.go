@@ -34,6 +34,8 @@ type decompiler struct {
 	ipX  string
 	anon *Anon
 	out  []string
+	// listing asks for nft's listing syntax instead of Compile's.
+	listing bool
 }
 
 // Decompile is Compile backwards: the text whose compilation gives exprs
@@ -75,6 +77,30 @@ func (d *decompiler) peek(k int) expr.Any {
 }
 
 func (d *decompiler) say(s ...string) { d.out = append(d.out, s...) }
+
+// comma separates elements: " , " in Compile's text, ", " in nft's.
+func (d *decompiler) comma() {
+	if d.listing {
+		d.out[len(d.out)-1] += ","
+		return
+	}
+	d.say(",")
+}
+
+// listingText is exprs in nft's listing syntax; exprs must be what
+// Decompile reads.
+func listingText(family knftables.Family, exprs []expr.Any, anon *Anon) (string, error) {
+	d := decompiler{ex: exprs, ipX: "ip", anon: anon, listing: true}
+	if family == knftables.IPv6Family {
+		d.ipX = "ip6"
+	}
+	for d.i < len(d.ex) {
+		if err := d.statement(); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(d.out, " "), nil
+}
 
 func (d *decompiler) statement() error {
 	switch e := d.ex[d.i].(type) {
@@ -240,6 +266,14 @@ func (d *decompiler) anonSet() error {
 	if d.anon == nil || d.anon.isMap {
 		return d.fail("lookup in an anonymous set that was not read")
 	}
+	if d.listing {
+		rs, ok := d.anon.ranges()
+		if !ok {
+			return d.fail("anonymous set elements are not intervals")
+		}
+		d.say("{ " + strings.Join(rs, ", ") + " }")
+		return nil
+	}
 	ps, ok := d.anon.prefixes()
 	if !ok {
 		return d.fail("anonymous set elements are not intervals")
@@ -336,13 +370,21 @@ func (d *decompiler) mark() error {
 	switch n := d.peek(1).(type) {
 	case *expr.Cmp:
 		d.i += 2
-		d.say("mark and", hexU32(mask), "!= 0")
+		if d.listing {
+			d.say(fmt.Sprintf("meta mark & 0x%08x != 0x00000000", mask))
+		} else {
+			d.say("mark and", hexU32(mask), "!= 0")
+		}
 	case *expr.Meta:
 		d.i += 2
+		op, val := "or", xor
 		if mask == 0xffffffff {
-			d.say("mark set mark xor", hexU32(xor))
+			op = "xor"
+		}
+		if d.listing {
+			d.say(fmt.Sprintf("meta mark set meta mark %s 0x%08x", map[string]string{"or": "|", "xor": "^"}[op], val))
 		} else {
-			d.say("mark set mark or", hexU32(xor))
+			d.say("mark set mark "+op, hexU32(val))
 		}
 		_ = n
 	default:
@@ -376,7 +418,14 @@ func (d *decompiler) numgen(ng *expr.Numgen) error {
 	}
 	if _, isNAT := d.peek(2).(*expr.NAT); isNAT {
 		d.i += 3
-		d.say("dnat", d.ipX, "addr . port to numgen random mod", uitoa(ng.Modulus), "offset", uitoa(ng.Offset), "map", "@"+lk.SetName)
+		switch {
+		case !d.listing:
+			d.say("dnat", d.ipX, "addr . port to numgen random mod", uitoa(ng.Modulus), "offset", uitoa(ng.Offset), "map", "@"+lk.SetName)
+		case ng.Offset == 0:
+			d.say("dnat", d.ipX, "to numgen random mod", uitoa(ng.Modulus), "map", "@"+lk.SetName)
+		default:
+			d.say("dnat", d.ipX, "to numgen random mod", uitoa(ng.Modulus), "offset", uitoa(ng.Offset), "map", "@"+lk.SetName)
+		}
 		return nil
 	}
 	d.i += 2
@@ -390,7 +439,7 @@ func (d *decompiler) numgen(ng *expr.Numgen) error {
 	d.say("numgen random mod", uitoa(ng.Modulus), "vmap {")
 	for i, e := range elems {
 		if i > 0 {
-			d.say(",")
+			d.comma()
 		}
 		if len(e.key) != 4 || e.verdict == nil {
 			return d.fail("numgen map element of bad shape")

@@ -27,8 +27,10 @@
 //
 // Conn also lists the table with the signatures and meaning of
 // knftables.Interface's List, ListAll, ListRules and ListElements (rules
-// as Decompile reads them, elements as nft prints them), and reads the
-// ruleset generation, which moves with every commit in the namespace.
+// as Decompile reads them, elements as nft prints them), prints the whole
+// table as "nft list table" does (ListTable, for troubleshooting where
+// there is no nft binary), and reads the ruleset generation, which moves
+// with every commit in the namespace.
 //
 // From github.com/google/nftables only the expression types are used,
 // and its decoding of expressions read back; the messages (expressions

@@ -14,7 +14,7 @@ import (
 
 // checkLegible programs script over netlink in one namespace and with
 // nft -f in another, and requires nft to list both tables, as text and
-// as bytecode, identically. The same transaction in the same order gives
+// as bytecode, identically, and ListTable to print the text nft does. The same transaction in the same order gives
 // the same handles and anonymous set numbers; the one thing normalised is
 // the order of the element lines of each set in the bytecode listing,
 // which is the kernel's hash order, seeded at random for every set.
@@ -43,6 +43,12 @@ func checkLegible(t *testing.T, family knftables.Family, script string) {
 	gotCode, wantCode = sortElements(gotCode), sortElements(wantCode)
 	if d := cmp.Diff(wantText, gotText); d != "" {
 		t.Errorf("nft list table differs (-nft -netlink):\n%s", d)
+	}
+	listed, err := viaNetlink.conn.ListTable(t.Context())
+	if err != nil {
+		t.Errorf("ListTable: %v", err)
+	} else if d := cmp.Diff(wantText, string(listed)); d != "" {
+		t.Errorf("ListTable differs from nft list table (-nft +ListTable):\n%s", d)
 	}
 	if d := cmp.Diff(wantCode, gotCode); d != "" {
 		t.Errorf("nft --debug=netlink list table differs (-nft -netlink):\n%s", d)
