@@ -233,18 +233,8 @@ func (c *Conn) chainNames(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, r := range rs {
-		var table, name string
-		a := attrs{b: r}
-		for a.next() {
-			switch a.typ {
-			case unix.NFTA_CHAIN_TABLE:
-				table = a.str()
-			case unix.NFTA_CHAIN_NAME:
-				name = a.str()
-			}
-		}
-		if table == c.table {
-			out = append(out, name)
+		if ch := parseChain(r); ch.table == c.table {
+			out = append(out, ch.name)
 		}
 	}
 	return out, nil

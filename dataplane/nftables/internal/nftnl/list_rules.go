@@ -42,6 +42,27 @@ func (c *Conn) ListRules(ctx context.Context, chain string) ([]*knftables.Rule, 
 			return nil, c.notFound("chain "+chain, err)
 		}
 	}
+	rules, err := c.readRules(ctx, chain, false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*knftables.Rule, len(rules))
+	for i, r := range rules {
+		out[i] = r.Rule
+	}
+	return out, nil
+}
+
+// readRule is a rule read back, its text read by Decompile.
+type readRule struct {
+	*knftables.Rule
+	// listing is the rule in nft's listing syntax, when asked for.
+	listing string
+}
+
+// readRules reads the rules of chain (of every chain when chain is ""),
+// with nft's listing text too when listing is set.
+func (c *Conn) readRules(ctx context.Context, chain string, listing bool) ([]readRule, error) {
 	rs, err := c.request(ctx, unix.NFT_MSG_GETRULE, true, func(w *buf) {
 		w.str(unix.NFTA_RULE_TABLE, c.table)
 		if chain != "" {
@@ -51,7 +72,7 @@ func (c *Conn) ListRules(ctx context.Context, chain string) ([]*knftables.Rule, 
 	if err != nil {
 		return nil, c.notFound("rules of chain "+chain, err)
 	}
-	out := make([]*knftables.Rule, 0, len(rs))
+	out := make([]readRule, 0, len(rs))
 	for _, b := range rs {
 		r, exprs, err := c.parseRule(b)
 		if err != nil {
@@ -64,11 +85,14 @@ func (c *Conn) ListRules(ctx context.Context, chain string) ([]*knftables.Rule, 
 		if err != nil {
 			return nil, err
 		}
-		r.Rule, err = Decompile(c.family, exprs, anon)
+		rr := readRule{Rule: r}
+		if r.Rule, err = Decompile(c.family, exprs, anon); err == nil && listing {
+			rr.listing, err = listingText(c.family, exprs, anon)
+		}
 		if err != nil {
 			return nil, &RuleError{Chain: r.Chain, Handle: *r.Handle, Err: err}
 		}
-		out = append(out, r)
+		out = append(out, rr)
 	}
 	return out, nil
 }

@@ -205,30 +205,13 @@ func (c *Conn) chainBlocks(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, c.notFound("chains", err)
 	}
-	rules, err := c.request(ctx, unix.NFT_MSG_GETRULE, true, func(w *buf) { w.str(unix.NFTA_RULE_TABLE, c.table) })
+	rules, err := c.readRules(ctx, "", true)
 	if err != nil {
-		return nil, c.notFound("rules", err)
+		return nil, err
 	}
 	byChain := map[string][]string{}
-	for _, rb := range rules {
-		r, exprs, err := c.parseRule(rb)
-		if err != nil {
-			return nil, err
-		}
-		if r.Table != c.table {
-			continue
-		}
-		anon, err := c.anonOf(ctx, exprs)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := Decompile(c.family, exprs, anon); err != nil {
-			return nil, &RuleError{Chain: r.Chain, Handle: *r.Handle, Err: err}
-		}
-		text, err := listingText(c.family, exprs, anon)
-		if err != nil {
-			return nil, &RuleError{Chain: r.Chain, Handle: *r.Handle, Err: err}
-		}
+	for _, r := range rules {
+		text := r.listing
 		if r.Comment != nil {
 			text += fmt.Sprintf(" comment %q", *r.Comment)
 		}
@@ -236,51 +219,61 @@ func (c *Conn) chainBlocks(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, cb := range rs {
-		var table, name, typ string
-		var hook uint32
-		var prio int32
-		policy, base := "accept", false
-		a := attrs{b: cb}
-		for a.next() {
-			switch a.typ {
-			case unix.NFTA_CHAIN_TABLE:
-				table = a.str()
-			case unix.NFTA_CHAIN_NAME:
-				name = a.str()
-			case unix.NFTA_CHAIN_TYPE:
-				typ = a.str()
-			case unix.NFTA_CHAIN_POLICY:
-				if a.u32() == 0 {
-					policy = "drop"
-				}
-			case unix.NFTA_CHAIN_HOOK:
-				base = true
-				h := attrs{b: a.val}
-				for h.next() {
-					switch h.typ {
-					case unix.NFTA_HOOK_HOOKNUM:
-						hook = h.u32()
-					case unix.NFTA_HOOK_PRIORITY:
-						prio = int32(h.u32())
-					}
-				}
-			}
-		}
-		if table != c.table {
+		ch := parseChain(cb)
+		if ch.table != c.table {
 			continue
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "\tchain %s {\n", name)
-		if base {
-			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %s; policy %s;\n", typ, hookName(hook), priorityText(hook, prio), policy)
+		fmt.Fprintf(&b, "\tchain %s {\n", ch.name)
+		if ch.base {
+			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %s; policy %s;\n", ch.typ, hookName(ch.hook), priorityText(ch.hook, ch.prio), ch.policy)
 		}
-		for _, r := range byChain[name] {
+		for _, r := range byChain[ch.name] {
 			b.WriteString("\t\t" + r + "\n")
 		}
 		b.WriteString("\t}\n")
 		out = append(out, b.String())
 	}
 	return out, nil
+}
+
+// kchain is a chain as the kernel lists it.
+type kchain struct {
+	table, name, typ, policy string
+	base                     bool
+	hook                     uint32
+	prio                     int32
+}
+
+func parseChain(b []byte) kchain {
+	ch := kchain{policy: "accept"}
+	a := attrs{b: b}
+	for a.next() {
+		switch a.typ {
+		case unix.NFTA_CHAIN_TABLE:
+			ch.table = a.str()
+		case unix.NFTA_CHAIN_NAME:
+			ch.name = a.str()
+		case unix.NFTA_CHAIN_TYPE:
+			ch.typ = a.str()
+		case unix.NFTA_CHAIN_POLICY:
+			if a.u32() == 0 {
+				ch.policy = "drop"
+			}
+		case unix.NFTA_CHAIN_HOOK:
+			ch.base = true
+			h := attrs{b: a.val}
+			for h.next() {
+				switch h.typ {
+				case unix.NFTA_HOOK_HOOKNUM:
+					ch.hook = h.u32()
+				case unix.NFTA_HOOK_PRIORITY:
+					ch.prio = int32(h.u32())
+				}
+			}
+		}
+	}
+	return ch
 }
 
 func hookName(h uint32) string {
