@@ -1,0 +1,510 @@
+package nftnl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+)
+
+// maxElemBytes caps the encoded elements of one message: their list is
+// one attribute, whose length netlink holds in 16 bits.
+const maxElemBytes = 60 << 10
+
+// batch is a transaction being encoded.
+type batch struct {
+	c   *Conn
+	w   buf
+	seq uint32
+	// msgs describe the messages by sequence number, from firstSeq.
+	firstSeq uint32
+	msgs     []msgInfo
+	// types are the set types the transaction defines, committed to
+	// c.types when it succeeds.
+	types map[string]*setType
+	// tableDeleted is set when the transaction deletes the table, and
+	// with it every set.
+	tableDeleted bool
+	// ids are the IDs of the sets the transaction defines: nft names a
+	// set by its ID as well as by its name in the messages that use it.
+	ids map[string]uint32
+	// open is the element message being filled, nil when none.
+	open *elemMsg
+}
+
+// msgInfo says which ops a message carries, for naming the one the kernel
+// refused: ops[first:first+count]; for element messages elemAt holds each
+// element's offset in the message.
+type msgInfo struct {
+	first, count int
+	start        int
+	elemAt       []int
+}
+
+// elemMsg is an element message still taking elements.
+type elemMsg struct {
+	verb             Verb
+	set              string
+	at, list, nested int
+	info             int
+}
+
+// OpError is a refused transaction: the kernel's errno (errors.Is works
+// with syscall.ENOENT, EEXIST, ...) and the operation it refused, as nft
+// text.
+type OpError struct {
+	// Op is the refused operation as an nft command; "" when the kernel
+	// did not say which.
+	Op string
+	// Msg is the kernel's extended-ack message, often "".
+	Msg string
+	// Others counts further refused operations.
+	Others int
+	Err    error
+}
+
+func (e *OpError) Error() string {
+	var b strings.Builder
+	b.WriteString("nftnl: transaction refused")
+	if e.Op != "" {
+		b.WriteString(" at " + strings.TrimSpace(e.Op))
+	}
+	if e.Msg != "" {
+		b.WriteString(" (" + e.Msg + ")")
+	}
+	if e.Others > 0 {
+		fmt.Fprintf(&b, " and %d more", e.Others)
+	}
+	return b.String() + ": " + e.Err.Error()
+}
+
+func (e *OpError) Unwrap() error { return e.Err }
+
+// Run runs ops as one nftables transaction: one netlink batch, which the
+// kernel commits whole or not at all. On error nothing changed (the batch
+// was aborted), the socket is replaced, and the error is an *OpError
+// naming the refused operation when the kernel refused one.
+//
+// Only errors are answered (no acknowledgements are asked for), so a
+// batch of a million elements gets no million replies; a generation
+// request sent after the batch marks where its replies end. A lost reply
+// (ENOBUFS) can only be an error's, so it means the batch was refused.
+func (c *Conn) Run(ctx context.Context, ops []Op) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := c.ready(); err != nil {
+		return err
+	}
+	start := time.Now()
+	b := &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
+	if err := b.encode(ctx, ops); err != nil {
+		return err
+	}
+	encoded := time.Now()
+	c.deadline(ctx)
+	if err := c.send(b.w.b); err != nil {
+		c.reset()
+		return err
+	}
+	sent := time.Now()
+	var refused []reply
+	_, err := c.generation(func(r reply) { refused = append(refused, r) })
+	c.opts.Logger.V(4).Info("nftables transaction", "operations", len(ops), "messages", len(b.msgs), "bytes", len(b.w.b),
+		"encode", encoded.Sub(start), "kernel", sent.Sub(encoded), "replies", time.Since(sent))
+	if len(refused) == 0 && err == nil {
+		if b.tableDeleted {
+			clear(c.types)
+		}
+		for n, t := range b.types {
+			if t == nil {
+				delete(c.types, n)
+			} else {
+				c.types[n] = t
+			}
+		}
+		return nil
+	}
+	c.reset()
+	if len(refused) == 0 {
+		return fmt.Errorf("nftnl: transaction of %d operations: %w", len(ops), err)
+	}
+	oe := b.describe(ops, refused)
+	c.opts.Logger.Info("nftables transaction refused", "error", oe.Error())
+	return oe
+}
+
+// batchSize estimates the encoded size of ops from above, so that the
+// buffer of a large batch is allocated once and never copied.
+func batchSize(ops []Op) int {
+	n := 256
+	for _, op := range ops {
+		switch o := op.Obj.(type) {
+		case *knftables.Element:
+			n += 48
+			for _, s := range o.Key {
+				n += len(s) + 16
+			}
+			for _, s := range o.Value {
+				n += len(s) + 16
+			}
+		case *knftables.Rule:
+			n += 128 + 2*len(o.Chain) + 4*len(o.Rule)
+		default:
+			n += 512
+		}
+	}
+	return n
+}
+
+// describe names the first refused operation.
+func (b *batch) describe(ops []Op, refused []reply) *OpError {
+	ke := parseError(refused[0])
+	oe := &OpError{Msg: ke.msg, Others: len(refused) - 1, Err: ke.errno}
+	i := int(refused[0].seq) - int(b.firstSeq)
+	if i < 0 || i >= len(b.msgs) {
+		return oe
+	}
+	m := b.msgs[i]
+	first, count := m.first, m.count
+	if len(m.elemAt) > 0 && ke.offset >= 0 {
+		j := sort.SearchInts(m.elemAt, ke.offset+1) - 1
+		if j >= 0 {
+			first, count = m.first+j, 1
+		}
+	}
+	oe.Op = opText(b.c.family, b.c.table, ops[first])
+	if count > 1 {
+		oe.Op += fmt.Sprintf(" (one of %d elements from there)", count)
+	}
+	return oe
+}
+
+// opText is op as nft text.
+func opText(family knftables.Family, table string, op Op) string {
+	tx := knftables.NewFake(family, table).NewTransaction()
+	switch op.Verb {
+	case Add:
+		tx.Add(op.Obj)
+	case Flush:
+		tx.Flush(op.Obj)
+	case Delete:
+		tx.Delete(op.Obj)
+	}
+	return strings.TrimSpace(tx.String())
+}
+
+func (b *batch) begin(typ uint16, flags uint16, op int) int {
+	b.closeElems()
+	seq := b.c.nextSeq()
+	if b.firstSeq == 0 {
+		b.firstSeq = seq
+	}
+	var at int
+	b.w.b, at = msgHeader(b.w.b, typ, unix.NLM_F_REQUEST|flags, seq, b.c.fam, 0)
+	b.msgs = append(b.msgs, msgInfo{first: op, count: 1, start: at})
+	return at
+}
+
+// setIDOf gives a lookup or dynset in a set the transaction defines the
+// set's ID.
+func (b *batch) setIDOf(e expr.Any) {
+	switch e := e.(type) {
+	case *expr.Lookup:
+		if id, ok := b.ids[e.SetName]; ok {
+			e.SetID = id
+		}
+	case *expr.Dynset:
+		if id, ok := b.ids[e.SetName]; ok {
+			e.SetID = id
+		}
+	}
+}
+
+// named writes a message of the table and, when nameAttr is not 0, an
+// object's name: flushes and deletes.
+func (b *batch) named(msg, i int, tableAttr, nameAttr uint16, name string) {
+	at := b.begin(nftType(msg), 0, i)
+	b.w.str(tableAttr, b.c.table)
+	if nameAttr != 0 {
+		b.w.str(nameAttr, name)
+	}
+	finish(b.w.b, at)
+}
+
+// encode writes the batch: begin, the ops' messages, end.
+func (b *batch) encode(ctx context.Context, ops []Op) error {
+	b.w.b = make([]byte, 0, batchSize(ops))
+	var at int
+	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	finish(b.w.b, at)
+	for _, i := range elementOrder(ops) {
+		op := ops[i]
+		if err := b.op(ctx, i, op); err != nil {
+			return fmt.Errorf("nftnl: %s: %w", opText(b.c.family, b.c.table, op), err)
+		}
+	}
+	b.closeElems()
+	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
+	finish(b.w.b, at)
+	return nil
+}
+
+// elementOrder is the order ops are encoded in: theirs, except that each
+// run of element operations of one verb is grouped by set (stably, so
+// that the operations of one set keep their order). Element additions to
+// different sets commute, as do deletions, and grouping puts thousands of
+// elements in a message instead of one: the kernel looks a message's set
+// up by name among all the table's sets.
+func elementOrder(ops []Op) []int {
+	idx := make([]int, len(ops))
+	for i := range idx {
+		idx[i] = i
+	}
+	elem := func(i int) (*knftables.Element, bool) {
+		e, ok := ops[i].Obj.(*knftables.Element)
+		return e, ok && ops[i].Verb != Flush
+	}
+	for i := 0; i < len(ops); {
+		_, ok := elem(i)
+		j := i + 1
+		for ok && j < len(ops) {
+			if _, ok2 := elem(j); !ok2 || ops[j].Verb != ops[i].Verb {
+				break
+			}
+			j++
+		}
+		if ok && j-i > 1 {
+			groupBySet(ops, idx[i:j])
+		}
+		i = j
+	}
+	return idx
+}
+
+// groupBySet reorders idx by set, each set's in their order, the sets in
+// order of first appearance.
+func groupBySet(ops []Op, idx []int) {
+	pos := map[string]int{}
+	var groups [][]int
+	for _, i := range idx {
+		s := setOf(ops[i])
+		g, ok := pos[s]
+		if !ok {
+			g = len(groups)
+			pos[s] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	k := 0
+	for _, g := range groups {
+		k += copy(idx[k:], g)
+	}
+}
+
+func setOf(op Op) string {
+	e := op.Obj.(*knftables.Element)
+	if e.Set != "" {
+		return e.Set
+	}
+	return e.Map
+}
+
+var errVerb = errors.New("unsupported operation for this object")
+
+// maxComment is nft's limit on a comment (NFTNL_UDATA_COMMENT_MAXLEN).
+const maxComment = 128
+
+// comment is an object's comment, nil when it has none.
+func comment(o knftables.Object) *string {
+	switch o := o.(type) {
+	case *knftables.Table:
+		return o.Comment
+	case *knftables.Chain:
+		return o.Comment
+	case *knftables.Rule:
+		return o.Comment
+	case *knftables.Set:
+		return o.Comment
+	case *knftables.Map:
+		return o.Comment
+	case *knftables.Element:
+		return o.Comment
+	}
+	return nil
+}
+
+func (b *batch) op(ctx context.Context, i int, op Op) error {
+	if c := comment(op.Obj); c != nil && len(*c) > maxComment {
+		return fmt.Errorf("comment longer than nft's %d bytes", maxComment)
+	}
+	switch o := op.Obj.(type) {
+	case *knftables.Table:
+		return b.table(i, op.Verb, o)
+	case *knftables.Chain:
+		return b.chain(i, op.Verb, o)
+	case *knftables.Rule:
+		return b.rule(i, op.Verb, o)
+	case *knftables.Set:
+		return b.set(i, op.Verb, o.Name, o.Type, o.TypeOf, o.Flags, o.Timeout, o.Size, o.Comment)
+	case *knftables.Map:
+		return b.set(i, op.Verb, o.Name, o.Type, o.TypeOf, o.Flags, o.Timeout, o.Size, o.Comment)
+	case *knftables.Element:
+		return b.element(ctx, i, op.Verb, o)
+	}
+	return fmt.Errorf("%w: %T", errVerb, op.Obj)
+}
+
+func (b *batch) table(i int, v Verb, t *knftables.Table) error {
+	switch v {
+	case Add:
+		at := b.begin(nftType(unix.NFT_MSG_NEWTABLE), unix.NLM_F_CREATE, i)
+		b.w.str(unix.NFTA_TABLE_NAME, b.c.table)
+		b.w.u32(unix.NFTA_TABLE_FLAGS, 0)
+		if t.Comment != nil {
+			b.w.attr(nftaTableUserdata, udataString(nil, udTableComment, *t.Comment))
+		}
+		finish(b.w.b, at)
+	case Flush:
+		b.named(unix.NFT_MSG_DELRULE, i, unix.NFTA_RULE_TABLE, 0, "")
+	case Delete:
+		// The sets defined so far go with the table.
+		b.tableDeleted, b.types = true, map[string]*setType{}
+		at := b.begin(nftType(unix.NFT_MSG_DELTABLE), 0, i)
+		b.w.str(unix.NFTA_TABLE_NAME, b.c.table)
+		finish(b.w.b, at)
+	}
+	return nil
+}
+
+// Attributes x/sys/unix does not name.
+const (
+	nftaTableUserdata = 6
+	nftaChainUserdata = 12
+)
+
+func (b *batch) chain(i int, v Verb, ch *knftables.Chain) error {
+	switch v {
+	case Add:
+		at := b.begin(nftType(unix.NFT_MSG_NEWCHAIN), unix.NLM_F_CREATE, i)
+		b.w.str(unix.NFTA_CHAIN_TABLE, b.c.table)
+		b.w.str(unix.NFTA_CHAIN_NAME, ch.Name)
+		if ch.Type != nil || ch.Hook != nil {
+			if ch.Type == nil || ch.Hook == nil || ch.Priority == nil {
+				return errors.New("a base chain needs type, hook and priority")
+			}
+			hook, ok := hookNumber(*ch.Hook)
+			prio, ok2 := priorityNumber(*ch.Priority)
+			if !ok || !ok2 {
+				return fmt.Errorf("unsupported hook %q or priority %q", *ch.Hook, *ch.Priority)
+			}
+			b.w.str(unix.NFTA_CHAIN_TYPE, string(*ch.Type))
+			n := b.w.nest(unix.NFTA_CHAIN_HOOK)
+			b.w.u32(unix.NFTA_HOOK_HOOKNUM, hook)
+			b.w.u32(unix.NFTA_HOOK_PRIORITY, uint32(prio))
+			_ = b.w.end(n)
+			if ch.Policy != nil {
+				pol := uint32(1) // NF_ACCEPT
+				if *ch.Policy == knftables.DropPolicy {
+					pol = 0 // NF_DROP
+				}
+				b.w.u32(unix.NFTA_CHAIN_POLICY, pol)
+			}
+		}
+		if ch.Comment != nil {
+			b.w.attr(nftaChainUserdata, udataString(nil, udTableComment, *ch.Comment))
+		}
+		finish(b.w.b, at)
+	case Flush:
+		b.named(unix.NFT_MSG_DELRULE, i, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, ch.Name)
+	case Delete:
+		b.named(unix.NFT_MSG_DELCHAIN, i, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME, ch.Name)
+	}
+	return nil
+}
+
+func (b *batch) rule(i int, v Verb, r *knftables.Rule) error {
+	switch v {
+	case Add:
+		c, err := Compile(b.c.family, r.Rule)
+		if err != nil {
+			return err
+		}
+		if r.Index != nil || r.Handle != nil {
+			return errors.New("rules are only appended")
+		}
+		if c.Anon != nil {
+			b.anon(i, c)
+		}
+		at := b.begin(nftType(unix.NFT_MSG_NEWRULE), unix.NLM_F_CREATE|unix.NLM_F_APPEND, i)
+		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
+		b.w.str(unix.NFTA_RULE_CHAIN, r.Chain)
+		list := b.w.nest(unix.NFTA_RULE_EXPRESSIONS)
+		var prev expr.Any
+		for _, e := range c.Exprs {
+			b.setIDOf(e)
+			n := b.w.nest(unix.NFTA_LIST_ELEM)
+			if err := b.w.marshalExpr(b.c.fam, e, prev); err != nil {
+				return err
+			}
+			_ = b.w.end(n)
+			prev = e
+		}
+		if err := b.w.end(list); err != nil {
+			return err
+		}
+		if r.Comment != nil {
+			b.w.attr(unix.NFTA_RULE_USERDATA, udataString(nil, udRuleComment, *r.Comment))
+		}
+		finish(b.w.b, at)
+	case Delete:
+		if r.Handle == nil {
+			return errors.New("deleting a rule needs its handle")
+		}
+		at := b.begin(nftType(unix.NFT_MSG_DELRULE), 0, i)
+		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
+		b.w.str(unix.NFTA_RULE_CHAIN, r.Chain)
+		b.w.u64(unix.NFTA_RULE_HANDLE, uint64(*r.Handle))
+		finish(b.w.b, at)
+	default:
+		return errVerb
+	}
+	return nil
+}
+
+// Set flags (nf_tables.h).
+const (
+	setAnonymous = unix.NFT_SET_ANONYMOUS
+	setConstant  = unix.NFT_SET_CONSTANT
+	setInterval  = unix.NFT_SET_INTERVAL
+	setMap       = unix.NFT_SET_MAP
+	setTimeout   = unix.NFT_SET_TIMEOUT
+	setEval      = unix.NFT_SET_EVAL
+)
+
+// verdictData appends a map element's verdict.
+func (b *batch) verdictData(v expr.Verdict) {
+	d := b.w.nest(unix.NFTA_SET_ELEM_DATA)
+	vd := b.w.nest(unix.NFTA_DATA_VERDICT)
+	b.w.u32(unix.NFTA_VERDICT_CODE, uint32(int32(v.Kind)))
+	if v.Chain != "" {
+		b.w.str(unix.NFTA_VERDICT_CHAIN, v.Chain)
+	}
+	_ = b.w.end(vd)
+	_ = b.w.end(d)
+}
+
+var _ = syscall.ENOENT
