@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/internal/backend"
+	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"github.com/proxykit/proxykit/internal/fanout"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
@@ -21,8 +22,8 @@ import (
 // both can run on one node.
 const DefaultTable = "proxykit"
 
-// Config configures a Dataplane. The zero value programs IPv4 through the
-// nft binary on PATH into the table "ip proxykit", with masquerade mark
+// Config configures a Dataplane. The zero value programs IPv4 over netlink
+// into the table "ip proxykit", with masquerade mark
 // bit 14, a full sync at least hourly and transactions of at most 100,000
 // operations.
 type Config struct {
@@ -33,11 +34,13 @@ type Config struct {
 	// It must not be "kube-proxy", and at most 64 characters of a-z, A-Z,
 	// 0-9, '-' and '_'.
 	Table string
-	// NFT is the dataplane's door to nftables; nil means
-	// knftables.New(Family, Table, knftables.UseNetlink) (listings through
-	// netlink, as kube-proxy 1.37 does), which needs nft 1.0.1 or later. A
-	// knftables.NewFake(family, Table) is the way to run without a
-	// kernel; it must be made for the same family and table.
+	// NFT, when set, is the dataplane's door to nftables instead of
+	// netlink: knftables.New(Family, Table) runs every transaction through
+	// the nft binary, and a knftables.NewFake(Family, Table) is the way to
+	// run without a kernel; it must be made for the same family and table.
+	// nil means netlink, in the network namespace of the thread that
+	// calls New: no nft process per sync and no nft binary needed, with
+	// the bytecode nft itself writes for each rule.
 	NFT knftables.Interface
 	// MasqueradeBit is the fwmark bit that flags packets for SNAT; 0
 	// means 14, kube-proxy's default (so bit 0 cannot be chosen). At most
@@ -56,8 +59,10 @@ type Config struct {
 	// MaxOperations bounds the operations of one transaction: a larger
 	// full sync (a cold start of a big cluster) is split into several
 	// transactions, ordered so that each only refers to objects the
-	// earlier ones created. 0 means 100,000; a negative value never
-	// splits. Incremental syncs are never split.
+	// earlier ones created. 0 means no bound over netlink, where a
+	// million operations are one batch the kernel commits whole, and
+	// 100,000 through Config.NFT (nft parses its input into memory); a
+	// negative value never splits. Incremental syncs are never split.
 	MaxOperations int
 	// Clock measures FullSyncPeriod and StaleChainDelay; nil means the
 	// real clock.
@@ -143,8 +148,8 @@ var (
 	_ dataplane.KernelWatcher = (*Dataplane)(nil)
 )
 
-// New checks cfg and returns a Dataplane. Unless cfg.NFT is set it probes
-// the nft binary; the error then says what is missing.
+// New checks cfg and returns a Dataplane. Unless cfg.NFT is set it opens
+// a netlink socket to nftables; the error then says what is missing.
 func New(cfg Config) (*Dataplane, error) {
 	family, err := backend.Family("nftables", cfg.Family)
 	if err != nil {
@@ -166,7 +171,7 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.StaleChainDelay == 0 {
 		cfg.StaleChainDelay = time.Second
 	}
-	if cfg.MaxOperations == 0 {
+	if cfg.MaxOperations == 0 && cfg.NFT != nil {
 		cfg.MaxOperations = 100_000
 	}
 	if cfg.Clock == nil {
@@ -197,18 +202,19 @@ func New(cfg Config) (*Dataplane, error) {
 	if d.ipv6 {
 		d.ipX, d.addrT = "ip6", "ipv6_addr"
 	}
-	if d.text == nil {
-		family := knftables.IPv4Family
-		if d.ipv6 {
-			family = knftables.IPv6Family
-		}
-		nft, err := knftables.New(family, cfg.Table, knftables.UseNetlink)
-		if err != nil {
-			return nil, &UnsupportedError{Err: err}
-		}
-		d.text = nft
+	if d.text != nil {
+		d.kernel = textKernel{d.text}
+		return d, nil
 	}
-	d.kernel = textKernel{d.text}
+	kf := knftables.IPv4Family
+	if d.ipv6 {
+		kf = knftables.IPv6Family
+	}
+	conn, err := nftnl.Open(kf, cfg.Table, nftnl.Options{Logger: d.log})
+	if err != nil {
+		return nil, &UnsupportedError{Err: err}
+	}
+	d.kernel, d.text = conn, knftables.NewFake(kf, cfg.Table)
 	return d, nil
 }
 
@@ -226,14 +232,13 @@ func checkTableName(name string) error {
 }
 
 // UnsupportedError is returned by New when this host cannot run the
-// dataplane: no nft binary, one older than 1.0.1, or a kernel without
-// nftables.
+// dataplane: no nftables in the kernel, or no right to it (CAP_NET_ADMIN).
 type UnsupportedError struct {
 	Err error
 }
 
 func (e *UnsupportedError) Error() string {
-	return "nftables: this host cannot run the nftables dataplane (it needs the nft binary 1.0.1 or later and a kernel with nf_tables): " + e.Err.Error()
+	return "nftables: this host cannot run the nftables dataplane (it needs a kernel with nf_tables and CAP_NET_ADMIN): " + e.Err.Error()
 }
 
 func (e *UnsupportedError) Unwrap() error { return e.Err }

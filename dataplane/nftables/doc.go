@@ -1,6 +1,7 @@
 // Package nftables is the nftables dataplane: it turns a dataplane.State
 // into one nftables table per IP family ("ip proxykit", "ip6 proxykit"),
-// programmed through sigs.k8s.io/knftables transactions, following
+// programmed over netlink (or through a knftables.Interface given as
+// Config.NFT), following
 // kube-proxy's nftables mode (v1.37): dispatch through verdict maps keyed by
 // destination address, protocol and port (ClusterIPs, external IPs,
 // LoadBalancer VIPs) and by protocol and port (node ports), endpoint
@@ -122,6 +123,20 @@
 // since it was last seen as programmed; otherwise every call reads it.
 // kube-proxy's nftables mode has no canary.
 //
+// # Netlink
+//
+// Without Config.NFT the Dataplane talks to nftables over a netlink socket
+// of its own (opened by New in the calling thread's network namespace), so
+// that a sync starts no process and the host needs no nft binary. Every
+// rule is compiled from the same nft text the nft path would run into the
+// expressions nft 1.0.6 itself generates for it, and the table, sets and
+// maps carry the user data nft writes: "nft list table" and "nft
+// --debug=netlink list table" show a table written over netlink exactly as
+// one written by nft -f (a kernel test checks it for every rule shape and
+// every conformance scenario), and reading rules back turns the
+// expressions into that text again. A failed commit changes nothing and
+// names the refused operation in its error.
+//
 // # Without a kernel
 //
 // A knftables.NewFake given as Config.NFT runs the Dataplane without
@@ -162,17 +177,19 @@
 //   - a full sync renders its services on Config.RenderWorkers goroutines
 //     (GOMAXPROCS, at most 4, by default) when it has at least 256 per
 //     goroutine; the script is the same as one goroutine's;
-//   - a cold full sync into a real kernel costs about what a bare nft -f of
-//     the same script does: 0.40 s against 0.33 s at 1k, 3.9 s against
-//     3.4 s at 10k (11.9 s with an anonymous map per port), 49 s against
-//     39 s at 100k, where the 1.5 million operations go in 15 transactions
-//     (Config.MaxOperations). Nearly all of it is nft, which parses and
-//     handles every "add element" on its own (about 10 µs each), and the
-//     kernel; the growth from 10k to 100k is close to linear;
-//   - each transaction, however small, costs nft a listing of the table's
-//     chains into its cache: about 85 ms at 10k services, half a second at
-//     100k. That is the floor of an endpoint change's latency here, and
-//     kube-proxy's too.
+//   - over netlink, each transaction is one batch of netlink messages,
+//     byte for byte what nft 1.0.6 sends for the same script, built
+//     without an nft process: a cold full sync into a real kernel at 10k
+//     services (141,000 operations, an 8 MB batch) takes about 0.4 s and at
+//     100k (1.4 million operations, 80 MB) about 6 s, of which the kernel's
+//     commit is two thirds; a one-element transaction about 0.3 ms at 10k
+//     services. At 100k the kernel's commit of even one element costs
+//     5 to 20 ms: it grows with the number of chains in the table.
+//   - through nft (Config.NFT), every transaction starts an nft process
+//     that lists the table's chains into its cache first (85 ms at 10k
+//     services, half a second at 100k) and parses every element on its own
+//     (about 10 µs each): a cold full sync takes 3.9 s at 10k, 49 s at
+//     100k.
 //
 // # Reading the kernel
 //
@@ -187,7 +204,9 @@
 // (NewReading) is the whole kernel reading troubleshooting takes: the
 // table and, when read, the other tables that run first (Others). A test
 // programs every conformance scenario through nft and traces the listing
-// against State.LookupMode.
+// against State.LookupMode. ListTable reads the listing over netlink, so
+// that no nft binary is needed; the other tables are read from "nft list
+// ruleset", which needs one.
 //
 // Other programs' tables run beside the proxy's: the kernel calls every
 // base chain hooked at prerouting (output for the node's packets) in
@@ -211,7 +230,9 @@
 //     costs a listing, not a rewrite, and Reconcile repairs drift.
 //   - Several service ports claiming one destination are resolved by
 //     order, as State.Lookup; upstream's winner depends on map order.
-//   - Large full syncs are split into several transactions
+//   - Tables are written over netlink by default, where kube-proxy 1.37
+//     runs nft (its NFTablesNetlink gate lists over netlink only).
+//   - Large full syncs through nft are split into several transactions
 //     (Config.MaxOperations).
 //   - An affinity set's name ends in its timeout, so that a changed
 //     timeout (which nft cannot change in place) brings new sets.

@@ -1,11 +1,16 @@
 package nftables
 
 import (
+	"context"
+	"errors"
 	"net/netip"
+	"syscall"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
 )
 
 // Reading is the dataplane's kernel as troubleshooting reads it: its
@@ -58,3 +63,24 @@ func (k *Reading) TraceSteps(p dataplane.Packet) (dataplane.Verdict, []string, e
 
 // Services lists the service ports the table holds rules for.
 func (k *Reading) Services() []servicemodel.PortName { return k.Rules.Services() }
+
+// ListTable returns table of family as "nft list table" prints it, read
+// over netlink in the calling thread's network namespace: no nft binary
+// is needed. It returns nil and no error when there is no such table.
+// NewReading reads its output.
+func ListTable(ctx context.Context, family v1.IPFamily, table string) ([]byte, error) {
+	kf := knftables.IPv4Family
+	if family == v1.IPv6Protocol {
+		kf = knftables.IPv6Family
+	}
+	c, err := nftnl.Open(kf, table, nftnl.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	b, err := c.ListTable(ctx)
+	if errors.Is(err, syscall.ENOENT) {
+		return nil, nil
+	}
+	return b, err
+}

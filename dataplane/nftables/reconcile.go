@@ -131,3 +131,16 @@ func (d *Dataplane) noteGeneration(ctx context.Context) {
 		}
 	}
 }
+
+// TableChains counts the chains of the dataplane's table in the kernel: 0
+// when there is no table. It is what Cleanup would remove.
+func (d *Dataplane) TableChains(ctx context.Context) (int, error) {
+	all, err := d.kernel.ListAll(ctx)
+	if notFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("nftables: list table %s %s: %w", d.ipX, d.cfg.Table, err)
+	}
+	return len(all["chain"]), nil
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -70,10 +71,10 @@ spec:
 `
 
 // TestKernelNFTablesServesTraffic runs the agent in nftables mode inside a
-// node namespace and sends real connections: to the cluster IP and the
-// node port (served by a pod namespace), to a service without endpoints
-// and to an unserved port of a cluster IP (both rejected). --cleanup then
-// removes the table.
+// node namespace, with no nft on its PATH, and sends real connections: to
+// the cluster IP and the node port (served by a pod namespace), to a
+// service without endpoints and to an unserved port of a cluster IP (both
+// rejected). verify reads the table; --cleanup then removes it.
 func TestKernelNFTablesServesTraffic(t *testing.T) {
 	netns.Require(t, "nft")
 	node, pod := netns.New(t, "node"), netns.New(t, "pod")
@@ -105,7 +106,8 @@ func TestKernelNFTablesServesTraffic(t *testing.T) {
 		}
 	}()
 
-	agentIn(t, node, "--proxy-mode", "nftables", "--manifests", dir, "--hostname-override", "n1", "--once")
+	noNFT := []string{"PATH=" + pathWithout(t, "nft")}
+	agentInEnv(t, node, noNFT, "--proxy-mode", "nftables", "--manifests", dir, "--hostname-override", "n1", "--once")
 
 	dial := func(addr string) (string, error) {
 		var answer string
@@ -133,7 +135,12 @@ func TestKernelNFTablesServesTraffic(t *testing.T) {
 		}
 	}
 
-	out := agentIn(t, node, "--proxy-mode", "nftables", "--cleanup")
+	verify := agentInEnv(t, node, noNFT, "--proxy-mode", "nftables", "--manifests", dir, "--hostname-override", "n1", "verify")
+	if !strings.Contains(verify, "OK") {
+		t.Errorf("verify without nft:\n%s", verify)
+	}
+
+	out := agentInEnv(t, node, noNFT, "--proxy-mode", "nftables", "--cleanup")
 	want := []string{
 		`I "Removed the agent's rules" ipFamily="IPv4" table="ip proxykit" chains=17`,
 		`I "Removed the agent's rules" ipFamily="IPv6" table="ip6 proxykit" chains=15`,
@@ -144,4 +151,25 @@ func TestKernelNFTablesServesTraffic(t *testing.T) {
 	if tables := node.MustRun("nft", "list", "tables"); strings.TrimSpace(tables) != "" {
 		t.Errorf("tables after --cleanup:\n%s", tables)
 	}
+}
+
+// pathWithout is a PATH of the machine's programs less the ones named:
+// a directory of links to everything else in the usual directories.
+func pathWithout(t *testing.T, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if slices.Contains(names, e.Name()) {
+				continue
+			}
+			// The first directory's program wins, as on the PATH.
+			_ = os.Symlink(filepath.Join(d, e.Name()), filepath.Join(dir, e.Name()))
+		}
+	}
+	return dir
 }

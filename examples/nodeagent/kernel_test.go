@@ -17,6 +17,12 @@ import (
 // returns what the agent printed.
 func agentIn(t *testing.T, ns *netns.NS, args ...string) string {
 	t.Helper()
+	return agentInEnv(t, ns, nil, args...)
+}
+
+// agentInEnv is agentIn with env added to the agent's environment.
+func agentInEnv(t *testing.T, ns *netns.NS, env []string, args ...string) string {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +32,7 @@ func agentIn(t *testing.T, ns *netns.NS, args ...string) string {
 		t.Fatal(err)
 	}
 	cmd := ns.Command(self)
-	cmd.Env = append(os.Environ(), agentArgsEnv+"="+string(enc), "KUBERNETES_SERVICE_HOST=")
+	cmd.Env = append(append(os.Environ(), agentArgsEnv+"="+string(enc), "KUBERNETES_SERVICE_HOST="), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("nodeagent %s: %v\n%s", strings.Join(args, " "), err, out)

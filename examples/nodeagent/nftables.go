@@ -14,18 +14,13 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// realNFT returns the nft of this machine for family's table of the agent.
-func realNFT(f v1.IPFamily) (knftables.Interface, error) {
-	family := knftables.IPv4Family
-	if f == v1.IPv6Protocol {
-		family = knftables.IPv6Family
-	}
-	return knftables.New(family, nftables.DefaultTable)
-}
+// realNFT is the machine's nftables: nil, which the dataplane reaches
+// over netlink, with no nft binary.
+func realNFT(v1.IPFamily) (knftables.Interface, error) { return nil, nil }
 
 // nftPlanes returns one nftables dataplane per IP family. A dry run prints
 // each transaction (the nft -f script) and applies it to a fake. A real
-// run needs nft for IPv4 and adds IPv6 when nft works for it.
+// run needs nftables for IPv4 and adds IPv6 when the kernel has it.
 func (o *options) nftPlanes(h host, log logr.Logger, reg prometheus.Registerer, out io.Writer) ([]plane, error) {
 	var planes []plane
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
@@ -41,20 +36,24 @@ func (o *options) nftPlanes(h host, log logr.Logger, reg prometheus.Registerer, 
 			nft, err = h.nft(f)
 			switch {
 			case err != nil && f == v1.IPv6Protocol:
-				log.Info("IPv6 is not proxied: nft is not usable", "err", err)
+				log.Info("IPv6 is not proxied: nftables is not usable", "err", err)
 				continue
 			case err != nil:
 				return nil, &nftables.UnsupportedError{Err: err}
 			}
 		}
 		d, err := nftables.New(nftables.Config{Family: f, NFT: nft, Logger: log, Registerer: reg, MasqueradeBit: int(*o.cfg.NFTables.MasqueradeBit)})
+		if err != nil && f == v1.IPv6Protocol && !o.dryRun {
+			log.Info("IPv6 is not proxied: nftables is not usable", "err", err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		rec := &recordedNFT{Dataplane: d}
 		planes = append(planes, plane{Dataplane: rec, last: &rec.last, family: f,
 			owned: func(ctx context.Context) (string, []any, error) {
-				n, err := tableObjects(ctx, nft)
+				n, err := d.TableChains(ctx)
 				return "no " + nftables.DefaultTable + " table found", []any{"table", string(nftFamily(f)) + " " + nftables.DefaultTable, "chains", n}, err
 			}})
 	}
@@ -66,16 +65,6 @@ func nftFamily(f v1.IPFamily) knftables.Family {
 		return knftables.IPv6Family
 	}
 	return knftables.IPv4Family
-}
-
-// tableObjects counts the chains of the agent's table; 0 when there is
-// none.
-func tableObjects(ctx context.Context, nft knftables.Interface) (int, error) {
-	chains, err := nft.List(ctx, "chains")
-	if knftables.IsNotFound(err) {
-		return 0, nil
-	}
-	return len(chains), err
 }
 
 // recordedNFT is an nftables dataplane that keeps the last State it

@@ -18,7 +18,7 @@ func fakeNFTHost(fakes map[v1.IPFamily]*knftables.Fake) host {
 		if fake, ok := fakes[f]; ok {
 			return fake, nil
 		}
-		return nil, errors.New("could not find nftables binary: exec: \"nft\": executable file not found in $PATH")
+		return nil, errors.New("nftnl: netlink socket: protocol not supported")
 	}}
 }
 
@@ -79,7 +79,7 @@ func TestNFTablesOnceAndCleanup(t *testing.T) {
 
 func TestNFTablesMissing(t *testing.T) {
 	code, out, errOut := runOnHost(t, fakeNFTHost(nil), "--proxy-mode", "nftables", "--once")
-	want := "nodeagent: nftables: this host cannot run the nftables dataplane (it needs the nft binary 1.0.1 or later and a kernel with nf_tables): could not find nftables binary: exec: \"nft\": executable file not found in $PATH\n"
+	want := "nodeagent: nftables: this host cannot run the nftables dataplane (it needs a kernel with nf_tables and CAP_NET_ADMIN): nftnl: netlink socket: protocol not supported\n"
 	if code != exitFailure || out != "" || !strings.HasSuffix(errOut, want) {
 		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and stderr ending in %q", code, out, errOut, exitFailure, want)
 	}

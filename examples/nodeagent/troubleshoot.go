@@ -325,19 +325,14 @@ func listNFTRuleset(ctx context.Context) ([]byte, error) {
 // errNoTable is the agent's nftables table missing from the kernel.
 var errNoTable = errors.New("no table")
 
-// listNFTable runs "nft list table" for family's table of the agent.
+// listNFTable reads family's table of the agent over netlink, as "nft
+// list table" would print it: no nft binary is needed.
 func listNFTable(ctx context.Context, family v1.IPFamily) ([]byte, error) {
-	var stderr strings.Builder
-	cmd := exec.CommandContext(ctx, "nft", "list", "table", string(nftFamily(family)), nftables.DefaultTable)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	switch {
-	case err != nil && strings.Contains(stderr.String(), "No such file or directory"):
+	b, err := nftables.ListTable(ctx, family, nftables.DefaultTable)
+	if err == nil && b == nil {
 		return nil, errNoTable
-	case err != nil:
-		return nil, fmt.Errorf("nft list table %s %s: %w: %s", nftFamily(family), nftables.DefaultTable, err, strings.TrimSpace(stderr.String()))
 	}
-	return out, nil
+	return b, err
 }
 
 // iptablesKernel reads family's nat, filter and mangle tables: mangle

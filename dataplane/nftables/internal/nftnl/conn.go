@@ -20,8 +20,9 @@ import (
 // Options configures a Conn.
 type Options struct {
 	// NetNS is the network namespace whose nftables the Conn talks to; nil
-	// means the namespace of the thread that calls Open (and that reopens
-	// the socket after an error: keep it the same).
+	// means the namespace of the thread that calls Open, which the Conn
+	// keeps open so that a socket reopened after an error is in it too,
+	// whichever thread reopens it.
 	NetNS *os.File
 	// Logger receives a line per failed transaction; the zero Logger
 	// discards.
@@ -36,8 +37,10 @@ type Conn struct {
 	fam    byte
 	table  string
 	opts   Options
-	fd     int
-	seq    uint32
+	// ownNS is the caller's namespace Open kept, when opts had none.
+	ownNS *os.File
+	fd    int
+	seq   uint32
 	// sndbuf is the send buffer size last set.
 	sndbuf int
 	// types are the types of the table's sets and maps as last written or
@@ -77,16 +80,33 @@ func Open(family knftables.Family, table string, opts Options) (*Conn, error) {
 	if table == "" {
 		return nil, errors.New("nftnl: no table name")
 	}
+	if opts.NetNS == nil {
+		ns, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			return nil, fmt.Errorf("nftnl: open current netns: %w", err)
+		}
+		c.opts.NetNS, c.ownNS = ns, ns
+	}
 	if err := c.open(); err != nil {
+		c.closeNS()
 		return nil, err
 	}
 	return c, nil
+}
+
+// closeNS closes the namespace Open kept.
+func (c *Conn) closeNS() {
+	if c.ownNS != nil {
+		c.ownNS.Close()
+		c.ownNS = nil
+	}
 }
 
 // Close closes the socket.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.closeNS()
 	if c.fd < 0 {
 		return nil
 	}
