@@ -214,7 +214,7 @@ func New(cfg Config) (*Dataplane, error) {
 	if err != nil {
 		return nil, &UnsupportedError{Err: err}
 	}
-	d.kernel, d.text = conn, knftables.NewFake(kf, cfg.Table)
+	d.kernel, d.text = netlinkKernel{conn}, knftables.NewFake(kf, cfg.Table)
 	return d, nil
 }
 

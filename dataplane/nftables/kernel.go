@@ -14,6 +14,8 @@ type kernel interface {
 	// Run applies ops as one transaction: all of them or, on error, none.
 	Run(ctx context.Context, ops []nftnl.Op) error
 	ListAll(ctx context.Context) (map[string][]string, error)
+	// ListRules lists rules for their chain and comment; their text may
+	// be missing.
 	ListRules(ctx context.Context, chain string) ([]*knftables.Rule, error)
 	ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error)
 }
@@ -37,4 +39,15 @@ func (k textKernel) ListRules(ctx context.Context, chain string) ([]*knftables.R
 
 func (k textKernel) ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error) {
 	return k.nft.ListElements(ctx, objectType, name)
+}
+
+// netlinkKernel is nftables over netlink. The Dataplane reads rules only
+// for their chain and comment, so their expressions are not read: another
+// program's rule counts like any other.
+type netlinkKernel struct {
+	*nftnl.Conn
+}
+
+func (k netlinkKernel) ListRules(ctx context.Context, chain string) ([]*knftables.Rule, error) {
+	return k.Conn.ListRuleHeads(ctx, chain)
 }

@@ -53,6 +53,38 @@ func (c *Conn) ListRules(ctx context.Context, chain string) ([]*knftables.Rule, 
 	return out, nil
 }
 
+// ListRuleHeads is ListRules without the rules' text, as knftables'
+// ListRules is: each rule's chain, comment and handle. It reads no
+// expression, so that another program's rule (or one changed by hand)
+// lists like any other, and costs a listing of the table's rules alone.
+func (c *Conn) ListRuleHeads(ctx context.Context, chain string) ([]*knftables.Rule, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.tableExists(ctx); err != nil {
+		return nil, err
+	}
+	rs, err := c.request(ctx, unix.NFT_MSG_GETRULE, true, func(w *buf) {
+		w.str(unix.NFTA_RULE_TABLE, c.table)
+		if chain != "" {
+			w.str(unix.NFTA_RULE_CHAIN, chain)
+		}
+	})
+	if err != nil {
+		return nil, c.notFound("rules of chain "+chain, err)
+	}
+	out := make([]*knftables.Rule, 0, len(rs))
+	for _, b := range rs {
+		r, err := c.ruleHead(b)
+		if err != nil {
+			return nil, err
+		}
+		if r.Table == c.table {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // readRule is a rule read back, its text read by Decompile.
 type readRule struct {
 	*knftables.Rule
@@ -98,6 +130,16 @@ func (c *Conn) readRules(ctx context.Context, chain string, listing bool) ([]rea
 }
 
 func (c *Conn) parseRule(b []byte) (*knftables.Rule, []expr.Any, error) {
+	return c.readRule(b, true)
+}
+
+// ruleHead is parseRule without the expressions.
+func (c *Conn) ruleHead(b []byte) (*knftables.Rule, error) {
+	r, _, err := c.readRule(b, false)
+	return r, err
+}
+
+func (c *Conn) readRule(b []byte, withExprs bool) (*knftables.Rule, []expr.Any, error) {
 	r := &knftables.Rule{Family: c.family}
 	var exprs []expr.Any
 	a := attrs{b: b}
@@ -115,6 +157,9 @@ func (c *Conn) parseRule(b []byte) (*knftables.Rule, []expr.Any, error) {
 				r.Comment = &s
 			}
 		case unix.NFTA_RULE_EXPRESSIONS:
+			if !withExprs {
+				continue
+			}
 			var err error
 			if exprs, err = c.parseExprs(a.val); err != nil {
 				return nil, nil, err
