@@ -36,7 +36,9 @@ func TestUDPSessions(t *testing.T) {
 	c := newCluster()
 	c.service("dns", "10.96.0.10", nil, "dns/UDP/53")
 	c.endpoints("dns", []string{"10.0.0.1", "10.0.0.2"}, "dns/UDP/53")
-	d := newDataplane(t, bk, Config{UDPIdleTimeout: 100 * time.Millisecond})
+	// Long enough that a busy machine's late answer finds its session,
+	// short enough for eventually below.
+	d := newDataplane(t, bk, Config{UDPIdleTimeout: time.Second})
 	mustSync(t, d, c.build())
 	a := listener(t, d, "10.96.0.10:53", v1.ProtocolUDP)
 
