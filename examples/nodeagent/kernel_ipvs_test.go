@@ -22,7 +22,7 @@ import (
 // requireIPVS skips t unless the kernel has IPVS and dummy links and
 // iptables-restore is on PATH. Under PROXYKIT_REQUIRE_KERNEL=1 a missing
 // one fails t inside the test VM; on a host without them t skips, as
-// TestKernelIPVSInVM runs it in the VM (and fails where it cannot).
+// TestKernelInVM runs it in the VM (and fails where it cannot).
 func requireIPVS(t *testing.T) {
 	t.Helper()
 	netns.Require(t, "iptables-restore")
@@ -34,7 +34,7 @@ func requireIPVS(t *testing.T) {
 	if os.Getenv(netns.RequireKernelEnv) == "1" && vmtest.Inside() {
 		t.Fatalf("%s (%s=1 forbids skipping)", msg, netns.RequireKernelEnv)
 	}
-	t.Skip(msg + " (TestKernelIPVSInVM runs it in a VM)")
+	t.Skip(msg + " (TestKernelInVM runs it in a VM)")
 }
 
 // ipvsMissing says what of IPVS and dummy links the kernel lacks, probed
@@ -105,7 +105,7 @@ func TestKernelIPVSServesTraffic(t *testing.T) {
 	requireIPVS(t)
 	node, pod, client := netns.New(t, "node"), netns.New(t, "pod"), netns.New(t, "client")
 	if vmtest.Inside() {
-		// TestKernelIPVSInVM leaves xfrm_user out: a handle of every
+		// TestKernelInVM leaves xfrm_user out: a handle of every
 		// netlink family fails there, and the agent must not need one.
 		err := node.Do(func() error {
 			h, err := netlink.NewHandle()

@@ -162,7 +162,7 @@ func (l *switchLab) checkServed(t *testing.T, mode string) {
 // objects and no other's, another program's objects and kube-proxy's
 // are as they were, and the web service is answered by the new mode
 // after its first sync (--once; userspace, which cannot --once, once it
-// says it synced). TestKernelModeSwitchInVM runs it with IPVS.
+// says it synced). TestKernelInVM runs it with IPVS.
 func TestKernelModeSwitchLeavesNothingBehind(t *testing.T) {
 	netns.Require(t, "iptables", "ip6tables", "iptables-restore", "iptables-save", "ip6tables-save", "nft", "sysctl")
 	cycle := []string{"iptables", "nftables", "userspace", "iptables"}
