@@ -63,14 +63,9 @@ func (c *Conn) ListRuleHeads(ctx context.Context, chain string) ([]*knftables.Ru
 	if err := c.tableExists(ctx); err != nil {
 		return nil, err
 	}
-	rs, err := c.request(ctx, unix.NFT_MSG_GETRULE, true, func(w *buf) {
-		w.str(unix.NFTA_RULE_TABLE, c.table)
-		if chain != "" {
-			w.str(unix.NFTA_RULE_CHAIN, chain)
-		}
-	})
+	rs, err := c.ruleDump(ctx, chain)
 	if err != nil {
-		return nil, c.notFound("rules of chain "+chain, err)
+		return nil, err
 	}
 	out := make([]*knftables.Rule, 0, len(rs))
 	for _, b := range rs {
@@ -85,6 +80,21 @@ func (c *Conn) ListRuleHeads(ctx context.Context, chain string) ([]*knftables.Ru
 	return out, nil
 }
 
+// ruleDump is the rules of chain (of every chain when chain is ""), as
+// the kernel sends them.
+func (c *Conn) ruleDump(ctx context.Context, chain string) ([][]byte, error) {
+	rs, err := c.request(ctx, unix.NFT_MSG_GETRULE, true, func(w *buf) {
+		w.str(unix.NFTA_RULE_TABLE, c.table)
+		if chain != "" {
+			w.str(unix.NFTA_RULE_CHAIN, chain)
+		}
+	})
+	if err != nil {
+		return nil, c.notFound("rules of chain "+chain, err)
+	}
+	return rs, nil
+}
+
 // readRule is a rule read back, its text read by Decompile.
 type readRule struct {
 	*knftables.Rule
@@ -95,14 +105,9 @@ type readRule struct {
 // readRules reads the rules of chain (of every chain when chain is ""),
 // with nft's listing text too when listing is set.
 func (c *Conn) readRules(ctx context.Context, chain string, listing bool) ([]readRule, error) {
-	rs, err := c.request(ctx, unix.NFT_MSG_GETRULE, true, func(w *buf) {
-		w.str(unix.NFTA_RULE_TABLE, c.table)
-		if chain != "" {
-			w.str(unix.NFTA_RULE_CHAIN, chain)
-		}
-	})
+	rs, err := c.ruleDump(ctx, chain)
 	if err != nil {
-		return nil, c.notFound("rules of chain "+chain, err)
+		return nil, err
 	}
 	out := make([]readRule, 0, len(rs))
 	for _, b := range rs {

@@ -286,7 +286,8 @@ func TestKernelScale(t *testing.T) {
 }
 
 // TestKernelForeignRule: a rule nftnl did not write lists as a
-// *RuleError, not as wrong text.
+// *RuleError, not as wrong text; ListRuleHeads, which reads no
+// expression, lists it like any other.
 func TestKernelForeignRule(t *testing.T) {
 	ctx := t.Context()
 	k := newKernelNS(t, knftables.IPv4Family)
@@ -298,5 +299,9 @@ func TestKernelForeignRule(t *testing.T) {
 	var re *nftnl.RuleError
 	if !errors.As(err, &re) || re.Chain != "a" {
 		t.Errorf("ListRules = %v, want a *RuleError in chain a", err)
+	}
+	heads, err := k.conn.ListRuleHeads(ctx, "a")
+	if err != nil || len(heads) == 0 || heads[len(heads)-1].Chain != "a" || heads[len(heads)-1].Rule != "" {
+		t.Errorf("ListRuleHeads = %v, %v; want the foreign rule last, without text", heads, err)
 	}
 }
