@@ -71,6 +71,9 @@ func conformanceIn(t *testing.T, n kerneltest.PodNetwork) {
 	requireIPVS(t)
 	scenarios := dataplanetest.Filter(dataplanetest.Scenarios(), n.Reproducible)
 	dataplanetest.RunScenarios(t, scenarios, func(t *testing.T) dataplanetest.Harness {
+		// Scenarios have namespaces of their own; most of their time is
+		// spent waiting for connections a verdict drops.
+		t.Parallel()
 		return kernelHarness{kerneltest.New(t, kerneltest.Config{
 			PodNetwork: n,
 			New: func(family v1.IPFamily) (dataplane.Dataplane, error) {
