@@ -94,6 +94,7 @@ var (
 		{Name: "5k", Services: 5000, Endpoints: 10},
 		{Name: "10k", Services: 10000, Endpoints: 10, Kernel: true},
 		{Name: "50k", Services: 50000, Endpoints: 10, Reps: 1},
+		{Name: "100k", Services: 100000, Endpoints: 10, Kernel: true, Reps: 2},
 		{Name: "1k", Services: 1000, Endpoints: 100},
 		{Name: "10k", Services: 10000, Endpoints: 100, Reps: 1},
 		{Name: "10k-mix", Services: 10000, Endpoints: 10, Mix: true, Reps: 1},
