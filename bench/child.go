@@ -26,8 +26,8 @@ const (
 	opKernelFirst = "first sync into the kernel"
 	// opKernelEndpoint is opEndpoint into the kernel: compute and write.
 	opKernelEndpoint = "one-endpoint change into the kernel"
-	opFloor       = "bare restore of the same input"
-	opOverFloor   = "first sync over bare restore"
+	opFloor          = "bare restore of the same input"
+	opOverFloor      = "first sync over bare restore"
 )
 
 // sample is one measured operation.

@@ -49,7 +49,8 @@ type workload struct {
 	// EndpointSlice as well, and every system runs one proxier or
 	// dataplane per family.
 	DualStack bool
-	// Kernel measures first syncs into real kernels as well; only the
+	// Kernel measures first syncs and one-endpoint changes into real
+	// kernels as well; only the
 	// single-stack ClusterIP workloads the targets name have it, as their
 	// kernel rows dominate a run (a 10k first sync into nftables takes
 	// about ten seconds, twice per system and run).
