@@ -50,10 +50,10 @@ type workload struct {
 	// dataplane per family.
 	DualStack bool
 	// Kernel measures first syncs and one-endpoint changes into real
-	// kernels as well; only the
-	// single-stack ClusterIP workloads the targets name have it, as their
-	// kernel rows dominate a run (a 10k first sync into nftables takes
-	// about ten seconds, twice per system and run).
+	// kernels as well; only the single-stack ClusterIP workloads the
+	// targets name have it, as their kernel rows dominate a run (a 10k
+	// first sync through nft takes about ten seconds, twice per system
+	// and run).
 	Kernel bool
 	// Reps, when set, caps the repetitions of each later operation in a
 	// child process: one each still gives five samples over the runs, and
