@@ -24,8 +24,10 @@ const (
 	opFull        = "forced full resync"
 	opIdle        = "idle resync"
 	opKernelFirst = "first sync into the kernel"
-	opFloor       = "bare restore of the same input"
-	opOverFloor   = "first sync over bare restore"
+	// opKernelEndpoint is opEndpoint into the kernel: compute and write.
+	opKernelEndpoint = "one-endpoint change into the kernel"
+	opFloor          = "bare restore of the same input"
+	opOverFloor      = "first sync over bare restore"
 )
 
 // sample is one measured operation.
@@ -140,9 +142,9 @@ type childRun struct {
 	res childResult
 }
 
-// runSystem measures a.System on a.Workload: the first sync into the
-// kernel alone for a kernel backend, else the first sync and a.Reps
-// rounds of changes.
+// runSystem measures a.System on a.Workload: for a kernel backend the
+// first sync into the kernel alone, then a.Reps one-endpoint changes;
+// else the first sync and a.Reps rounds of changes.
 func runSystem(a childArgs) (childResult, error) {
 	spec, err := lookupSystem(a.System)
 	if err != nil {
@@ -155,7 +157,7 @@ func runSystem(a childArgs) (childResult, error) {
 	}
 	r := &childRun{c: c, sys: sys, be: sys.backend()}
 	if a.Backend != discard {
-		err = r.kernelFirst(a.InputOut)
+		err = r.kernel(a.InputOut, a.Reps)
 	} else {
 		err = r.syncs(a.Reps)
 	}
@@ -194,15 +196,28 @@ func (r *childRun) feed() {
 	}
 }
 
-// kernelFirst measures the first sync alone, the objects given
-// beforehand, to set it beside the floor: a bare restore of its input,
-// which it writes to inputOut.
-func (r *childRun) kernelFirst(inputOut string) error {
+// kernel measures the first sync alone, the objects given beforehand, to
+// set it beside the floor: a bare restore of its input, which it writes
+// to inputOut. Then reps one-endpoint changes, each written to the
+// kernel before it returns.
+func (r *childRun) kernel(inputOut string, reps int) error {
 	r.feed()
 	if err := r.add(opKernelFirst, r.sys.sync); err != nil {
 		return err
 	}
-	return os.WriteFile(inputOut, r.be.firstInput(), 0o600)
+	input := r.be.firstInput()
+	if len(input) == 0 {
+		return fmt.Errorf("the first sync into the kernel left no input to restore bare")
+	}
+	if err := os.WriteFile(inputOut, input, 0o600); err != nil {
+		return err
+	}
+	for rep := range reps {
+		if err := r.endpointChange(opKernelEndpoint, rep); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // syncs measures the first sync, objects given included, then reps rounds
@@ -225,13 +240,8 @@ func (r *childRun) syncs(reps int) error {
 // round is the rep-th round of syncs.
 func (r *childRun) round(rep int) error {
 	c, sys := r.c, r.sys
-	i := (rep*7919 + 13) % len(c.services)
-	if err := r.add(opEndpoint, func() error {
-		for _, u := range c.changeEndpoint(i, rep%c.w.Endpoints) {
-			sys.updateSlice(u.old, u.new)
-		}
-		return sys.sync()
-	}); err != nil {
+	i := changedService(c, rep)
+	if err := r.endpointChange(opEndpoint, rep); err != nil {
 		return err
 	}
 	if err := r.add(opAddService, func() error {
@@ -263,6 +273,21 @@ func (r *childRun) round(rep int) error {
 		return fmt.Errorf("the sync after a failure was not a full one")
 	}
 	return nil
+}
+
+// changedService is the service whose endpoint the rep-th round changes.
+func changedService(c *cluster, rep int) int { return (rep*7919 + 13) % len(c.services) }
+
+// endpointChange measures, as op, the rep-th round's endpoint change and
+// the sync after it.
+func (r *childRun) endpointChange(op string, rep int) error {
+	i := changedService(r.c, rep)
+	return r.add(op, func() error {
+		for _, u := range r.c.changeEndpoint(i, rep%r.c.w.Endpoints) {
+			r.sys.updateSlice(u.old, u.new)
+		}
+		return r.sys.sync()
+	})
 }
 
 // restoreFloor times one bare restore of the input in file, by the

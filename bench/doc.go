@@ -38,10 +38,15 @@
 // ipvs/testing; proxykit's ipvstest.Kernel), whose own cost counts in
 // their figures, and have no kernel rows.
 // Kernel runs program the real kernel (iptables-legacy, iptables-nft or
-// nftables) and are set beside a bare restore of the same input, the
-// kernel's floor; they run for the 1k and 10k ClusterIP workloads only,
-// whose first syncs the targets name (at 10k each takes seconds, twice
-// per system and run, and would otherwise dominate the default run).
+// nftables): the first sync, set beside a bare restore of the same input,
+// the kernel's floor, then one-endpoint changes, each computed and
+// written before it returns. kube-proxy's nftables proxier writes through
+// an nft process; proxykit's nftables dataplane over netlink (Config.NFT
+// nil, no nft process), and its floor is nft -f of the same ruleset as
+// the script the dataplane renders for the State (Dataplane.Render). They
+// run for the 1k, 10k and 100k ClusterIP workloads only, whose syncs the
+// targets name (at 10k each takes seconds, twice per system and run, and
+// would otherwise dominate the default run).
 //
 // # Isolation
 //
@@ -69,7 +74,8 @@
 // something that takes objects and syncs synchronously. proxykit's
 // dataplanes go through newProxykitSystem with a backend that can discard,
 // record and fail a write on request (runner.go for iptables; nftBackend
-// in kubebackend.go serves a knftables.Interface; ipvsBackend injects the
+// in kubebackend.go serves a knftables.Interface, and netlinkBackend
+// stands for the kernel nftables reaches over netlink; ipvsBackend injects the
 // failure into ipvstest's IPVS table, which every sync calls). Where an
 // upstream constructor makes a handle for itself instead of taking one
 // (the nftables proxier's knftables.Interface, the IPVS proxier's netlink

@@ -23,9 +23,10 @@ func main() {
 		quick   = flag.Bool("quick", false, "only the 1k and 10k × 10 workloads")
 		runs    = flag.Int("runs", 5, "child processes per system and workload (first syncs, peak RSS and kernel runs are one per process)")
 		reps    = flag.Int("reps", 3, "repetitions of each later operation per child process")
-		wlList  = flag.String("workloads", "", "comma-separated workload names to run (1k, 5k, 10k, 50k, 10k-mix, 10k-dual; default all of the set)")
+		wlList  = flag.String("workloads", "", "comma-separated workload names to run (1k, 5k, 10k, 50k, 100k, 10k-mix, 10k-dual; default all of the set)")
 		sysList = flag.String("systems", "", "comma-separated systems to run (default all): "+systemKeys())
-		kernels = flag.String("kernels", iptablesLegacy+","+nftables, "comma-separated real backends to measure first syncs on (the 1k and 10k ClusterIP workloads), in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
+		kernels = flag.String("kernels", iptablesLegacy+","+nftables, "comma-separated real backends to measure first syncs and one-endpoint changes on (the 1k, 10k and 100k × 10 ClusterIP workloads), in a namespace the benchmark creates: "+strings.Join([]string{iptablesLegacy, iptablesNFT, nftables}, ", ")+"; empty for none")
+		kernSys = flag.String("kernel-systems", "", "comma-separated systems whose kernel rows run (default all that run): kube-proxy's nftables first sync at 100k takes many minutes through nft")
 		check   = flag.Bool("check", true, "cross-check the verdicts of kube-proxy's and proxykit's iptables rules (workloads of at most 100k endpoints)")
 		profile = flag.String("profile", "", "write a CPU profile of every child process into this directory")
 		child   = flag.String("child", "", "internal: run one measurement (JSON childArgs) and print its result")
@@ -59,6 +60,12 @@ func main() {
 		cfg.systems = append(cfg.systems, k)
 	}
 	cfg.kernels = splitList(*kernels)
+	for _, k := range splitList(*kernSys) {
+		if _, err := lookupSystem(k); err != nil {
+			fatal(err)
+		}
+		cfg.kernelSystems = append(cfg.kernelSystems, k)
+	}
 	cfg.profileDir = *profile
 	cfg.check = *check
 	rep, err := run(context.Background(), cfg)
@@ -108,6 +115,8 @@ type runConfig struct {
 	// systems are the keys to run; nil means all.
 	systems []string
 	kernels []string
+	// kernelSystems are the keys whose kernel rows run; nil means all.
+	kernelSystems []string
 	// profileDir, if set, receives a CPU profile per child process.
 	profileDir string
 	check      bool
@@ -175,11 +184,11 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 				}
 				rep.add(w, spec.key, discard, res)
 				for _, k := range cfg.kernels {
-					if !slices.Contains(spec.kernels, k) || !w.Kernel {
+					if !slices.Contains(spec.kernels, k) || !w.Kernel || (cfg.kernelSystems != nil && !slices.Contains(cfg.kernelSystems, spec.key)) {
 						continue
 					}
 					fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s on %s", w, r+1, cfg.runs, spec.key, k)
-					if err := runKernel(ctx, self, tmp, spec.key, k, w, rep); err != nil {
+					if err := runKernel(ctx, self, tmp, spec.key, k, w, reps, rep); err != nil {
 						return nil, fmt.Errorf("%s, %s on %s: %w", w, spec.key, k, err)
 					}
 				}
@@ -190,15 +199,16 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 	return rep, nil
 }
 
-// runKernel measures one first sync into a fresh namespace's kernel, then
-// one bare restore of the same input into another fresh namespace.
-func runKernel(ctx context.Context, self, tmp, key, be string, w workload, rep *report) error {
+// runKernel measures one first sync into a fresh namespace's kernel and
+// reps one-endpoint changes after it, then one bare restore of the first
+// sync's input into another fresh namespace.
+func runKernel(ctx context.Context, self, tmp, key, be string, w workload, reps int, rep *report) error {
 	env, err := kernelEnv(tmp, be)
 	if err != nil {
 		return err
 	}
 	input := filepath.Join(tmp, "input")
-	a := childArgs{System: key, Backend: be, Workload: w, InputOut: input}
+	a := childArgs{System: key, Backend: be, Workload: w, Reps: reps, InputOut: input}
 	res, err := runChildProcess(ctx, self, a, env)
 	if err != nil {
 		return err

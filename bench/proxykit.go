@@ -14,7 +14,6 @@ import (
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	"sigs.k8s.io/knftables"
 )
 
 // proxykitSystem is a proxykit dataplane fed by a dataplane.Builder, the
@@ -23,9 +22,12 @@ type proxykitSystem struct {
 	b  *dataplane.Builder
 	dp dataplane.Dataplane
 	be backend
-	// full is whether the last sync was a full one, as the dataplane
-	// reports it.
-	full bool
+	// full is whether the last sync was a full one, and bytes the size
+	// of its input, as the dataplane reports them.
+	full  bool
+	bytes int
+	// last is the State of the last sync.
+	last *dataplane.State
 }
 
 // builderSettings are the settings every system runs with: local traffic
@@ -61,33 +63,65 @@ func (s *proxykitSystem) sync() error {
 	if err := s.dp.Sync(context.Background(), st); err != nil {
 		return fmt.Errorf("%s: %w", s.dp.Name(), err)
 	}
+	s.last = st
 	if r, ok := s.dp.(dataplane.SyncReporter); ok {
-		s.full = r.LastSync().Full
+		s.full, s.bytes = r.LastSync().Full, r.LastSync().Bytes
 	}
 	return nil
 }
 
-// newProxykitNFTables is proxykit's nftables dataplane over an
-// nftBackend: discarding, or wrapping a real knftables.Interface for its
-// table.
+// newProxykitNFTables is proxykit's nftables dataplane: for the kernel,
+// over netlink (Config.NFT nil) in the child's own network namespace,
+// which the whole process entered at its start, so the socket New opens
+// is there; compute-only, over an nftBackend that discards its text.
 func newProxykitNFTables(be string, family v1.IPFamily) (system, error) {
-	var inner knftables.Interface
 	switch be {
 	case discard:
-	case nftables:
-		var err error
-		if inner, err = knftables.New(nftFamilyOf(family), pknftables.DefaultTable); err != nil {
+		b := newNFTBackendFor(nil, family, pknftables.DefaultTable)
+		d, err := pknftables.New(pknftables.Config{Family: family, NFT: b, Logger: logr.Discard()})
+		if err != nil {
 			return nil, err
 		}
+		return newProxykitSystem(d, family, b), nil
+	case nftables:
+		d, err := pknftables.New(pknftables.Config{Family: family, Logger: logr.Discard()})
+		if err != nil {
+			return nil, err
+		}
+		s := newProxykitSystem(d, family, nil)
+		s.be = &netlinkBackend{sys: s, dp: d}
+		return s, nil
 	default:
 		return nil, fmt.Errorf("proxykit nftables cannot run on %s", be)
 	}
-	b := newNFTBackendFor(inner, family, pknftables.DefaultTable)
-	d, err := pknftables.New(pknftables.Config{Family: family, NFT: b, Logger: logr.Discard()})
-	if err != nil {
-		return nil, err
+}
+
+// netlinkBackend is the backend of proxykit's nftables dataplane over
+// netlink: the kernel itself, no nft process. Its floor input is the
+// first sync's State as the nft script the dataplane renders for it, the
+// same ruleset in text, so that the floor row is a bare nft -f of it.
+type netlinkBackend struct {
+	sys *proxykitSystem
+	dp  *pknftables.Dataplane
+}
+
+// failNext is never called: kernel runs inject no failures.
+func (b *netlinkBackend) failNext() { panic("the benchmark injects no failures into the kernel") }
+
+func (b *netlinkBackend) beginSync()   {}
+func (b *netlinkBackend) written() int { return b.sys.bytes }
+
+// firstInput renders the State of the last sync, which kernel runs call
+// only after the first, outside the time measured.
+func (b *netlinkBackend) firstInput() []byte {
+	if b.sys.last == nil {
+		return nil
 	}
-	return newProxykitSystem(d, family, b), nil
+	text, err := b.dp.Render(b.sys.last)
+	if err != nil {
+		return nil
+	}
+	return text
 }
 
 func newProxykitIPTables(be string, family v1.IPFamily) (system, error) {

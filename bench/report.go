@@ -218,12 +218,29 @@ func (r *report) rows() []row {
 	}
 	for _, k := range r.cfg.kernels {
 		rows = append(rows,
-			row{fmt.Sprintf("first sync into the kernel (objects given before), %s", k), r.timeRow(opKernelFirst, k), faster},
-			row{fmt.Sprintf("bare %s of the same input", restoreName(k)), r.timeRow(opFloor, k), faster},
+			row{fmt.Sprintf("first sync into the kernel (objects given before), %s", kernelPath(k)), r.timeRow(opKernelFirst, k), faster},
+			row{fmt.Sprintf("one-endpoint change into the kernel (compute and write), %s", kernelPath(k)), r.timeRow(opKernelEndpoint, k), faster},
+			row{fmt.Sprintf("bare %s of the same %s", restoreName(k), floorInput(k)), r.timeRow(opFloor, k), faster},
 			row{fmt.Sprintf("first sync ÷ bare restore (median of the runs' ratios), %s", k), r.overFloor(k), nil},
 		)
 	}
 	return rows
+}
+
+// kernelPath says how each system reaches the kernel on backend be.
+func kernelPath(be string) string {
+	if be == nftables {
+		return "nftables: kube-proxy through an nft process, proxykit over netlink"
+	}
+	return be + ", both through " + restoreName(be)
+}
+
+// floorInput is what the floor row restores.
+func floorInput(be string) string {
+	if be == nftables {
+		return "ruleset (kube-proxy's nft input; proxykit's as the nft script it renders)"
+	}
+	return "input"
 }
 
 func restoreName(be string) string {

@@ -49,10 +49,11 @@ type workload struct {
 	// EndpointSlice as well, and every system runs one proxier or
 	// dataplane per family.
 	DualStack bool
-	// Kernel measures first syncs into real kernels as well; only the
-	// single-stack ClusterIP workloads the targets name have it, as their
-	// kernel rows dominate a run (a 10k first sync into nftables takes
-	// about ten seconds, twice per system and run).
+	// Kernel measures first syncs and one-endpoint changes into real
+	// kernels as well; only the single-stack ClusterIP workloads the
+	// targets name have it, as their kernel rows dominate a run (a 10k
+	// first sync through nft takes about ten seconds, twice per system
+	// and run).
 	Kernel bool
 	// Reps, when set, caps the repetitions of each later operation in a
 	// child process: one each still gives five samples over the runs, and
@@ -94,6 +95,7 @@ var (
 		{Name: "5k", Services: 5000, Endpoints: 10},
 		{Name: "10k", Services: 10000, Endpoints: 10, Kernel: true},
 		{Name: "50k", Services: 50000, Endpoints: 10, Reps: 1},
+		{Name: "100k", Services: 100000, Endpoints: 10, Kernel: true, Reps: 2},
 		{Name: "1k", Services: 1000, Endpoints: 100},
 		{Name: "10k", Services: 10000, Endpoints: 100, Reps: 1},
 		{Name: "10k-mix", Services: 10000, Endpoints: 10, Mix: true, Reps: 1},
