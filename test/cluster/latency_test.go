@@ -48,9 +48,10 @@ func TestLatency(t *testing.T) {
 }
 
 // TestLatencyAtSize measures event-to-rule latency at
-// --iptables-min-sync-period 0 in modes nftables and iptables, with 100
-// and with scale() services (each with 10 endpoints) in the API, beside
-// each mode's own sync time and the API write alone. With
+// --iptables-min-sync-period 0 in mode nftables with 100 and with scale()
+// services (each with 10 endpoints) in the API, and in mode iptables with
+// 100, beside the agent's sync time, the API write alone and (iptables)
+// one iptables-restore, the floor of that mode. With
 // PROXYKIT_CLUSTER_PROFILE set to a folder, a CPU profile of the agent
 // over each measurement is written there.
 func TestLatencyAtSize(t *testing.T) {
@@ -61,6 +62,13 @@ func TestLatencyAtSize(t *testing.T) {
 		createServices(t, lab, created, size)
 		created = size
 		for _, mode := range []string{"nftables", "iptables"} {
+			if mode == "iptables" && size > 100 {
+				// Where iptables is the nf_tables backend (Debian's
+				// default), the first restore of 100,000 endpoints
+				// took over 10 minutes here: TestScale's reason to run
+				// nftables at that size.
+				continue
+			}
 			t.Run(fmt.Sprintf("%s %d services", mode, size), func(t *testing.T) {
 				n := lab.Nodes[0]
 				n.StartAgent("--proxy-mode="+mode, "--iptables-min-sync-period=0", "--profiling")
