@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -277,6 +278,27 @@ func (n *Node) Metric(metric string) (float64, error) {
 		}
 	}
 	return sum, sc.Err()
+}
+
+// CPUProfile writes a CPU profile of the agent (started with --profiling)
+// over the next d to path.
+func (n *Node) CPUProfile(path string, d time.Duration) error {
+	hc := httpIn(n.NS)
+	hc.Timeout = d + 10*time.Second
+	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:10249/debug/pprof/profile?seconds=%d", int(d.Seconds())))
+	if err != nil {
+		return fmt.Errorf("agent profile: %w", err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("agent profile: %w", err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		return fmt.Errorf("agent profile: %w", err)
+	}
+	return f.Close()
 }
 
 // RSS is the agent's resident set size in bytes.

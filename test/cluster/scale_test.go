@@ -31,10 +31,35 @@ func scale() int {
 func TestScale(t *testing.T) {
 	bins, agent := binaries(t)
 	lab := NewLab(t, bins, agent, LabConfig{Nodes: 2, PodsPerNode: 2, NoAgents: true})
-	ctx := context.Background()
-	c := lab.CP.Admin
 	count := scale()
 	start := time.Now()
+	createServices(t, lab, 0, count)
+	record(t, fmt.Sprintf("scale: created %d services × 10 endpoints through the API in %v", count, time.Since(start).Round(time.Second)))
+
+	n := lab.Nodes[0]
+	agentStart := time.Now()
+	n.StartAgent("--proxy-mode=nftables", "--iptables-min-sync-period=0")
+	ports := waitFirstSync(t, n, count, 5*time.Minute)
+	firstSync := time.Since(agentStart)
+	rss, err := n.RSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, fmt.Sprintf("scale: %d services × 10 endpoints, one agent (nftables): first full sync %v after start, %v service ports programmed, RSS %d MiB",
+		count, firstSync.Round(10*time.Millisecond), ports, rss>>20))
+	d, _ := measureChanges(t, lab, "probe", 20)
+	report(t, fmt.Sprintf("endpoint change → rule with %d services, min-sync-period 0", count), d)
+	if rss, err = n.RSS(); err == nil {
+		record(t, fmt.Sprintf("scale: agent RSS after the changes %d MiB", rss>>20))
+	}
+}
+
+// createServices creates services scale<from> to scale<to-1>, each with
+// scaleSlice's 10 endpoints, through the API from 16 writers.
+func createServices(t *testing.T, lab *Lab, from, to int) {
+	t.Helper()
+	ctx := context.Background()
+	c := lab.CP.Admin
 	work := make(chan int)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -54,7 +79,7 @@ func TestScale(t *testing.T) {
 			}
 		})
 	}
-	for i := range count {
+	for i := from; i < to; i++ {
 		work <- i
 	}
 	close(work)
@@ -64,39 +89,29 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	default:
 	}
-	record(t, fmt.Sprintf("scale: created %d services × 10 endpoints through the API in %v", count, time.Since(start).Round(time.Second)))
+}
 
-	n := lab.Nodes[0]
-	agentStart := time.Now()
-	n.StartAgent("--proxy-mode=nftables", "--iptables-min-sync-period=0")
+// waitFirstSync waits until n's agent has made its first full sync with at
+// least services service ports programmed, and returns how many are.
+func waitFirstSync(t *testing.T, n *Node, services int, timeout time.Duration) float64 {
+	t.Helper()
 	// The sync-duration histogram counts a dataplane's sync as it ends; the
 	// programmed-ports gauge is set once every family's dataplane synced,
 	// so the first sync is over when both say so.
 	var ports float64
-	eventually(t, 5*time.Minute, "first full sync", func() error {
+	eventually(t, timeout, "first full sync", func() error {
 		v, err := n.Metric("kubeproxy_sync_full_proxy_rules_duration_seconds_count")
 		if err == nil && v < 1 {
 			err = fmt.Errorf("no full sync yet")
 		}
 		if err == nil {
-			if ports, err = n.Metric("proxykit_programmed_service_ports"); err == nil && ports < float64(count) {
-				err = fmt.Errorf("%v of %d service ports programmed", ports, count)
+			if ports, err = n.Metric("proxykit_programmed_service_ports"); err == nil && ports < float64(services) {
+				err = fmt.Errorf("%v of %d service ports programmed", ports, services)
 			}
 		}
 		return err
 	})
-	firstSync := time.Since(agentStart)
-	rss, err := n.RSS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	record(t, fmt.Sprintf("scale: %d services × 10 endpoints, one agent (nftables): first full sync %v after start, %v service ports programmed, RSS %d MiB",
-		count, firstSync.Round(10*time.Millisecond), ports, rss>>20))
-	d := measureChanges(t, lab, "probe", 20)
-	report(t, fmt.Sprintf("endpoint change → rule with %d services, min-sync-period 0", count), d)
-	if rss, err = n.RSS(); err == nil {
-		record(t, fmt.Sprintf("scale: agent RSS after the changes %d MiB", rss>>20))
-	}
+	return ports
 }
 
 // scaleSlice is service i's slice of 10 endpoints at addresses nothing
