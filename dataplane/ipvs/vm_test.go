@@ -2,9 +2,13 @@ package ipvs
 
 import (
 	"flag"
+	"os"
+	"path"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/proxykit/proxykit/internal/fuzzobj"
 	"github.com/proxykit/proxykit/internal/vmtest"
 )
 
@@ -40,13 +44,36 @@ func TestKernelTestsInVM(t *testing.T) {
 		t.Skip("boots a VM")
 	}
 	vmtest.Run(t, vmtest.Config{
-		Run:     "^TestKernel(GracefulTermination|Conformance|ConformanceBridge|NodeAddresses|InternalTraffic|WithoutXFRM)$/^(" + vmScenarios + ")$",
+		Run: "^TestKernel(GracefulTermination|Conformance|ConformanceBridge|NodeAddresses|InternalTraffic|WithoutXFRM|FuzzCorporaAccepted)$/^(" +
+			vmScenarios + ")$",
 		Modules: ipvsModules,
 		Omit:    []string{"xfrm_user"},
 		Tools:   vmTools,
+		Files:   corpusFiles(t),
 		Args:    []string{"-test.v"},
 		Timeout: 20 * time.Minute,
 	})
+}
+
+// corpusFiles maps every file of the model's fuzz corpora to where
+// TestKernelFuzzCorporaAccepted reads it in the VM: the tests run in /pkg,
+// so the repository root it names, "../..", is "/" there.
+func corpusFiles(t *testing.T) map[string]string {
+	files := map[string]string{}
+	for _, dir := range fuzzobj.ModelCorpusDirs() {
+		host, err := filepath.Abs(filepath.Join("../..", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err := os.ReadDir(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			files[path.Join("/", filepath.ToSlash(dir), e.Name())] = filepath.Join(host, e.Name())
+		}
+	}
+	return files
 }
 
 // TestKernelBenchmarksInVM runs this package's kernel benchmarks inside
