@@ -51,7 +51,7 @@ func TestKernelTestsInVM(t *testing.T) {
 		Tools:   vmTools,
 		Files:   corpusFiles(t),
 		Args:    []string{"-test.v"},
-		Timeout: 20 * time.Minute,
+		Timeout: 30 * time.Minute,
 	})
 }
 

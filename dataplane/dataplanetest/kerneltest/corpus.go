@@ -82,6 +82,20 @@ func (f *CorpusBuilder) Slice(s *discovery.EndpointSlice) {
 	f.slices[nn] = s
 }
 
+// Clear deletes every object fed so far, as a source would: the next
+// Build's States hold only what is fed after.
+func (f *CorpusBuilder) Clear() {
+	for nn, s := range f.services {
+		f.b.UpdateService(s, nil)
+		delete(f.services, nn)
+	}
+	for nn, s := range f.slices {
+		f.b.UpdateEndpointSlice(s, nil)
+		delete(f.slices, nn)
+	}
+	clear(f.served)
+}
+
 // Feed feeds the objects of one corpus entry, with what makes them reach
 // a dataplane (see CorpusBuilder).
 func (f *CorpusBuilder) Feed(objs fuzzobj.Objects) {

@@ -34,8 +34,8 @@ type CorpusConfig struct {
 
 // CorpusSync is one State ReplayCorpora synced.
 type CorpusSync struct {
-	// What names the replay: "all entries", an entry's name, or
-	// ValidServiceReplay.
+	// What names the replay: "all entries", an entry's name, or "all
+	// entries and a valid service".
 	What string
 	// Partial says the State was synced over another's: every replay but
 	// the first, which the dataplane programs from nothing.
@@ -66,10 +66,6 @@ func (r CorpusReport) String() string {
 		r.Entries, r.Syncs, r.Skipped, r.SkippedAlone, r.Served, r.Elapsed.Round(time.Millisecond))
 }
 
-// ValidServiceReplay is CorpusSync.What of the last replay: the whole
-// corpus again with ValidService added.
-const ValidServiceReplay = "all entries and a valid service"
-
 // The valid Service the replay adds last, with one endpoint per family,
 // and where the outside client that checks it is served sends from.
 var (
@@ -82,8 +78,7 @@ var (
 // ReplayCorpora replays the model's checked-in fuzz corpora, the bad
 // objects its fuzzers found interesting, through a CorpusBuilder into the
 // dataplane of Config.Harness in a real kernel, both families: every entry
-// at once, then each entry alone in a fresh Builder, synced over what the
-// previous one left. Every Sync must succeed (a write the kernel rejects
+// at once, then each entry alone, the previous one's objects deleted. Every Sync must succeed (a write the kernel rejects
 // fails it, and a panic fails the test binary), Config.Check must pass,
 // and where the dataplane is a dataplane.Reconciler, a Reconcile must find
 // what was just synced. After the corpus, the whole corpus again with one
@@ -103,30 +98,32 @@ func ReplayCorpora(t *testing.T, cfg CorpusConfig) CorpusReport {
 	}}
 	report := CorpusReport{Entries: len(entries)}
 
-	all := NewCorpusBuilder()
+	// One Builder throughout, as a dataplane is fed by one source: each
+	// State's Generation tells it what changed since the one it synced
+	// last, so that the entries alone are partial syncs.
+	f := NewCorpusBuilder()
 	for _, e := range entries {
-		all.Feed(e.Objects)
+		f.Feed(e.Objects)
 	}
-	report.Syncs += r.replay("all entries", all, false)
-	report.Skipped = all.Skipped()
+	report.Syncs += r.replay("all entries", f, false)
+	report.Skipped = f.Skipped()
 	if report.Skipped == 0 {
 		t.Error("the Builder skipped nothing: the corpora's bad objects did not reach the model")
 	}
 	for _, e := range entries {
-		f := NewCorpusBuilder()
+		before := f.Skipped()
+		f.Clear()
 		f.Feed(e.Objects)
 		report.Syncs += r.replay(e.Name, f, true)
-		report.SkippedAlone += f.Skipped()
+		report.SkippedAlone += f.Skipped() - before
 	}
 
-	// A fresh Builder: a dataplane takes the States of one Builder, whose
-	// Generations tell it what changed since the State it synced last.
-	valid := NewCorpusBuilder()
+	f.Clear()
 	for _, e := range entries {
-		valid.Feed(e.Objects)
+		f.Feed(e.Objects)
 	}
-	addValidService(valid)
-	report.Syncs += r.replay(ValidServiceReplay, valid, true)
+	addValidService(f)
+	report.Syncs += r.replay("all entries and a valid service", f, true)
 	for i, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		if err := r.harness[fam].checkServed(t, validClusterIPs[i], validEndpoints[i], outsideClients[i]); err != nil {
 			t.Errorf("after the corpus, %s: %v", fam, err)
