@@ -3,9 +3,12 @@ package ipvs
 import (
 	"flag"
 	"os"
+	"path"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/proxykit/proxykit/internal/fuzzobj"
 	"github.com/proxykit/proxykit/internal/vmtest"
 )
 
@@ -44,11 +47,11 @@ func TestKernelTestsInVM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM")
 	}
-	run := "^TestKernel(GracefulTermination|Conformance|ConformanceBridge|NodeAddresses|InternalTraffic|WithoutXFRM)$"
+	run := "^TestKernel(GracefulTermination|Conformance|ConformanceBridge|NodeAddresses|InternalTraffic|WithoutXFRM|FuzzCorporaAccepted)$"
 	// One scenario at a time in CI's subset, whose probes must not time
 	// out on a busy runner; the whole suite runs three at a time, as its
 	// scenarios mostly wait for connections a verdict drops.
-	timeout, args, mem := 20*time.Minute, []string{"-test.v", "-test.parallel", "1"}, 0
+	timeout, args, mem := 30*time.Minute, []string{"-test.v", "-test.parallel", "1"}, 0
 	if os.Getenv(allScenariosEnv) == "1" {
 		timeout, args, mem = 90*time.Minute, []string{"-test.v", "-test.parallel", "3"}, 2048
 	} else {
@@ -59,10 +62,32 @@ func TestKernelTestsInVM(t *testing.T) {
 		Modules:   ipvsModules,
 		Omit:      []string{"xfrm_user"},
 		Tools:     vmTools,
+		Files:     corpusFiles(t),
 		Args:      args,
 		Timeout:   timeout,
 		MemoryMiB: mem,
 	})
+}
+
+// corpusFiles maps every file of the model's fuzz corpora to where
+// TestKernelFuzzCorporaAccepted reads it in the VM: the tests run in /pkg,
+// so the repository root it names, "../..", is "/" there.
+func corpusFiles(t *testing.T) map[string]string {
+	files := map[string]string{}
+	for _, dir := range fuzzobj.ModelCorpusDirs() {
+		host, err := filepath.Abs(filepath.Join("../..", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err := os.ReadDir(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			files[path.Join("/", filepath.ToSlash(dir), e.Name())] = filepath.Join(host, e.Name())
+		}
+	}
+	return files
 }
 
 // TestKernelBenchmarksInVM runs this package's kernel benchmarks inside

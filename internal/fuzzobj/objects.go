@@ -91,6 +91,35 @@ type Decoded struct {
 	Objects
 }
 
+// modelCorpus is one of the model's fuzz targets whose corpus
+// ModelCorpora decodes.
+type modelCorpus struct {
+	pkg, target string
+	decode      func(Entry) (Objects, error)
+}
+
+func modelCorpora() []modelCorpus {
+	return []modelCorpus{
+		{"servicemodel", "FuzzNormalize", NormalizeObjects},
+		{"servicemodel", "FuzzTracker", ServiceTrackerObjects},
+		{"endpoints", "FuzzSliceMerge", SliceMergeObjects},
+		{"endpoints", "FuzzTracker", SliceTrackerObjects},
+	}
+}
+
+func (c modelCorpus) dir() string { return filepath.Join(c.pkg, "testdata/fuzz", c.target) }
+
+// ModelCorpusDirs are the corpus directories ModelCorpora reads, relative
+// to the repository root: what a replay running elsewhere (in a test VM)
+// must be given.
+func ModelCorpusDirs() []string {
+	var dirs []string
+	for _, c := range modelCorpora() {
+		dirs = append(dirs, c.dir())
+	}
+	return dirs
+}
+
 // ModelCorpora decodes every checked-in entry of the model's fuzz corpora
 // (servicemodel's and endpoints' targets) under the repository root: the
 // bad objects the fuzzers found interesting, which every dataplane replays
@@ -98,16 +127,8 @@ type Decoded struct {
 // nothing.
 func ModelCorpora(root string) ([]Decoded, error) {
 	var out []Decoded
-	for _, c := range []struct {
-		pkg, target string
-		decode      func(Entry) (Objects, error)
-	}{
-		{"servicemodel", "FuzzNormalize", NormalizeObjects},
-		{"servicemodel", "FuzzTracker", ServiceTrackerObjects},
-		{"endpoints", "FuzzSliceMerge", SliceMergeObjects},
-		{"endpoints", "FuzzTracker", SliceTrackerObjects},
-	} {
-		entries, err := ReadCorpus(filepath.Join(root, c.pkg, "testdata/fuzz", c.target))
+	for _, c := range modelCorpora() {
+		entries, err := ReadCorpus(filepath.Join(root, c.dir()))
 		if err != nil {
 			return nil, err
 		}

@@ -75,6 +75,14 @@
 // minus those fields. Cases it cannot reproduce (spoofed sources, SCTP,
 // which Go's net package lacks) are left out by Reproducible.
 //
+// ReplayCorpora is the other use of a lab: the model's fuzz corpora (the
+// bad objects its fuzzers found, decoded by internal/fuzzobj) fed through a
+// CorpusBuilder into a dataplane in a lab's node namespace, one lab per
+// family, every Sync required to succeed; then one valid Service added and
+// reached by real connections. Every dataplane runs the same replay, so the
+// corpora mean the same to each, and the checks only a dataplane can make
+// of what it wrote come in through CorpusConfig.Check.
+//
 // A Harness needs root and iproute2's ip; a test should skip without them
 // before calling New. Every connection is bounded by a timeout and every
 // sampling loop by a retry count: nothing waits forever.

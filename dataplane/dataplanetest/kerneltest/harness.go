@@ -78,6 +78,33 @@ func (h *Harness) Name() string {
 // namespace that answers on its port, and Syncs the dataplane inside the
 // node namespace.
 func (h *Harness) Sync(ctx context.Context, s *dataplane.State) error {
+	if err := h.start(s); err != nil {
+		return err
+	}
+	for _, se := range s.Endpoints.Services() {
+		for _, eps := range se.Ports {
+			for _, ep := range eps {
+				if err := h.lab.serveEndpoint(ep.Addr); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return h.lab.node.ns.Do(func() error { return h.dp.Sync(ctx, s) })
+}
+
+// program Syncs s without serving its endpoints, for a State whose
+// endpoints the lab need not, or cannot, hold (a fuzz corpus's).
+func (h *Harness) program(ctx context.Context, s *dataplane.State) error {
+	if err := h.start(s); err != nil {
+		return err
+	}
+	return h.lab.node.ns.Do(func() error { return h.dp.Sync(ctx, s) })
+}
+
+// start builds the lab and the dataplane at the first State and places
+// the node addresses of s.
+func (h *Harness) start(s *dataplane.State) error {
 	if h.lab == nil {
 		l, err := newLab(h.t, s.Family, s.Settings.LocalDetector, h.cfg.PodNetwork)
 		if err != nil {
@@ -93,19 +120,7 @@ func (h *Harness) Sync(ctx context.Context, s *dataplane.State) error {
 	} else if s.Family != h.lab.family {
 		return fmt.Errorf("kerneltest: a %s State for a lab built for %s", s.Family, h.lab.family)
 	}
-	if err := h.lab.setNodeIPs(s.Node.IPs); err != nil {
-		return err
-	}
-	for _, se := range s.Endpoints.Services() {
-		for _, eps := range se.Ports {
-			for _, ep := range eps {
-				if err := h.lab.serveEndpoint(ep.Addr); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return h.lab.node.ns.Do(func() error { return h.dp.Sync(ctx, s) })
+	return h.lab.setNodeIPs(s.Node.IPs)
 }
 
 // Cleanup runs the dataplane's Cleanup inside the node namespace.
