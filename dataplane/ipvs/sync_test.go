@@ -386,7 +386,7 @@ func TestLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 4 cluster IPs, one NodePort service on two node addresses.
-	if diff := cmp.Diff(Leftovers{VirtualServers: 6, Addresses: 4, Sets: int(numSets), Chains: 7}, got); diff != "" {
+	if diff := cmp.Diff(Leftovers{VirtualServers: 6, Addresses: 4, Sets: int(numSets), Chains: 7, Link: true}, got); diff != "" {
 		t.Errorf("Leftovers after Sync (-want +got):\n%s", diff)
 	}
 	if err := d.Cleanup(ctx); err != nil {
