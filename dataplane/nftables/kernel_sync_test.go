@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/internal/netns"
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
@@ -266,5 +267,22 @@ func TestKernelForeignElement(t *testing.T) {
 	}
 	if want := []netip.AddrPort{netip.MustParseAddrPort("10.1.3.1:8080"), netip.MustParseAddrPort("10.1.3.2:8080")}; !slices.Equal(v.Endpoints, want) {
 		t.Errorf("svc3 reaches %v, want %v", v.Endpoints, want)
+	}
+}
+
+// TestKernelLongNames: a service whose namespace and name are as long as
+// Kubernetes allows gives a no-endpoint element comment longer than nft
+// accepts; it is cut, and the sync goes through (it failed whole).
+func TestKernelLongNames(t *testing.T) {
+	long := strings.Repeat("n", 63)
+	b := newBuilder()
+	b.UpdateService(nil, dataplanetest.MakeService(long, strings.Repeat("s", 63), func(s *v1.Service) {
+		s.Spec.ClusterIP = "172.30.9.9"
+		s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("a-port-name-xyz", v1.ProtocolSCTP, 80, 0, 0)}
+	}))
+	ns, _ := syncedInNamespace(t, b.Build().States[0])
+	listing := ns.MustRun("nft", "list", "map", "ip", DefaultTable, mapNoEndpointServices)
+	if !strings.Contains(listing, "172.30.9.9") || !strings.Contains(listing, truncated+`"`) {
+		t.Errorf("no cut comment on the service's element:\n%s", listing)
 	}
 }

@@ -69,6 +69,23 @@ func portBase(p *port) string {
 	return n.Namespace + "/" + n.Name + "/" + p.Proto + "/" + n.Port
 }
 
+// maxComment is the longest comment nft and the kernel's nftables accept,
+// in bytes: a longer one fails the whole transaction.
+const maxComment = 128
+
+// truncated ends a comment cut to maxComment.
+const truncated = "..."
+
+// commentOf is the comment of an element of port base: the base, or,
+// where a long namespace and name make it longer than nft accepts, its
+// beginning ending in truncated (which the tracer reads as no name).
+func commentOf(base string) string {
+	if len(base) <= maxComment {
+		return base
+	}
+	return base[:maxComment-len(truncated)] + truncated
+}
+
 // endpointBase is the base of an endpoint's chain and affinity set: the
 // port's base, then the endpoint's address with ':' (IPv6) spelled '.'.
 func endpointBase(portBase string, ep netip.AddrPort) string {

@@ -159,7 +159,7 @@ func (r *renderer) port(out *rendering, p *port) {
 	add := func(set, key, value string) {
 		c := claim{order: p.order, value: value}
 		if set == mapNoEndpointServices || set == mapNoEndpointNodePort {
-			c.comment = base
+			c.comment = commentOf(base)
 		}
 		out.elems = append(out.elems, elemClaim{elemKey{set, key}, c})
 	}

@@ -183,7 +183,7 @@ func portOfChain(name string) servicemodel.PortName {
 
 func portOfBase(base string) servicemodel.PortName {
 	parts := strings.SplitN(base, "/", 4)
-	if len(parts) != 4 {
+	if len(parts) != 4 || len(base) == maxComment && strings.HasSuffix(base, truncated) {
 		return servicemodel.PortName{}
 	}
 	return servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: parts[0], Name: parts[1]},
