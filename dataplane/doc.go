@@ -107,8 +107,6 @@
 //     endpoints only (masqueraded from the node), and is dropped without
 //     any. With externalTrafficPolicy Local alone it reaches every
 //     endpoint, as in iptables mode.
-//   - Hairpin masquerading covers only endpoints on this node (the
-//     LOOP-BACK ipset), as in nftables mode.
 //
 // # userspace mode
 //

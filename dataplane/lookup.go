@@ -325,7 +325,8 @@ func (t *trace) dnat(v *portView, eps []*endpoints.Endpoint, masq bool, via, why
 	var hairpin []netip.AddrPort
 	for i, e := range eps {
 		addrs[i] = e.Addr
-		if e.Addr.Addr() == t.p.Src && (e.Local || !t.hairpinsLocalOnly()) {
+		// nftables masquerades hairpins through a set of local endpoints.
+		if e.Addr.Addr() == t.p.Src && (e.Local || !t.nft) {
 			hairpin = append(hairpin, e.Addr)
 		}
 	}

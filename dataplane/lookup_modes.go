@@ -35,13 +35,6 @@ func (t *trace) filtersNodePortsEverywhere() bool {
 	return t.mode != ModeNFTables && t.mode != ModeIPVS
 }
 
-// hairpinsLocalOnly: nftables and IPVS modes masquerade hairpin traffic
-// through a set of the node's own endpoints; iptables and userspace
-// modes match the source of every endpoint.
-func (t *trace) hairpinsLocalOnly() bool {
-	return t.mode == ModeNFTables || t.mode == ModeIPVS
-}
-
 // acceptsHealthChecks: nftables mode writes no accept rule for health-check
 // node ports, and the userspace mode has no firewall to open.
 func (t *trace) acceptsHealthChecks() bool {

@@ -300,11 +300,10 @@ func clusterIPGeneral() []Scenario {
 			inMode(pkt("unallocated cluster IP is not a service", pod, "10.180.0.2", "172.30.0.50:80", none()),
 				nft, dataplane.Verdict{Action: dataplane.Drop}),
 			pkt("outside the service CIDRs is not a service", pod, "10.180.0.2", "172.31.0.50:80", none()),
-			// nftables and IPVS masquerade hairpins of local endpoints only.
-			inMode(inMode(pkt("hairpin through one of several endpoints", pod, "10.180.2.1", "172.30.0.42:80",
+			// nftables masquerades hairpins of local endpoints only.
+			inMode(pkt("hairpin through one of several endpoints", pod, "10.180.2.1", "172.30.0.42:80",
 				withHairpin(dnat(svc2("http", v1.ProtocolTCP), false, "10.180.0.1:80", "10.180.2.1:80"), "10.180.2.1:80")),
 				nft, dnat(svc2("http", v1.ProtocolTCP), false, "10.180.0.1:80", "10.180.2.1:80")),
-				ipvsMode, dnat(svc2("http", v1.ProtocolTCP), false, "10.180.0.1:80", "10.180.2.1:80")),
 			pkt("node to clusterIP is masqueraded", node, NodeIP, "172.30.0.41:80", dnat(svc1, true, "10.180.0.1:80")),
 			pkt("external to clusterIP is masqueraded", outside, ExternalClient, "172.30.0.41:80", dnat(svc1, true, "10.180.0.1:80")),
 		},

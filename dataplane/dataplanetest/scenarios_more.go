@@ -384,8 +384,8 @@ func sessionAffinity() []Scenario {
 		Packets: []PacketCase{
 			pkt("pod to ClusterIP is pinned", pod, "10.0.0.2", "172.30.0.41:80", withAffinity(dnat(svc, false, both...))),
 			pkt("external to NodePort is pinned", outside, ExternalClient, NodeIP+":3001", withAffinity(dnat(svc, true, both...))),
-			inMode(inMode(pkt("hairpin is pinned", pod, "10.180.1.1", "172.30.0.41:80", withHairpin(withAffinity(dnat(svc, false, both...)), "10.180.1.1:80")),
-				nft, withAffinity(dnat(svc, false, both...))), ipvsMode, withAffinity(dnat(svc, false, both...))),
+			inMode(pkt("hairpin is pinned", pod, "10.180.1.1", "172.30.0.41:80", withHairpin(withAffinity(dnat(svc, false, both...)), "10.180.1.1:80")),
+				nft, withAffinity(dnat(svc, false, both...))),
 			pkt("local hairpin is pinned", pod, "10.180.0.1", "172.30.0.41:80", withHairpin(withAffinity(dnat(svc, false, both...)), "10.180.0.1:80")),
 		},
 	}}

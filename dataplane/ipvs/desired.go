@@ -126,12 +126,6 @@ func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.Se
 		slices.SortFunc(out, netip.AddrPort.Compare)
 		return slices.Compact(out)
 	}
-	for _, e := range s.Endpoints.Get(sp.Name) {
-		if e.Local && ruleport.UsableEndpoint(e, d.ipv6) {
-			pp.local = append(pp.local, e.Addr)
-		}
-	}
-	slices.SortFunc(pp.local, netip.AddrPort.Compare)
 	internal, external := usable(sel.Cluster), usable(sel.Cluster)
 	if pol.InternalLocal {
 		internal = usable(sel.Local)
@@ -175,18 +169,12 @@ type portProgram struct {
 	rp             *ruleport.Port
 	proto          uint16
 	flags, timeout uint32
-	// local are the port's endpoints on this node, sorted: the ones a
-	// pod can reach itself through (hairpin), which the LOOP-BACK set
-	// holds, as kube-proxy's.
-	local []netip.AddrPort
 }
 
 func (pp *portProgram) vs(addr netip.Addr, port uint16, dests []netip.AddrPort) {
 	pp.vss = append(pp.vss, virtualServer{key: vsKey{addr, pp.proto, port}, port: pp.rp.SP.Name, flags: pp.flags, timeout: pp.timeout, dests: dests})
 	for _, ep := range dests {
-		if _, local := slices.BinarySearchFunc(pp.local, ep, netip.AddrPort.Compare); local {
-			pp.sets = append(pp.sets, setEntry{setLoopBack, entry{ip: ep.Addr(), proto: uint8(pp.proto), port: ep.Port(), ip2: ep.Addr()}})
-		}
+		pp.sets = append(pp.sets, setEntry{setLoopBack, entry{ip: ep.Addr(), proto: uint8(pp.proto), port: ep.Port(), ip2: ep.Addr()}})
 	}
 }
 
