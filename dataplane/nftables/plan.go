@@ -34,14 +34,7 @@ func (p *plan) delete(o knftables.Object) { p.ops = append(p.ops, op{Verb: verbD
 func transaction(nft knftables.Interface, ops []op) *knftables.Transaction {
 	tx := nft.NewTransaction()
 	for _, o := range ops {
-		switch o.Verb {
-		case verbAdd:
-			tx.Add(o.Obj)
-		case verbFlush:
-			tx.Flush(o.Obj)
-		case verbDelete:
-			tx.Delete(o.Obj)
-		}
+		o.AddTo(tx)
 	}
 	return tx
 }

@@ -195,14 +195,7 @@ func (b *batch) describe(ops []Op, refused []reply) *OpError {
 // opText is op as nft text.
 func opText(family knftables.Family, table string, op Op) string {
 	tx := knftables.NewFake(family, table).NewTransaction()
-	switch op.Verb {
-	case Add:
-		tx.Add(op.Obj)
-	case Flush:
-		tx.Flush(op.Obj)
-	case Delete:
-		tx.Delete(op.Obj)
-	}
+	op.AddTo(tx)
 	return strings.TrimSpace(tx.String())
 }
 

@@ -19,3 +19,15 @@ type Op struct {
 	Verb Verb
 	Obj  knftables.Object
 }
+
+// AddTo adds o to tx, the text form of the same operation.
+func (o Op) AddTo(tx *knftables.Transaction) {
+	switch o.Verb {
+	case Add:
+		tx.Add(o.Obj)
+	case Flush:
+		tx.Flush(o.Obj)
+	case Delete:
+		tx.Delete(o.Obj)
+	}
+}
