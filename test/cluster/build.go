@@ -20,9 +20,10 @@ const (
 	EtcdVersion       = "v3.7.0"
 )
 
-// Binaries are the paths of the control plane's executables.
+// Binaries are the paths of the control plane's executables, and of
+// upstream kube-proxy, which the replacement test runs beside the agent.
 type Binaries struct {
-	Etcd, APIServer string
+	Etcd, APIServer, KubeProxy string
 }
 
 // CacheDir is where BuildControlPlane keeps the binaries: under the user's
@@ -43,7 +44,7 @@ func moduleDir() string {
 	return filepath.Dir(file)
 }
 
-// BuildControlPlane returns the cached etcd and kube-apiserver, building
+// BuildControlPlane returns the cached etcd, kube-apiserver and kube-proxy, building
 // what is missing with go build (CGO_ENABLED=0, through the machine's Go
 // build cache) and writing the build's output to log. A cold build takes
 // 13–27 minutes on two cores; a cached one returns at once.
@@ -64,10 +65,15 @@ func BuildControlPlane(ctx context.Context, log io.Writer) (Binaries, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return Binaries{}, fmt.Errorf("control-plane cache lock: %w", err)
 	}
-	b := Binaries{Etcd: filepath.Join(dir, "etcd"), APIServer: filepath.Join(dir, "kube-apiserver")}
+	b := Binaries{
+		Etcd:      filepath.Join(dir, "etcd"),
+		APIServer: filepath.Join(dir, "kube-apiserver"),
+		KubeProxy: filepath.Join(dir, "kube-proxy"),
+	}
 	for _, p := range []struct{ out, pkg string }{
 		{b.Etcd, "go.etcd.io/etcd/server/v3"},
 		{b.APIServer, "k8s.io/kubernetes/cmd/kube-apiserver"},
+		{b.KubeProxy, "k8s.io/kubernetes/cmd/kube-proxy"},
 	} {
 		if _, err := os.Stat(p.out); err == nil {
 			continue
