@@ -46,9 +46,12 @@
 // transaction. A new port takes the lowest free slot of its map, so that
 // equal States render equal scripts; the slot is also in the signature
 // comment of the port's rule, so that a full sync after partial ones, or
-// a restart, leaves every port where it is. An endpoint change rewrites
-// the rule (N changed) and only the elements whose endpoint changed;
-// maps nothing uses are deleted.
+// a restart, leaves every port where it is. An endpoint change writes only
+// the elements whose endpoint changed, and the rule only when the number
+// of endpoints changed: the kernel validates the whole table (every chain
+// a jump reaches) in each transaction that adds a NAT rule, which at
+// 10,000 services is nearly all a one-rule transaction costs, and none in
+// one that changes only these elements. Maps nothing uses are deleted.
 //
 // # Where it differs from the iptables mode
 //
@@ -74,9 +77,9 @@
 // chains (flush and rules), element additions and deletions (a changed map
 // value is a delete and an add, as nft refuses to re-add a key), new
 // affinity sets. An idle resync sends nothing; a one-endpoint change is a
-// few operations whatever the cluster's size: the port's rule rewritten
-// (its signature comment changes), and the endpoint map elements whose
-// endpoint changed, those after a removed or added one in sorted order. Chains nothing refers to
+// few operations whatever the cluster's size: the endpoint map elements
+// whose endpoint changed (those after a removed or added one in sorted
+// order), and the port's rule when their number changed. Chains nothing refers to
 // any more are flushed at once and deleted by a later Sync, at least
 // Config.StaleChainDelay later, in a transaction of their own: kernels
 // before 6.2 release a map element's reference to a chain only after the
@@ -92,12 +95,15 @@
 // as a comment, which is how a listing (which shows comments, not rules)
 // tells that a chain is already right; a restart therefore converges
 // without rewriting what the previous run left in place. Endpoint maps are
-// not listed (at 100,000 services they hold a million elements): the
-// signature of a port's rule covers its endpoints, and a map holding a
-// port whose chain is not right is flushed and refilled whole, as are,
-// in the first full sync after a failure, the maps the rejected
-// transaction wrote to (or would have), in case an element nobody
-// expected made nft refuse it. A full sync
+// listed only when the Dataplane does not know what it wrote to them (its
+// first sync, and the first after a failure): at 100,000 services they
+// hold a million elements. Then every element is compared, and only those
+// that differ written. Otherwise the elements of a port whose rule is
+// right are what the Dataplane wrote, and those that changed since are
+// written; a map holding a port whose chain is not right is flushed and
+// refilled whole, as are the maps a rejected transaction wrote to (or
+// would have), in case an element nobody expected made nft refuse it. A
+// full sync
 // larger than Config.MaxOperations is split into transactions ordered so
 // that each refers only to what the earlier ones created.
 //
@@ -111,9 +117,9 @@
 // as a full sync does and repairs, in one transaction, what differs from
 // the last Sync (the fixed part whole when any of it differs); an
 // untouched table costs the listing and no transaction. Like a full sync
-// it judges endpoint maps by the chains' signatures, so an element changed
-// by hand is not seen (the node agent's verify, which traces the listing,
-// sees it).
+// that knows what it wrote, it judges endpoint maps by their chains, so an
+// element changed by hand is not seen (the node agent's verify, which
+// traces the listing, sees it, and a restart repairs it).
 //
 // It is also a dataplane.KernelWatcher, whose KernelChanged is Reconcile
 // without the repair: it reports a flushed or deleted table, a chain

@@ -51,7 +51,7 @@ func Example() {
 	// Output:
 	// add map ip proxykit dnat-tcp-112 { typeof numgen random mod 1 : ip daddr . tcp dport ; comment "service endpoints by numgen value" ; }
 	// add chain ip proxykit service-AXK6CI2C-demo/web/tcp/http
-	// add rule ip proxykit service-AXK6CI2C-demo/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @dnat-tcp-112 comment "pk:2afoqjhwaxpn9@0"
+	// add rule ip proxykit service-AXK6CI2C-demo/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @dnat-tcp-112 comment "pk:3n5xcmaw27i3a@0"
 	// add element ip proxykit cluster-ips { 10.96.0.10 }
 	// add element ip proxykit service-ips { 10.96.0.10 . tcp . 80 : goto service-AXK6CI2C-demo/web/tcp/http }
 	// add element ip proxykit dnat-tcp-112 { 0 : 10.244.1.5 . 8080 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -24,8 +26,8 @@ type kernelTable struct {
 	chains map[string]chainSummary
 	sets   map[string]bool
 	maps   map[string]bool
-	// elems holds the elements of the fixed sets and maps, by set, key to
-	// value.
+	// elems holds the elements of the fixed sets and maps, and of the
+	// endpoint maps when those were listed, by set, key to value.
 	elems map[string]map[string]string
 }
 
@@ -35,9 +37,10 @@ type chainSummary struct {
 }
 
 // readBack lists the table: names, the rule count and first comment of
-// every chain, and the elements of the fixed sets and maps. A table that
-// does not exist is empty.
-func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
+// every chain, the elements of the fixed sets and maps and, with
+// endpointMaps, of the endpoint maps. A table that does not exist is
+// empty.
+func (d *Dataplane) readBack(ctx context.Context, endpointMaps bool) (*kernelTable, error) {
 	k := &kernelTable{chains: map[string]chainSummary{}, sets: map[string]bool{}, maps: map[string]bool{}, elems: map[string]map[string]string{}}
 	all, err := d.kernel.ListAll(ctx)
 	if notFound(err) {
@@ -47,6 +50,7 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 		return nil, fmt.Errorf("list table %s: %w", d.cfg.Table, err)
 	}
 	k.exists = true
+	lists := d.sets()
 	for _, c := range all["chain"] {
 		k.chains[c] = chainSummary{}
 	}
@@ -55,6 +59,9 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 	}
 	for _, m := range all["map"] {
 		k.maps[m] = true
+		if _, ok := shardIndex(m); ok && endpointMaps {
+			lists = append(lists, setDef{name: m, isMap: true})
+		}
 	}
 	rules, err := d.kernel.ListRules(ctx, "")
 	if err != nil && !notFound(err) {
@@ -68,7 +75,6 @@ func (d *Dataplane) readBack(ctx context.Context) (*kernelTable, error) {
 		c.rules++
 		k.chains[r.Chain] = c
 	}
-	lists := d.sets()
 	if k.sets[setNodePortIPs] {
 		lists = append(lists, setDef{name: setNodePortIPs})
 	}
@@ -104,8 +110,11 @@ func notFound(err error) bool {
 }
 
 // syncFull renders every service, reads the table back and converges it.
+// The endpoint maps are listed too when the Dataplane does not know what it
+// wrote to them (its first sync, or the first after a failure): chain
+// comments do not tell.
 func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static) error {
-	k, err := d.readBack(ctx)
+	k, err := d.readBack(ctx, d.prog == nil)
 	if err != nil {
 		// Without a listing, start from an empty table: this forgets
 		// affinities, but converges.
@@ -204,8 +213,15 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	slices.SortFunc(x.names, servicemodel.CompareNames)
 	x.want = make(map[string]bool, prog.chains)
 	x.fresh = make(map[string]bool, max(0, prog.chains-len(k.chains)))
+	for i := range mapCount {
+		_, x.listed[i] = k.elems[shardName(i)]
+	}
 	for _, nn := range x.names {
-		x.service(prog.services[nn])
+		var old *rendering
+		if d.prog != nil {
+			old = d.prog.services[nn]
+		}
+		x.service(prog.services[nn], old)
 	}
 	x.maps()
 	x.deleteElements()
@@ -231,19 +247,27 @@ type differ struct {
 	// chainOps are the chain writes, added to p once the maps they refer
 	// to exist.
 	chainOps []op
-	// Endpoint maps: used by some chain, and to rewrite whole because a
-	// chain of theirs is rewritten (its elements may be anything).
-	used, dirty [mapCount]bool
+	// Endpoint maps: used by some chain; to rewrite whole because a chain
+	// of theirs is rewritten (its elements may be anything); listed, whose
+	// elements are diffed one by one instead.
+	used, dirty, listed [mapCount]bool
 	// fresh holds the new DNAT chains, whose elements are all added.
 	fresh map[string]bool
+	// moved are the endpoints of DNAT chains the table holds as the last
+	// sync wrote them, before and after: only the elements that differ
+	// are written.
+	moved [][2]*dnatDef
+	// elemAdds are the endpoint map elements deleteElements found to add.
+	elemAdds []op
 }
 
 func (x *differ) note(format string, args ...any) {
 	*x.drift = append(*x.drift, fmt.Sprintf(format, args...))
 }
 
-// service diffs one service's affinity sets and chains.
-func (x *differ) service(r *rendering) {
+// service diffs one service's affinity sets and chains; old is its
+// rendering as the last sync programmed it, nil if none.
+func (x *differ) service(r, old *rendering) {
 	for _, s := range r.sets {
 		if !x.want[s.name] && !x.k.sets[s.name] {
 			x.p.ops = append(x.p.ops, op{Verb: verbAdd, Obj: x.d.affinitySetObj(s)})
@@ -254,21 +278,24 @@ func (x *differ) service(r *rendering) {
 		x.want[s.name] = true
 	}
 	for i := range r.chains {
-		x.chain(&r.chains[i])
+		x.chain(&r.chains[i], old)
 	}
 }
 
 // chain rewrites c unless the table holds it as prog has it.
-func (x *differ) chain(c *chainDef) {
+func (x *differ) chain(c *chainDef, old *rendering) {
 	x.want[c.name] = true
 	have, exists := x.k.chains[c.name]
 	if c.dnat != nil {
 		x.used[c.dnat.shard] = true
 	}
 	if exists && have.rules == len(c.rules) && (len(c.rules) == 0 || have.comment == c.sig) {
+		if c.dnat != nil && !x.listed[c.dnat.shard] {
+			x.remembered(c, old)
+		}
 		return
 	}
-	if c.dnat != nil {
+	if c.dnat != nil && !x.listed[c.dnat.shard] {
 		// A chain the table has is not right: its elements are
 		// unknown. A new chain's slot is one no chain of the
 		// table holds, which has none.
@@ -297,11 +324,31 @@ func (x *differ) chain(c *chainDef) {
 	x.chainOps = appendRules(x.chainOps, *c)
 }
 
+// remembered judges the elements of a DNAT chain whose rule the table
+// holds, from what the last sync wrote for it (in old): their differences
+// are written, and a chain it did not write makes its map rewritten.
+func (x *differ) remembered(c *chainDef, old *rendering) {
+	var o *dnatDef
+	if old != nil {
+		if j := slices.IndexFunc(old.chains, func(oc chainDef) bool { return oc.name == c.name }); j >= 0 {
+			o = old.chains[j].dnat
+		}
+	}
+	switch {
+	case o == nil || o.shard != c.dnat.shard || o.slot != c.dnat.slot:
+		x.dirty[c.dnat.shard] = true
+	case !slices.Equal(o.eps, c.dnat.eps):
+		x.moved = append(x.moved, [2]*dnatDef{o, c.dnat})
+	}
+}
+
 // maps adds the endpoint maps missing, then the chain writes, then the
 // flushes of the maps to rewrite whole.
 func (x *differ) maps() {
 	for name, has := range x.k.chains {
 		if !x.want[name] && has.rules > 0 {
+			// A listed map's elements of this chain are deleted as
+			// unexpected.
 			_, hasSlot := slotOfSig(has.comment)
 			if i, ok := shardOf(name, strings.ToLower(string(portOfChain(name).Protocol))); ok && hasSlot {
 				x.dirty[i] = true
@@ -323,6 +370,11 @@ func (x *differ) maps() {
 		case x.d.suspect[i]:
 			x.dirty[i] = true
 		}
+	}
+	for i := range mapCount {
+		// A listed map is diffed element by element, whatever its
+		// chains were.
+		x.dirty[i] = x.dirty[i] && !x.listed[i]
 	}
 	x.p.ops = append(x.p.ops, x.chainOps...)
 	// A rewritten map is flushed after its chains are rewritten and
@@ -356,6 +408,66 @@ func (x *differ) deleteElements() {
 			}
 		}
 	}
+	for _, m := range x.moved {
+		if !x.dirty[m[1].shard] {
+			x.p.ops, x.elemAdds = endpointChanges(x.p.ops, x.elemAdds, m[0], m[1])
+		}
+	}
+	var slots [mapCount]map[int32]*dnatDef
+	for _, nn := range x.names {
+		for _, c := range x.prog.services[nn].chains {
+			if n := c.dnat; n != nil && x.listed[n.shard] {
+				if slots[n.shard] == nil {
+					slots[n.shard] = map[int32]*dnatDef{}
+				}
+				slots[n.shard][n.slot] = n
+			}
+		}
+	}
+	for i := range mapCount {
+		if x.listed[i] {
+			x.listedElements(i, slots[i])
+		}
+	}
+}
+
+// listedElements diffs listed endpoint map i with the elements that
+// prog's chains, by slot, want in it: the unexpected elements, and those of
+// another value, are deleted, the missing ones (and those) added.
+func (x *differ) listedElements(i int, slots map[int32]*dnatDef) {
+	name := shardName(i)
+	have := x.k.elems[name]
+	for _, key := range sortedKeys(have) {
+		if n, j := slotOfKey(slots, key); n == nil || have[key] != n.eps[j] {
+			x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: &knftables.Element{Map: name, Key: []string{key}, Value: []string{have[key]}}})
+			if x.tracking {
+				x.note("map %s: unexpected element %s : %s", name, key, have[key])
+			}
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(slots)) {
+		n := slots[s]
+		for j, ep := range n.eps {
+			if have[n.key(j)] != ep {
+				x.elemAdds = appendElements(x.elemAdds, verbAdd, n, j, j+1)
+			}
+		}
+	}
+}
+
+// slotOfKey finds the chain whose slot holds endpoint map key, and the
+// endpoint's index in it; nil when no chain of slots has that key.
+func slotOfKey(slots map[int32]*dnatDef, key string) (*dnatDef, int) {
+	k, err := strconv.ParseInt(key, 10, 64)
+	if err != nil || k < 0 {
+		return nil, 0
+	}
+	n := slots[int32(k>>slotBits)]
+	j := int(k & (1<<slotBits - 1))
+	if n == nil || j >= len(n.eps) {
+		return nil, 0
+	}
+	return n, j
 }
 
 // addElements adds the claimed elements the table lacks, and the
@@ -391,6 +503,7 @@ func (x *differ) addElements() {
 	for _, n := range adds {
 		x.p.ops = appendElements(x.p.ops, verbAdd, n, 0, len(n.eps))
 	}
+	x.p.ops = append(x.p.ops, x.elemAdds...)
 }
 
 // removeStale flushes the service chains prog does not have, leaving them

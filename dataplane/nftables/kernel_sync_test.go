@@ -120,6 +120,9 @@ func TestKernelSyncs(t *testing.T) {
 	}{
 		{"idle resync", func() {}, 0},
 		{"new service", func() { b.UpdateService(nil, svc20); b.UpdateEndpointSlice(nil, slice(20, 0, 1)) }, 5},
+		// Elements only: one deleted, one added.
+		{"endpoint moved", func() { b.UpdateEndpointSlice(slice(3, 3, 1), moved(slice(3, 3, 1))) }, 2},
+		{"endpoint moved back", func() { b.UpdateEndpointSlice(moved(slice(3, 3, 1)), slice(3, 3, 1)) }, 2},
 		// The rule rewritten (flush, add), two endpoint map elements
 		// deleted and one added.
 		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 5},
@@ -151,6 +154,17 @@ func TestKernelSyncs(t *testing.T) {
 	static := staticOps(restarted, s)
 	if got, want := restarted.Stats().Operations, static; got != want {
 		t.Errorf("first sync after a restart: %d operations, want the %d of the fixed part", got, want)
+	}
+	// The same over netlink, which lists the endpoint maps itself.
+	do("restart over netlink", func() error {
+		var err error
+		if restarted, err = New(Config{}); err != nil {
+			return err
+		}
+		return restarted.Sync(ctx, s)
+	})
+	if got, want := restarted.Stats().Operations, static; got != want {
+		t.Errorf("first sync after a restart over netlink: %d operations, want the %d of the fixed part", got, want)
 	}
 
 	// A rejected transaction.

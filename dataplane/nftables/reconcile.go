@@ -21,7 +21,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if d.prog == nil {
 		return dataplane.Drift{}, nil
 	}
-	k, err := d.readBack(ctx)
+	k, err := d.readBack(ctx, false)
 	if err != nil {
 		d.forget()
 		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
@@ -105,7 +105,7 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 			return false, nil
 		}
 	}
-	k, err := d.readBack(ctx)
+	k, err := d.readBack(ctx, false)
 	if err != nil {
 		return false, fmt.Errorf("nftables: canary: %w", err)
 	}

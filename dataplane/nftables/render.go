@@ -326,32 +326,31 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 
 // newChain returns the chain with its signature.
 func newChain(name string, rules []string) chainDef {
-	return chainDef{name: name, rules: rules, sig: "pk:" + strconv.FormatUint(fnv64(rules, nil), 36)}
+	return chainDef{name: name, rules: rules, sig: "pk:" + strconv.FormatUint(fnv64(rules), 36)}
 }
 
 // placeDNAT writes the rule and signature of a chain placed at a slot of
-// its endpoint map. The signature covers the endpoints too, and ends in
-// "@slot", so that a full sync can tell from the chain's comment alone
-// whether the chain and its elements are right, and where they are.
+// its endpoint map. The signature ends in "@slot", so that a full sync can
+// tell from the chain's comment where the chain's elements are. It does not
+// cover the endpoints: a change that keeps their number keeps the rule and
+// writes elements only, which spares the kernel validating the whole table
+// (as it does whenever a rule with a NAT expression is added).
 func (d *Dataplane) placeDNAT(c *chainDef) {
 	n := c.dnat
 	c.rules = []string{"meta l4proto " + n.proto + " dnat " + d.ipX + " addr . port to numgen random mod " +
 		strconv.Itoa(len(n.eps)) + " offset " + strconv.FormatInt(n.offset(), 10) + " map @" + shardName(n.shard)}
-	c.sig = "pk:" + strconv.FormatUint(fnv64(c.rules, n.eps), 36) + "@" + strconv.Itoa(int(n.slot))
+	c.sig = "pk:" + strconv.FormatUint(fnv64(c.rules), 36) + "@" + strconv.Itoa(int(n.slot))
 }
 
-// fnv64 is an FNV-1a hash of the strings of both lists, each followed by
-// a zero byte.
-func fnv64(a, b []string) uint64 {
+// fnv64 is an FNV-1a hash of the strings, each followed by a zero byte.
+func fnv64(list []string) uint64 {
 	const offset, prime = 14695981039346656037, 1099511628211
 	h := uint64(offset)
-	for _, list := range [][]string{a, b} {
-		for _, r := range list {
-			for i := 0; i < len(r); i++ {
-				h = (h ^ uint64(r[i])) * prime
-			}
-			h *= prime
+	for _, r := range list {
+		for i := 0; i < len(r); i++ {
+			h = (h ^ uint64(r[i])) * prime
 		}
+		h *= prime
 	}
 	return h
 }

@@ -160,6 +160,10 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 			keep[c.name] = true
 			oc := oldChains[c.name]
 			if oc != nil && oc.sig == c.sig {
+				// Same rules at the same slot: at most elements change.
+				if c.dnat != nil {
+					w.dnatElems(oc.dnat, c.dnat)
+				}
 				continue
 			}
 			if c.dnat != nil && !w.prog.declared[c.dnat.shard] {
@@ -199,24 +203,31 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 }
 
 // dnatElems writes the endpoint map elements that change when a chain's
-// endpoints go from old to new (either nil: none): at the same slot only
-// the keys whose endpoint differs.
+// endpoints go from old to new.
 func (w *writer) dnatElems(old, new *dnatDef) {
+	w.elemDels, w.elemAdds = endpointChanges(w.elemDels, w.elemAdds, old, new)
+}
+
+// endpointChanges appends to dels and adds the endpoint map elements that
+// change when a chain's endpoints go from old to new (either nil: none):
+// at the same slot only the keys whose endpoint differs.
+func endpointChanges(dels, adds []op, old, new *dnatDef) ([]op, []op) {
 	same := old != nil && new != nil && old.shard == new.shard && old.slot == new.slot
 	if old != nil {
 		for i, ep := range old.eps {
 			if !same || i >= len(new.eps) || new.eps[i] != ep {
-				w.elemDels = appendElements(w.elemDels, verbDelete, old, i, i+1)
+				dels = appendElements(dels, verbDelete, old, i, i+1)
 			}
 		}
 	}
 	if new != nil {
 		for i, ep := range new.eps {
 			if !same || i >= len(old.eps) || old.eps[i] != ep {
-				w.elemAdds = appendElements(w.elemAdds, verbAdd, new, i, i+1)
+				adds = appendElements(adds, verbAdd, new, i, i+1)
 			}
 		}
 	}
+	return dels, adds
 }
 
 func appendRules(ops []op, c chainDef) []op {

@@ -73,6 +73,10 @@ func TestSyncOperations(t *testing.T) {
 			b.UpdateService(nil, svc20)
 			b.UpdateEndpointSlice(nil, slice(20, 0, 1))
 		}, 5},
+		// Elements only: the rule, whose endpoint count is the same,
+		// stays; the moved endpoint's element deleted and added.
+		{"one remote endpoint moved", func() { b.UpdateEndpointSlice(slice(3, 3, 1), moved(slice(3, 3, 1))) }, 2},
+		{"and moved back", func() { b.UpdateEndpointSlice(moved(slice(3, 3, 1)), slice(3, 3, 1)) }, 2},
 		// Flush and rewrite the DNAT rule; of the endpoint map's
 		// elements, the last two deleted and the one that moved up added.
 		{"one remote endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 5},
@@ -133,9 +137,13 @@ func TestRestartConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Damage: one element missing, one chain emptied, one chain of a
-	// service that no longer exists.
+	// service that no longer exists, an endpoint map element gone and
+	// one foreign.
 	tx := fake.NewTransaction()
 	tx.Delete(&knftables.Element{Set: setClusterIPs, Key: []string{"172.30.0.3"}})
+	lost := firstEndpointElement(t, fake)
+	tx.Delete(lost)
+	tx.Add(&knftables.Element{Map: lost.Map, Key: []string{"65535"}, Value: []string{"10.9.9.9 . 80"}})
 	victim := prefixService + hashedName("ns/svc4/tcp/p80")
 	tx.Flush(&knftables.Chain{Name: victim})
 	tx.Add(&knftables.Chain{Name: prefixService + hashedName("ns/gone/tcp/p80")})
@@ -149,10 +157,10 @@ func TestRestartConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	static := staticOps(d, s)
-	// One element added, the emptied chain rewritten (add, rule), its
-	// endpoint map flushed and its three elements added back, the
-	// foreign chain flushed.
-	if got, want := d.Stats().Operations, static+8; got != want {
+	// One element added, the emptied chain rewritten (add, rule), the
+	// foreign chain flushed; in the endpoint maps, which are listed, the
+	// lost element added back and the foreign one deleted.
+	if got, want := d.Stats().Operations, static+6; got != want {
 		t.Errorf("first sync after restart: %d operations, want %d (%d of them the fixed part):\n%s", got, want, static, fake.LastTransaction)
 	}
 	clk.Step(2 * time.Second)
@@ -261,7 +269,7 @@ add rule ip proxykit local-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat to 10
 add map ip proxykit dnat-tcp-3af { typeof numgen random mod 1 : ip daddr . tcp dport ; comment "service endpoints by numgen value" ; }
 add element ip proxykit dnat-tcp-3af { 0 : 10.180.0.1 . 80 }
 add element ip proxykit dnat-tcp-3af { 1 : 10.180.2.1 . 80 }
-add rule ip proxykit service-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @dnat-tcp-3af comment "pk:2ylizr6n860di@0"
+add rule ip proxykit service-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @dnat-tcp-3af comment "pk:1ubhn5qlzh6qc@0"
 add rule ip proxykit masquerading mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random
 add rule ip proxykit masquerading ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
 add rule ip proxykit nat-output jump services
@@ -388,5 +396,69 @@ func TestAffinityTimeoutChange(t *testing.T) {
 	}
 	if !strings.Contains(fake.Dump(), "timeout 120s") || strings.Contains(fake.Dump(), "timeout 60s") {
 		t.Errorf("affinity sets after the change:\n%s", fake.Dump())
+	}
+}
+
+// firstEndpointElement is the first element of the first endpoint map fake
+// holds.
+func firstEndpointElement(t *testing.T, fake *knftables.Fake) *knftables.Element {
+	t.Helper()
+	maps, err := fake.List(t.Context(), "maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if _, ok := shardIndex(m); !ok {
+			continue
+		}
+		elems, err := fake.ListElements(t.Context(), "map", m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(elems) > 0 {
+			return &knftables.Element{Map: m, Key: elems[0].Key, Value: elems[0].Value}
+		}
+	}
+	t.Fatal("no endpoint map element")
+	return nil
+}
+
+// moved is s with its first endpoint at another address, sorting where it
+// was.
+func moved(s *discovery.EndpointSlice) *discovery.EndpointSlice {
+	s = s.DeepCopy()
+	s.Endpoints[0].Addresses = []string{strings.Replace(s.Endpoints[0].Addresses[0], ".1", ".0", 1)}
+	return s
+}
+
+// TestFullSyncAfterMoves checks that a full sync of a table the Dataplane
+// wrote (the full sync period ran out) writes only the endpoint map
+// elements that changed, from what it remembers writing: the rule of a
+// chain whose endpoint count is the same is right, and its elements are
+// not listed.
+func TestFullSyncAfterMoves(t *testing.T) {
+	fake := newFake(false)
+	d, clk := testDataplane(t, fake)
+	b := newBuilder()
+	for n := range 5 {
+		b.UpdateService(nil, clusterIPService(n))
+		b.UpdateEndpointSlice(nil, slice(n, 3, 0))
+	}
+	if err := d.Sync(t.Context(), b.Build().States[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.UpdateEndpointSlice(slice(2, 3, 0), moved(slice(2, 3, 0)))
+	s := b.Build().States[0]
+	clk.Step(2 * time.Hour)
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	var static plan
+	d.writeStatic(&static, d.static(s), false)
+	if st, want := d.Stats(), len(static.ops)+2; !st.Full || st.Operations != want {
+		t.Errorf("full %v, %d operations, want a full sync of %d:\n%s", st.Full, st.Operations, want, fake.LastTransaction)
+	}
+	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake)); diff != "" {
+		t.Errorf("the table differs from a fresh full sync (-fresh +got):\n%s", diff)
 	}
 }
