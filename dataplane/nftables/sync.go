@@ -34,8 +34,10 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 
 	st := d.static(s)
 	changed, ok := s.ChangedSince(d.lastGen)
-	if s == d.last || s.Generation != 0 && s.Generation == d.lastGen {
-		// The State programmed last: nothing changed.
+	if s == d.last {
+		// The State programmed last: nothing changed. (A State of
+		// another Builder may carry the same Generation: only the
+		// same State says so.)
 		changed, ok = nil, true
 	}
 	full := d.prog == nil || !ok || d.prog.static != st.sig ||
