@@ -300,3 +300,28 @@ func TestKernelLongNames(t *testing.T) {
 		t.Errorf("no cut comment on the service's element:\n%s", listing)
 	}
 }
+
+// TestKernelListTableForeignRule: a rule another program put in the table
+// that ListTable cannot print is a *ForeignRuleError naming it, not a
+// listing with the rule left out.
+func TestKernelListTableForeignRule(t *testing.T) {
+	b := newBuilder()
+	b.UpdateService(nil, clusterIPService(1))
+	b.UpdateEndpointSlice(nil, slice(1, 2, 0))
+	ns, _ := syncedInNamespace(t, b.Build().States[0])
+	ns.MustRun("nft", "insert", "rule", "ip", DefaultTable, chainServices, "meta skuid 0 counter accept")
+	err := ns.Do(func() error {
+		out, err := ListTable(t.Context(), v1.IPv4Protocol, DefaultTable)
+		if err == nil {
+			return fmt.Errorf("listed with a foreign rule:\n%s", out)
+		}
+		var fe *ForeignRuleError
+		if !errors.As(err, &fe) || fe.Chain != chainServices || fe.Table != DefaultTable {
+			return fmt.Errorf("error %v (%T), want a *ForeignRuleError for chain %s", err, err, chainServices)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"syscall"
 
@@ -66,7 +67,8 @@ func (k *Reading) Services() []servicemodel.PortName { return k.Rules.Services()
 
 // ListTable returns table of family as "nft list table" prints it, read
 // over netlink in the calling thread's network namespace: no nft binary
-// is needed. It returns nil and no error when there is no such table.
+// is needed. It returns nil and no error when there is no such table, and
+// a *ForeignRuleError when a rule of the table is not one it can print.
 // NewReading reads its output.
 func ListTable(ctx context.Context, family v1.IPFamily, table string) ([]byte, error) {
 	kf := knftables.IPv4Family
@@ -79,8 +81,30 @@ func ListTable(ctx context.Context, family v1.IPFamily, table string) ([]byte, e
 	}
 	defer c.Close()
 	b, err := c.ListTable(ctx)
-	if errors.Is(err, syscall.ENOENT) {
+	var re *nftnl.RuleError
+	switch {
+	case errors.Is(err, syscall.ENOENT):
 		return nil, nil
+	case errors.As(err, &re):
+		return nil, &ForeignRuleError{Family: kf, Table: table, Chain: re.Chain, Handle: re.Handle, Err: re.Err}
 	}
 	return b, err
 }
+
+// ForeignRuleError is a rule ListTable cannot print: its expressions are
+// not what nft writes for any rule text this package reads, so it is
+// another program's (or was changed by one). "nft list table" prints it.
+type ForeignRuleError struct {
+	Family       knftables.Family
+	Table, Chain string
+	Handle       int
+	// Err says what could not be read.
+	Err error
+}
+
+func (e *ForeignRuleError) Error() string {
+	return fmt.Sprintf("nftables: rule handle %d of chain %s in table %s %s is not one proxykit can read without nft: %v",
+		e.Handle, e.Chain, e.Family, e.Table, e.Err)
+}
+
+func (e *ForeignRuleError) Unwrap() error { return e.Err }

@@ -312,12 +312,17 @@ func (o *options) kernelOf(ctx context.Context, h host, log logr.Logger, st *dat
 
 // listNFTRuleset runs "nft list ruleset": every table, the agent's too.
 func listNFTRuleset(ctx context.Context) ([]byte, error) {
+	return runNFT(ctx, "list", "ruleset")
+}
+
+// runNFT runs nft with args and returns what it printed.
+func runNFT(ctx context.Context, args ...string) ([]byte, error) {
 	var stderr strings.Builder
-	cmd := exec.CommandContext(ctx, "nft", "list", "ruleset")
+	cmd := exec.CommandContext(ctx, "nft", args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("nft list ruleset: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }
@@ -326,11 +331,24 @@ func listNFTRuleset(ctx context.Context) ([]byte, error) {
 var errNoTable = errors.New("no table")
 
 // listNFTable reads family's table of the agent over netlink, as "nft
-// list table" would print it: no nft binary is needed.
+// list table" would print it: no nft binary is needed, unless another
+// program put a rule in the table that only nft can print; then nft lists
+// it where it is installed, and the error names the rule where it is not.
 func listNFTable(ctx context.Context, family v1.IPFamily) ([]byte, error) {
 	b, err := nftables.ListTable(ctx, family, nftables.DefaultTable)
-	if err == nil && b == nil {
+	var foreign *nftables.ForeignRuleError
+	switch {
+	case err == nil && b == nil:
 		return nil, errNoTable
+	case errors.As(err, &foreign):
+		if _, lookErr := exec.LookPath("nft"); lookErr != nil {
+			return nil, err
+		}
+		out, nftErr := runNFT(ctx, "list", "table", string(foreign.Family), foreign.Table)
+		if nftErr != nil {
+			return nil, fmt.Errorf("%w (and %v)", err, nftErr)
+		}
+		return out, nil
 	}
 	return b, err
 }
