@@ -140,6 +140,19 @@ func TestKernelNFTablesServesTraffic(t *testing.T) {
 		t.Errorf("verify without nft:\n%s", verify)
 	}
 
+	// A rule only nft can print, put in the agent's table by another
+	// program: without nft, verify names it; with nft, nft lists it.
+	node.MustRun("nft", "insert", "rule", "ip", "proxykit", "services", "meta skuid 0 counter accept")
+	args := []string{"--proxy-mode", "nftables", "--manifests", dir, "--hostname-override", "n1", "verify"}
+	if out, err := agentResult(t, node, noNFT, args...); err == nil || !strings.Contains(out, "rule handle") || !strings.Contains(out, "chain services") {
+		t.Errorf("verify without nft, a foreign rule in the table: %v\n%s\nwant it to fail naming the rule", err, out)
+	}
+	// What nft printed of it is what verify cannot trace.
+	if out, _ := agentResult(t, node, nil, args...); strings.Contains(out, "rule handle") || !strings.Contains(out, `untraceable`) || !strings.Contains(out, `"meta skuid 0 counter`) {
+		t.Errorf("verify with nft, a foreign rule in the table:\n%s\nwant the rule as nft lists it, untraceable", out)
+	}
+	node.MustRun("nft", "delete", "rule", "ip", "proxykit", "services", "handle", foreignHandle(t, node))
+
 	out := agentInEnv(t, node, noNFT, "--proxy-mode", "nftables", "--cleanup")
 	want := []string{
 		`I "Removed the agent's rules" ipFamily="IPv4" table="ip proxykit" chains=17`,
@@ -172,4 +185,19 @@ func pathWithout(t *testing.T, names ...string) string {
 		}
 	}
 	return dir
+}
+
+// foreignHandle is the handle of the rule matching skuid in the agent's
+// services chain.
+func foreignHandle(t *testing.T, node *netns.NS) string {
+	t.Helper()
+	for _, line := range strings.Split(node.MustRun("nft", "-a", "list", "chain", "ip", "proxykit", "services"), "\n") {
+		if _, h, ok := strings.Cut(line, "skuid 0 counter"); ok {
+			if _, n, ok := strings.Cut(h, "# handle "); ok {
+				return strings.TrimSpace(n)
+			}
+		}
+	}
+	t.Fatal("the foreign rule is not in chain services")
+	return ""
 }

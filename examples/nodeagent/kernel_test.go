@@ -23,6 +23,17 @@ func agentIn(t *testing.T, ns *netns.NS, args ...string) string {
 // agentInEnv is agentIn with env added to the agent's environment.
 func agentInEnv(t *testing.T, ns *netns.NS, env []string, args ...string) string {
 	t.Helper()
+	out, err := agentResult(t, ns, env, args...)
+	if err != nil {
+		t.Fatalf("nodeagent %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// agentResult is agentInEnv for a run that may fail: its output and how
+// it ended.
+func agentResult(t *testing.T, ns *netns.NS, env []string, args ...string) (string, error) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -34,10 +45,7 @@ func agentInEnv(t *testing.T, ns *netns.NS, env []string, args ...string) string
 	cmd := ns.Command(self)
 	cmd.Env = append(append(os.Environ(), agentArgsEnv+"="+string(enc), "KUBERNETES_SERVICE_HOST="), env...)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("nodeagent %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // noConntrackMax leaves nf_conntrack_max and the conntrack hash size
