@@ -88,7 +88,7 @@ func TestBadInputIsSkipped(t *testing.T) {
 			t.Errorf("the table holds %q:\n%s", bad, dump)
 		}
 	}
-	for _, ok := range []string{"192.168.99.1 . tcp . 80", "1.2.3.4 . tcp . 80", "dnat to 10.0.0.1:8080", "203.0.113.0/24"} {
+	for _, ok := range []string{"192.168.99.1 . tcp . 80", "1.2.3.4 . tcp . 80", "10.0.0.1 . 8080", "203.0.113.0/24"} {
 		if !strings.Contains(dump, ok) {
 			t.Errorf("the table lacks %q:\n%s", ok, dump)
 		}

@@ -31,7 +31,7 @@
 //
 // # Endpoint maps
 //
-// A service port with several endpoints (and no affinity) has one rule,
+// A service port with endpoints (one or more, and no affinity) has one rule,
 // "meta l4proto tcp dnat ip addr . port to numgen random mod N offset K
 // map @dnat-tcp-3af". Its endpoints are elements K to K+N-1 of a named map
 // shared with other ports: one of 1,024 maps per protocol, chosen by a

@@ -119,7 +119,7 @@ func TestKernelSyncs(t *testing.T) {
 		ops    int
 	}{
 		{"idle resync", func() {}, 0},
-		{"new service", func() { b.UpdateService(nil, svc20); b.UpdateEndpointSlice(nil, slice(20, 0, 1)) }, 5},
+		{"new service", func() { b.UpdateService(nil, svc20); b.UpdateEndpointSlice(nil, slice(20, 0, 1)) }, 7},
 		// Elements only: one deleted, one added.
 		{"endpoint moved", func() { b.UpdateEndpointSlice(slice(3, 3, 1), moved(slice(3, 3, 1))) }, 2},
 		{"endpoint moved back", func() { b.UpdateEndpointSlice(moved(slice(3, 3, 1)), slice(3, 3, 1)) }, 2},
@@ -129,7 +129,7 @@ func TestKernelSyncs(t *testing.T) {
 		// Also the endpoint map, unused, deleted.
 		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 0, 0)) }, 8},
 		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 1)) }, 9},
-		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 4},
+		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 6},
 	}
 	for _, step := range steps {
 		step.change()

@@ -272,10 +272,9 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 	b := &r.b
 	b.Reset()
 	if p.AffinitySeconds == 0 {
-		if len(eps) == 1 {
-			out.chains = append(out.chains, newChain(name, []string{"meta l4proto " + p.Proto + " dnat to " + eps[0].Addr.String()}))
-			return
-		}
+		// One endpoint goes through the map too (numgen mod 1), as in
+		// kube-proxy: replacing it is then an element change, not a
+		// rule's.
 		if len(eps) > maxEndpoints {
 			r.skip("more endpoints than an endpoint map slot holds; the rest are not used", "servicePort", p.SP.Name.String())
 			eps = eps[:maxEndpoints]

@@ -68,11 +68,11 @@ func TestSyncOperations(t *testing.T) {
 	}{
 		{"idle resync", func() {}, 0},
 		// cluster-ips, service-ips, hairpin elements; the chain and its
-		// rule.
+		// rule; its endpoint map, new, and its element.
 		{"new service with one local endpoint", func() {
 			b.UpdateService(nil, svc20)
 			b.UpdateEndpointSlice(nil, slice(20, 0, 1))
-		}, 5},
+		}, 7},
 		// Elements only: the rule, whose endpoint count is the same,
 		// stays; the moved endpoint's element deleted and added.
 		{"one remote endpoint moved", func() { b.UpdateEndpointSlice(slice(3, 3, 1), moved(slice(3, 3, 1))) }, 2},
@@ -89,8 +89,8 @@ func TestSyncOperations(t *testing.T) {
 		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 2), slice(3, 0, 0)) }, 10},
 		// The reverse, and the chain re-created.
 		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 2)) }, 11},
-		// Three elements and the chain flushed.
-		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 4},
+		// Four elements and the chain flushed; the map, unused, deleted.
+		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 6},
 		{"idle resync after all that", func() {}, 0},
 	}
 	for _, step := range steps {
@@ -265,7 +265,9 @@ add rule ip proxykit filter-output-pre-dnat ct state new jump firewall-check
 add rule ip proxykit filter-prerouting-pre-dnat ct state new jump firewall-check
 add rule ip proxykit firewall-ULMVA6XW-ns1/svc1/tcp/p80 ip saddr != { 203.0.113.0/25 } drop comment "pk:86hh9t3t7u61"
 add rule ip proxykit firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips
-add rule ip proxykit local-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat to 10.180.0.1:80 comment "pk:2gejafdz3800a"
+add map ip proxykit dnat-tcp-1c3 { typeof numgen random mod 1 : ip daddr . tcp dport ; comment "service endpoints by numgen value" ; }
+add rule ip proxykit local-ULMVA6XW-ns1/svc1/tcp/p80 meta l4proto tcp dnat ip addr . port to numgen random mod 1 offset 0 map @dnat-tcp-1c3 comment "pk:vzyxyviplpv4@0"
+add element ip proxykit dnat-tcp-1c3 { 0 : 10.180.0.1 . 80 }
 add map ip proxykit dnat-tcp-3af { typeof numgen random mod 1 : ip daddr . tcp dport ; comment "service endpoints by numgen value" ; }
 add element ip proxykit dnat-tcp-3af { 0 : 10.180.0.1 . 80 }
 add element ip proxykit dnat-tcp-3af { 1 : 10.180.2.1 . 80 }
