@@ -64,8 +64,8 @@ type Lab struct {
 	kpKubeconfig string
 }
 
-// Node is one node of the lab: a namespace on the bridge, its Node object
-// and its agent.
+// Node is one node of the lab: a namespace on the bridge, its Node object,
+// its agent and, when a test starts it, upstream kube-proxy.
 type Node struct {
 	Name, IP  string
 	NS        *NS
@@ -262,8 +262,9 @@ func (n *Node) AgentLog() string {
 // AgentExited reports whether the agent has ended.
 func (n *Node) AgentExited() bool { return n.agent.exited() }
 
-// Metric returns the sum of the agent's samples of metric (a name, or a
-// name with labels as printed in the text exposition), 0 if none.
+// Metric returns the sum of the samples of metric (a name, or a name with
+// labels as printed in the text exposition) served at MetricsAddr, the
+// agent's (or kube-proxy's, which exports the same names), 0 if none.
 func (n *Node) Metric(metric string) (float64, error) {
 	return metricAt(n.NS, MetricsAddr, metric)
 }
