@@ -23,11 +23,11 @@ const (
 // default (kube-proxy's), and the ones an agent started beside a running
 // kube-proxy uses until kube-proxy is gone.
 const (
-	HealthzAddr        = "127.0.0.1:10256"
-	MetricsAddr        = "127.0.0.1:10249"
-	SideBySideHealthz  = "127.0.0.1:10266"
-	SideBySideMetrics  = "127.0.0.1:10259"
-	syncTimestampTotal = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+	HealthzAddr       = "127.0.0.1:10256"
+	MetricsAddr       = "127.0.0.1:10249"
+	SideBySideHealthz = "127.0.0.1:10266"
+	SideBySideMetrics = "127.0.0.1:10259"
+	syncTimestamp     = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 )
 
 // kubeProxyKubeconfig creates kube-proxy's service account and binding
@@ -97,7 +97,7 @@ func (n *Node) AgentCleanup() (string, error) {
 // namespace (the agent or kube-proxy: both export kube-proxy's metric) has
 // programmed its rules at least once.
 func (n *Node) Synced(addr string) error {
-	v, err := metricAt(n.NS, addr, syncTimestampTotal)
+	v, err := metricAt(n.NS, addr, syncTimestamp)
 	if err != nil {
 		return err
 	}
