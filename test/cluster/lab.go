@@ -60,17 +60,20 @@ type Lab struct {
 	dir  string
 	bin  string
 	args []string
+	// kpKubeconfig is kube-proxy's, once made.
+	kpKubeconfig string
 }
 
-// Node is one node of the lab: a namespace on the bridge, its Node object
-// and its agent.
+// Node is one node of the lab: a namespace on the bridge, its Node object,
+// its agent and, when a test starts it, upstream kube-proxy.
 type Node struct {
-	Name, IP string
-	NS       *NS
-	Pods     []*Pod
-	lab      *Lab
-	agent    *process
-	Index    int
+	Name, IP  string
+	NS        *NS
+	Pods      []*Pod
+	lab       *Lab
+	agent     *process
+	kubeProxy *process
+	Index     int
 }
 
 // Pod is a namespace behind a node serving its Name to every TCP
@@ -220,23 +223,32 @@ func (p *Pod) Get(addr string, timeout time.Duration) (string, error) {
 // StartAgent starts the node's agent (again, after KillAgent).
 func (n *Node) StartAgent(extra ...string) {
 	n.lab.t.Helper()
-	args := append([]string{
-		"--kubeconfig", n.lab.Kubeconfig, "--hostname-override", n.Name,
-		"--cluster-cidr", ClusterCIDR, "--conntrack-max-per-core=0",
-		"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
-		"--oom-score-adj=0",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249",
-	}, n.lab.args...)
-	args = append(args, extra...)
-	p, err := startProcess(n.lab.t, n.NS, n.lab.dir, "agent-"+n.Name, n.lab.bin, args...)
+	p, err := startProcess(n.lab.t, n.NS, n.lab.dir, "agent-"+n.Name, n.lab.bin, n.agentArgs(extra...)...)
 	if err != nil {
 		n.lab.t.Fatal(err)
 	}
 	n.agent = p
 }
 
+// agentArgs are the agent's flags: the lab's, then the LabConfig's, then
+// extra (a later flag wins).
+func (n *Node) agentArgs(extra ...string) []string {
+	args := append([]string{
+		"--kubeconfig", n.lab.Kubeconfig, "--hostname-override", n.Name,
+		"--cluster-cidr", ClusterCIDR, "--conntrack-max-per-core=0",
+		"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+		"--oom-score-adj=0",
+		"--healthz-bind-address", HealthzAddr, "--metrics-bind-address", MetricsAddr,
+	}, n.lab.args...)
+	return append(args, extra...)
+}
+
 // KillAgent kills the node's agent by PID.
 func (n *Node) KillAgent() { n.agent.kill() }
+
+// StopAgent stops the agent with SIGTERM, as deleting its pod does: its
+// rules stay in the kernel.
+func (n *Node) StopAgent() { n.agent.stop(10 * time.Second) }
 
 // AgentPID is the running agent's process ID.
 func (n *Node) AgentPID() int { return n.agent.cmd.Process.Pid }
@@ -250,11 +262,17 @@ func (n *Node) AgentLog() string {
 // AgentExited reports whether the agent has ended.
 func (n *Node) AgentExited() bool { return n.agent.exited() }
 
-// Metric returns the sum of the agent's samples of metric (a name, or a
-// name with labels as printed in the text exposition), 0 if none.
+// Metric returns the sum of the samples of metric (a name, or a name with
+// labels as printed in the text exposition) served at MetricsAddr, the
+// agent's (or kube-proxy's, which exports the same names), 0 if none.
 func (n *Node) Metric(metric string) (float64, error) {
-	hc := httpIn(n.NS)
-	resp, err := hc.Get("http://127.0.0.1:10249/metrics")
+	return metricAt(n.NS, MetricsAddr, metric)
+}
+
+// metricAt is Node.Metric from the metrics served at addr in ns.
+func metricAt(ns *NS, addr, metric string) (float64, error) {
+	hc := httpIn(ns)
+	resp, err := hc.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -285,7 +303,7 @@ func (n *Node) Metric(metric string) (float64, error) {
 func (n *Node) CPUProfile(path string, d time.Duration) error {
 	hc := httpIn(n.NS)
 	hc.Timeout = d + 10*time.Second
-	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:10249/debug/pprof/profile?seconds=%d", int(d.Seconds())))
+	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", MetricsAddr, int(d.Seconds())))
 	if err != nil {
 		return fmt.Errorf("agent profile: %w", err)
 	}

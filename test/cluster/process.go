@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -59,6 +60,22 @@ func (p *process) kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// stop sends SIGTERM and waits for the process to end, killing it after
+// timeout.
+func (p *process) stop(timeout time.Duration) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.kill()
+	}
 }
 
 // exited reports whether the process has ended.

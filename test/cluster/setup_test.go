@@ -54,12 +54,13 @@ func binaries(t *testing.T) (Binaries, string) {
 	return built.bins, built.agent
 }
 
-// TestBuild builds (or finds cached) the control plane and the agent.
+// TestBuild builds (or finds cached) the control plane, kube-proxy and the
+// agent.
 // .ci/run runs it alone in the background while the library's tests run,
 // so that a fresh machine's cold build overlaps them.
 func TestBuild(t *testing.T) {
 	bins, agent := binaries(t)
-	for _, p := range []string{bins.Etcd, bins.APIServer, agent} {
+	for _, p := range []string{bins.Etcd, bins.APIServer, bins.KubeProxy, agent} {
 		if _, err := os.Stat(p); err != nil {
 			t.Error(err)
 		}
