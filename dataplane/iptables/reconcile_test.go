@@ -105,9 +105,9 @@ func TestReconcile(t *testing.T) {
 		},
 		legacyChanged: true,
 	}, {
-		name:    "canary deleted",
-		disturb: "*nat\n-F PK-PROXY-CANARY\n-X PK-PROXY-CANARY\nCOMMIT\n",
-		want:    []string{"nat chain PK-PROXY-CANARY: missing"},
+		name:          "canary deleted",
+		disturb:       "*nat\n-F PK-PROXY-CANARY\n-X PK-PROXY-CANARY\nCOMMIT\n",
+		want:          []string{"nat chain PK-PROXY-CANARY: missing"},
 		legacyChanged: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
