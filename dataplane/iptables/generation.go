@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/proxykit/proxykit/dataplane/internal/nfgen"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
@@ -19,19 +18,10 @@ type generations struct {
 	gen     uint32
 }
 
-// newGenerations enables the generation for a Runner that numbers its
-// changes itself (xtables.FakeRunner) or runs the nft backend, whose
-// commits move the namespace's nftables generation.
+// newGenerations enables the generation when r has one
+// (xtables.GenerationOf): with the nft backend.
 func newGenerations(r xtables.Runner) generations {
-	if n, ok := r.(interface {
-		Generation(context.Context) (uint32, error)
-	}); ok {
-		return generations{readGen: n.Generation}
-	}
-	if b, ok := r.(interface{ Backend() string }); ok && b.Backend() == "nft" {
-		return generations{readGen: nfgen.Read}
-	}
-	return generations{}
+	return generations{readGen: xtables.GenerationOf(r)}
 }
 
 var errNoGenerations = errors.New("the legacy backend has no ruleset generation")
