@@ -192,4 +192,3 @@ func (d *Dataplane) rulesChanged(ctx context.Context) (bool, error) {
 	d.canary.gen = g
 	return false, nil
 }
-
