@@ -41,3 +41,21 @@ func TestKernelRead(t *testing.T) {
 		t.Errorf("iptables-nft -N left the generation at %d", g1)
 	}
 }
+
+// BenchmarkKernelRead is one read of the generation: what a canary that
+// finds nothing changed costs.
+func BenchmarkKernelRead(b *testing.B) {
+	netns.Require(b, "nft")
+	ns := netns.New(b, "nfgen")
+	if err := ns.Do(func() error {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Read(context.Background()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+}
