@@ -149,7 +149,9 @@ func TestKernelDriftRepaired(t *testing.T) {
 				start := time.Now()
 				dist.do(t, l.node)
 				took, saw503, ok := l.awaitRepair(t, mode, before, start)
-				t.Logf("drift: %s | %s | repaired in %v | /healthz 503 seen: %v", mode, dist.name, took.Round(10*time.Millisecond), saw503)
+				noticed, repaired := agentLogAfter(output(), start, "Rules changed by someone else"), agentLogAfter(output(), start, "Repaired rules someone else changed")
+				t.Logf("drift: %s | %s | noticed after %v, repaired after %v (agent's log) | served and /healthz 200 at the %v probe | /healthz 503 seen: %v",
+					mode, dist.name, noticed, repaired, took.Round(10*time.Millisecond), saw503)
 				if !ok {
 					t.Fatalf("%s: %s: not repaired within %v (traffic, /healthz 200 and the count of kernel changes)\nagent output:\n%s",
 						mode, dist.name, driftRepairWithin, output())
@@ -157,6 +159,27 @@ func TestKernelDriftRepaired(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentLogAfter is how long after start the agent first logged a line
+// containing msg (klog's header: local time to the microsecond); -1 when
+// it did not.
+func agentLogAfter(out string, start time.Time, msg string) time.Duration {
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.Contains(line, msg) || len(line) < 21 {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		at = at.AddDate(start.Year(), 0, 0)
+		if at.After(start) {
+			return at.Sub(start).Round(time.Millisecond)
+		}
+	}
+	return -1
 }
 
 // waitServed waits, a bounded time, until the web service answers.
