@@ -113,28 +113,47 @@ func (d *Dataplane) tableSum() (uint64, bool, error) {
 	h := fnv.New64a()
 	mine := false
 	for line := range bytes.Lines(text) {
-		f := bytes.Fields(line)
-		if len(f) == 0 {
+		first, rest := nextField(line)
+		if len(first) == 0 {
 			continue
 		}
-		if string(f[0]) != "->" {
+		limit := -1
+		if string(first) != "->" {
 			// A virtual server: IPv6 addresses are bracketed, in the
 			// kernel's listing and the fake's alike.
 			mine = bytes.IndexByte(line, '[') >= 0 == d.ipv6
-		} else if len(f) > 4 {
-			f = f[:4] // address, forwarding method, weight
+		} else {
+			limit = 4 // "->", address, forwarding method, weight
 		}
 		if !mine {
 			continue
 		}
-		for _, w := range f {
-			h.Write(w)
-			h.Write([]byte{' '})
+		for f := first; len(f) > 0 && limit != 0; f, rest = nextField(rest) {
+			h.Write(f)
+			h.Write(space)
+			limit--
 		}
-		h.Write([]byte{'\n'})
+		h.Write(newline)
 	}
 	return h.Sum64() | 1, true, nil
 }
+
+var space, newline = []byte{' '}, []byte{'\n'}
+
+// nextField splits the first field, separated by blanks, off b.
+func nextField(b []byte) (field, rest []byte) {
+	i := 0
+	for i < len(b) && isBlank(b[i]) {
+		i++
+	}
+	j := i
+	for j < len(b) && !isBlank(b[j]) {
+		j++
+	}
+	return b[i:j], b[j:]
+}
+
+func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' }
 
 // setsChanged lists the dataplane's ipsets and compares their members
 // with those it programmed: the entries its services need and, in the
