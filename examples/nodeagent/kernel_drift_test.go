@@ -24,6 +24,18 @@ import (
 // repaired, traffic served again and /healthz back to 200.
 const driftRepairWithin = 5 * time.Second
 
+// repairDeadline is driftRepairWithin, doubled inside the test VM: it
+// emulates the CPU (TCG), where each iptables command the IPVS mode's
+// reconcile forks takes a few hundred milliseconds, and its repair of the
+// iptables rules was measured at 4-5 s there. The logged times are the
+// figures to read.
+func repairDeadline() time.Duration {
+	if vmtest.Inside() {
+		return 2 * driftRepairWithin
+	}
+	return driftRepairWithin
+}
+
 // driftProbeEvery is how often traffic is checked after a disturbance.
 const driftProbeEvery = 500 * time.Millisecond
 
@@ -119,7 +131,8 @@ func ipvsDo(fn func(h *mobyipvs.Handle, web *mobyipvs.Service) error) func(*test
 // TestKernelDriftRepaired runs the agent in each mode (ipvs where the
 // kernel has it: TestKernelInVM) and, for each disturbance of
 // driftDisturbances, checks every driftProbeEvery that the web service
-// answers the client and the node: within driftRepairWithin the canary
+// answers the client and the node: within driftRepairWithin (in the VM,
+// repairDeadline) the canary
 // has noticed it (counted once), the reconcile repaired it, traffic is
 // served and /healthz answers 200 again. While unrepaired /healthz
 // answers 503 naming the dataplane (sampled every 50 ms, logged: the
@@ -149,12 +162,13 @@ func TestKernelDriftRepaired(t *testing.T) {
 				start := time.Now()
 				dist.do(t, l.node)
 				took, saw503, ok := l.awaitRepair(t, mode, before, start)
-				noticed, repaired := agentLogAfter(output(), start, "Rules changed by someone else"), agentLogAfter(output(), start, "Repaired rules someone else changed")
+				noticed := agentLogAfter(output(), start, "Rules changed by someone else")
+				repaired := agentLogAfter(output(), start, "Repaired rules someone else changed")
 				t.Logf("drift: %s | %s | noticed after %v, repaired after %v (agent's log) | served and /healthz 200 at the %v probe | /healthz 503 seen: %v",
 					mode, dist.name, noticed, repaired, took.Round(10*time.Millisecond), saw503)
 				if !ok {
 					t.Fatalf("%s: %s: not repaired within %v (traffic, /healthz 200 and the count of kernel changes)\nagent output:\n%s",
-						mode, dist.name, driftRepairWithin, output())
+						mode, dist.name, repairDeadline(), output())
 				}
 			}
 		})
@@ -224,14 +238,15 @@ func quickProbe(ns *netns.NS, addr string) string {
 }
 
 // awaitRepair waits until traffic is served, /healthz answers 200 and the
-// canary counted one more change than before, at most driftRepairWithin
+// canary counted one more change than before, at most repairDeadline
 // after start; it returns how long that took and whether /healthz was
 // seen failing with the mode named in its body.
 func (l *switchLab) awaitRepair(t *testing.T, mode string, before int, start time.Time) (time.Duration, bool, bool) {
 	t.Helper()
 	saw503 := false
 	nextProbe := start.Add(driftProbeEvery)
-	for range int(driftRepairWithin/(50*time.Millisecond)) + 20 {
+	within := repairDeadline()
+	for range int(within/(50*time.Millisecond)) + 20 {
 		code, body := l.get(t, "127.0.0.1:10256", "/healthz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, `"dataplane":"`+mode+`"`) {
 			saw503 = true
@@ -239,11 +254,15 @@ func (l *switchLab) awaitRepair(t *testing.T, mode string, before int, start tim
 		now := time.Now()
 		if now.After(nextProbe) {
 			nextProbe = nextProbe.Add(driftProbeEvery)
-			if code == http.StatusOK && l.kernelChanges(t, mode) > before && l.served() {
-				return time.Since(start), saw503, time.Since(start) <= driftRepairWithin
+			// The count first, then /healthz again: a 200 read before
+			// the canary noticed would pass for a repair.
+			if l.kernelChanges(t, mode) > before {
+				if code, _ := l.get(t, "127.0.0.1:10256", "/healthz"); code == http.StatusOK && l.served() {
+					return time.Since(start), saw503, time.Since(start) <= within
+				}
 			}
 		}
-		if now.Sub(start) > driftRepairWithin {
+		if now.Sub(start) > within {
 			return now.Sub(start), saw503, false
 		}
 		time.Sleep(50 * time.Millisecond)
