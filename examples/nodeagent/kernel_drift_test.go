@@ -24,14 +24,15 @@ import (
 // repaired, traffic served again and /healthz back to 200.
 const driftRepairWithin = 5 * time.Second
 
-// repairDeadline is driftRepairWithin, doubled inside the test VM: it
-// emulates the CPU (TCG), where each iptables command the IPVS mode's
-// reconcile forks takes a few hundred milliseconds, and its repair of the
-// iptables rules was measured at 4-5 s there. The logged times are the
-// figures to read.
+// repairDeadline is driftRepairWithin, four times over inside the test
+// VM: it emulates the CPU (TCG), where each iptables command the IPVS
+// mode's reconcile forks takes hundreds of milliseconds, and the repair of
+// its iptables rules was measured at 2.7 s on an idle machine and over 7 s
+// on a loaded one. The logged times are the figures to read; the 5 s
+// holds on the host's kernel for the other modes.
 func repairDeadline() time.Duration {
 	if vmtest.Inside() {
-		return 2 * driftRepairWithin
+		return 4 * driftRepairWithin
 	}
 	return driftRepairWithin
 }
