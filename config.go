@@ -21,7 +21,7 @@ const (
 	DefaultMinSyncPeriod    = 1 * time.Second
 	DefaultSyncPeriod       = 30 * time.Second
 	DefaultRetryPeriod      = 1 * time.Second
-	DefaultCanaryPeriod     = 5 * time.Second
+	DefaultCanaryPeriod     = 1 * time.Second
 	DefaultMetricsNamespace = "proxykit"
 )
 
@@ -64,14 +64,19 @@ type Config struct {
 	// it, the canary (CanaryPeriod) still notices a flush within seconds.
 	SyncPeriod time.Duration
 	// CanaryPeriod is how often each dataplane.KernelWatcher is asked
-	// whether someone flushed or replaced its rules (a firewall reload,
-	// "iptables -F"); when one was, the proxy reconciles at once (within
-	// MinSyncPeriod) and /healthz counts the loss as a queued change until
-	// it is repaired. Zero means DefaultCanaryPeriod (5s); a negative
-	// value disables the checks. Each check is cheap but not free: the
-	// iptables dataplane lists its two canary chains, which
-	// iptables-legacy does by reading the whole table under the xtables
-	// lock (kube-proxy polls once per its syncPeriod).
+	// whether someone changed what it programmed (a firewall reload,
+	// "iptables -F", a deleted rule, map element, virtual server or
+	// address, a foreign rule in its chains); when one was, /healthz
+	// fails naming it and the proxy reconciles at once (within
+	// MinSyncPeriod), so that noticing and repair fit in a few seconds.
+	// Zero means DefaultCanaryPeriod (1s); a negative value disables the
+	// checks. A check costs little while nothing changes: the nftables
+	// and iptables (nft backend) dataplanes and userspace's redirect
+	// rules read the nftables ruleset generation, one netlink round trip,
+	// and read their rules only when someone else moved it; IPVS reads
+	// /proc/net/ip_vs, the link's addresses and its ipsets (milliseconds
+	// at 10,000 services); iptables-legacy lists two canary chains, which
+	// reads the whole table under the xtables lock.
 	CanaryPeriod time.Duration
 	// RetryPeriod is the wait after a first failed sync; it doubles with
 	// each further failure up to MaxRetryPeriod, and MinSyncPeriod still

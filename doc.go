@@ -96,10 +96,14 @@
 // CanaryPeriod the proxy asks each dataplane.KernelWatcher whether its
 // canary was disturbed; if so it reconciles at once. Repairs are counted
 // (dataplane_drift_repairs_total) and logged naming what was repaired;
-// detections are counted (dataplane_kernel_changes_detected_total). Drift
-// the canary found counts as a queued change for /healthz until a
-// reconcile repairs it, and a failed Reconcile fails the family's sync
-// (retried with backoff, as a full sync).
+// detections are counted (dataplane_kernel_changes_detected_total), once
+// per disturbance. Drift the canary found fails /healthz at once, with the
+// body naming the family and dataplane ("drift"), until a reconcile
+// repairs it: load balancers pick nodes by /healthz, and a node whose
+// rules someone flushed should not get their traffic. It counts as a
+// queued change too, so /livez fails if it stays unrepaired past
+// HealthTimeout. A failed Reconcile fails the family's sync (retried with
+// backoff, as a full sync).
 //
 // # Logging
 //

@@ -123,7 +123,7 @@ func New(cfg Config) (*Proxy, error) {
 				NodeName:          cfg.NodeName,
 				Addresses:         cfg.HealthCheckAddresses,
 				NodePortAddresses: cfg.Settings.NodePortAddresses,
-				Healthy:           func() bool { return p.health.Report().Healthy },
+				Healthy:           p.health.Serving,
 				Recorder:          cfg.Recorder,
 				Logger:            cfg.Logger,
 			})
@@ -472,9 +472,9 @@ func (p *Proxy) changed(kind string, due bool) {
 }
 
 // watchKernel polls every dataplane.KernelWatcher each CanaryPeriod until
-// ctx ends. A disturbed canary counts as a queued change for health (the
-// kernel no longer holds what was synced) and asks for a sync that
-// reconciles.
+// ctx ends. A disturbed canary fails /healthz, naming the dataplane, until
+// a reconcile repairs it (health.Tracker.Drifted), is counted once, and
+// asks for a sync that reconciles.
 func (p *Proxy) watchKernel(ctx context.Context) {
 	for {
 		t := p.cfg.Clock.NewTimer(p.cfg.CanaryPeriod)
@@ -498,12 +498,12 @@ func (p *Proxy) watchKernel(ctx context.Context) {
 				continue
 			}
 			p.metrics.kernelChanges.WithLabelValues(string(pl.Family), pl.Dataplane.Name()).Inc()
-			p.log.Info("Rules changed by someone else (canary gone); reconciling", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family)
+			p.log.Info("Rules changed by someone else; reconciling", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family)
 			// canaryReported, set above, is what makes the next sync
 			// reconcile; set before the drift is recorded, a sync that
 			// misses it started after, so cannot clear the drift from
 			// /healthz.
-			p.health.Drifted(pl.Family)
+			p.health.Drifted(pl.Family, pl.Dataplane.Name())
 			p.runner.request()
 		}
 	}

@@ -2,7 +2,9 @@ package proxykit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/iptables"
 	"github.com/proxykit/proxykit/dataplane/xtables"
+	"github.com/proxykit/proxykit/health"
 )
 
 // iptablesHarness runs a Proxy over an iptables Dataplane on a FakeRunner
@@ -163,6 +166,64 @@ func TestProxyUnrepairedDriftIsUnhealthy(t *testing.T) {
 	h.settle()
 	if !h.p.Health().Healthy {
 		t.Error("unhealthy after the drift was repaired")
+	}
+}
+
+// TestProxyHealthzFailsWhileDrifted: drift the canary found fails /healthz
+// at once, the body naming the family and dataplane, while the repair
+// fails, and /healthz answers 200 again once a reconcile repaired it; each
+// disturbance is counted once.
+func TestProxyHealthzFailsWhileDrifted(t *testing.T) {
+	plane := &canaryPlane{Recorder: dataplanetest.NewRecorder("canary")}
+	h := newProxyHarness(t, Config{
+		Dataplanes:    []DataplaneConfig{{Dataplane: plane}},
+		SyncPeriod:    time.Hour,
+		HealthTimeout: time.Hour,
+		Logger:        logr.Discard(),
+	}).start()
+	h.settle()
+	healthz := func() (int, health.Report) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		h.p.HealthzHandler().ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
+		var r health.Report
+		if err := json.Unmarshal(w.Body.Bytes(), &r); err != nil {
+			t.Fatalf("/healthz body %q: %v", w.Body.String(), err)
+		}
+		return w.Code, r
+	}
+	if code, _ := healthz(); code != 200 {
+		t.Fatalf("/healthz before any drift: %d", code)
+	}
+	for i := range 2 {
+		plane.mu.Lock()
+		plane.reconcileErr = errors.New("iptables-save: lock held")
+		plane.mu.Unlock()
+		plane.changed.Store(true)
+		h.clock.Step(DefaultCanaryPeriod)
+		waitFor(t, "the canary", func() bool {
+			return metricValue(h.p.metrics.kernelChanges.WithLabelValues("IPv4", "canary")) == float64(i+1)
+		})
+		h.settle()
+		code, r := healthz()
+		var got []string
+		for _, d := range r.Drift {
+			got = append(got, string(d.IPFamily)+" "+d.Dataplane)
+		}
+		if code != 503 || !cmp.Equal(got, []string{"IPv4 canary"}) {
+			t.Errorf("disturbance %d, repair failing: /healthz %d drift %q, want 503 naming IPv4 canary", i+1, code, got)
+		}
+		plane.mu.Lock()
+		plane.reconcileErr = nil
+		plane.mu.Unlock()
+		h.clock.Step(time.Hour) // past the retry backoff
+		h.settle()
+		if code, r := healthz(); code != 200 || len(r.Drift) > 0 {
+			t.Errorf("disturbance %d repaired: /healthz %d drift %v, want 200 and none", i+1, code, r.Drift)
+		}
+	}
+	if n := metricValue(h.p.metrics.kernelChanges.WithLabelValues("IPv4", "canary")); n != 2 {
+		t.Errorf("two disturbances counted %v times", n)
 	}
 }
 

@@ -68,6 +68,10 @@ func (p *Proxy) sync(ctx context.Context) error {
 			// there. A reconcile (or, for a dataplane that cannot read
 			// back, a full program) answers the canary.
 			pl.lastReconcile = start
+			// Repaired before the flag is cleared: a canary that fires
+			// in between finds the flag still set and stays silent, and
+			// its next poll finds the kernel as it is then.
+			p.health.Repaired(pl.Family, pl.Dataplane.Name())
 			pl.canaryReported.Store(false)
 		}
 	}
@@ -153,7 +157,7 @@ func (p *Proxy) reconcilePlane(ctx context.Context, pl *plane) error {
 		pl.programmed, pl.mustReconcile = false, true
 		p.metrics.syncFailures.WithLabelValues(fam, name).Inc()
 		// What the kernel holds is unknown until a retry succeeds.
-		p.health.Drifted(pl.Family)
+		p.health.Queued(pl.Family)
 		return fmt.Errorf("dataplane %s (%s): %w", name, fam, err)
 	}
 	pl.mustReconcile = false

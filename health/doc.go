@@ -11,8 +11,9 @@
 // change arrives, Tracker.Syncing when a sync takes its snapshot and
 // Tracker.Synced for each family the sync programmed, and NodePorts.Sync
 // after each successful sync. Tracker.Drifted reports rules found changed
-// behind the dataplane's back and not yet repaired, which count as a
-// queued change.
+// behind a dataplane's back (by its canary), Tracker.Repaired their
+// repair: in between /healthz answers 503 and names the dataplane, and
+// the drift counts as a queued change.
 //
 // # Differences from kube-proxy
 //
@@ -25,6 +26,12 @@
 //     healthy forever.
 //   - Health-check node port listen addresses are re-read whenever a port
 //     is opened, not once at startup.
+//   - Drift found by a dataplane's canary fails /healthz (and the
+//     health-check node ports' serviceProxyHealthy) at once, until it is
+//     repaired, and is listed in the body's "drift": load balancers pick
+//     nodes by /healthz, and a node whose rules someone flushed should
+//     not get their traffic. kube-proxy only notices a flush on its next
+//     periodic sync and reports nothing.
 //   - Metrics are left to the caller: NodePorts.Sync returns how many ports
 //     it serves and how many failed to open.
 package health

@@ -1,8 +1,10 @@
 package health
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +30,19 @@ type Report struct {
 	// Healthy is true when every family is.
 	Healthy bool                         `json:"healthy"`
 	Status  map[v1.IPFamily]FamilyStatus `json:"status,omitempty"`
+	// Drift names each dataplane whose kernel objects someone else
+	// changed and that has not repaired them yet (Tracker.Drifted), by
+	// family then dataplane. /healthz fails while it is not empty;
+	// kube-proxy has no such field.
+	Drift []Drift `json:"drift,omitempty"`
+}
+
+// Drift is one dataplane's known, unrepaired drift.
+type Drift struct {
+	IPFamily  v1.IPFamily `json:"ipFamily"`
+	Dataplane string      `json:"dataplane"`
+	// Since is when the drift was first reported.
+	Since time.Time `json:"since"`
 }
 
 // FamilyStatus is the health of one IP family's dataplanes.
@@ -57,7 +72,15 @@ type Tracker struct {
 	// oldest change carried by syncs that have not succeeded yet.
 	queued  map[v1.IPFamily]time.Time
 	carried map[v1.IPFamily]time.Time
-	node    *v1.Node
+	// drift is when each dataplane (by family and name) reported drift
+	// it has not repaired yet.
+	drift map[driftKey]time.Time
+	node  *v1.Node
+}
+
+type driftKey struct {
+	family    v1.IPFamily
+	dataplane string
 }
 
 // NewTracker returns a Tracker that reports a family unhealthy once a
@@ -71,6 +94,7 @@ func NewTracker(c clock.PassiveClock, timeout time.Duration, nodeName string) *T
 		lastUpdated: map[v1.IPFamily]time.Time{},
 		queued:      map[v1.IPFamily]time.Time{},
 		carried:     map[v1.IPFamily]time.Time{},
+		drift:       map[driftKey]time.Time{},
 	}
 }
 
@@ -97,13 +121,31 @@ func (t *Tracker) Queued(fams ...v1.IPFamily) {
 	t.queue(now, fams)
 }
 
-// Drifted records that what family f's kernel holds differs from what was
-// last programmed and has not been repaired (a dataplane read back its
-// rules and found them changed by someone else). Like a queued change it
-// makes f unhealthy once a sync begun after it has not succeeded within
-// the timeout.
-func (t *Tracker) Drifted(f v1.IPFamily) {
-	t.Queued(f)
+// Drifted records that dataplane, of family f, found what it programmed
+// changed by someone else (its canary, dataplane.KernelWatcher, said so):
+// /healthz answers 503 naming it until Repaired is called for it. Load
+// balancers pick nodes by /healthz, and a node whose rules were flushed
+// would drop or misroute what they send. The drift also counts as a
+// queued change of f, so that /livez too fails if no sync repairs it
+// within the timeout.
+func (t *Tracker) Drifted(f v1.IPFamily, dataplane string) {
+	now := t.clock.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := driftKey{f, dataplane}
+	if _, ok := t.drift[k]; !ok {
+		t.drift[k] = now
+	}
+	t.queue(now, []v1.IPFamily{f})
+}
+
+// Repaired records that dataplane, of family f, read back what it
+// programmed and repaired what differed: the drift Drifted reported is
+// gone.
+func (t *Tracker) Repaired(f v1.IPFamily, dataplane string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.drift, driftKey{f, dataplane})
 }
 
 func (t *Tracker) queue(now time.Time, fams []v1.IPFamily) {
@@ -151,7 +193,8 @@ func (t *Tracker) SetNode(n *v1.Node) {
 }
 
 // Report reports unhealthy any family that has been started and has a
-// change queued for the timeout or longer. NodeEligible is left nil.
+// change queued for the timeout or longer, and lists unrepaired drift.
+// NodeEligible is left nil.
 func (t *Tracker) Report() Report {
 	now := t.clock.Now()
 	t.mu.RLock()
@@ -168,7 +211,21 @@ func (t *Tracker) Report() Report {
 		}
 		out.Status[f] = fs
 	}
+	for k, since := range t.drift {
+		out.Drift = append(out.Drift, Drift{IPFamily: k.family, Dataplane: k.dataplane, Since: since})
+	}
+	slices.SortFunc(out.Drift, func(a, b Drift) int {
+		return cmp.Or(cmp.Compare(a.IPFamily, b.IPFamily), cmp.Compare(a.Dataplane, b.Dataplane))
+	})
 	return out
+}
+
+// Serving reports whether load balancers should send this node traffic as
+// far as the proxy is concerned: it is healthy and no dataplane has
+// unrepaired drift. /healthz and the health-check node ports answer by it.
+func (t *Tracker) Serving() bool {
+	r := t.Report()
+	return r.Healthy && len(r.Drift) == 0
 }
 
 // late reports whether family f has a change in waiting that has waited
@@ -199,12 +256,15 @@ func (t *Tracker) NodeEligible() bool {
 	return true
 }
 
-// Healthz returns kube-proxy's /healthz handler: 200 while healthy and the
-// node is eligible, else 503, with a Report (NodeEligible set) as JSON.
+// Healthz returns kube-proxy's /healthz handler: 200 while healthy, free
+// of unrepaired drift and the node is eligible, else 503, with a Report
+// (NodeEligible set) as JSON.
 func (t *Tracker) Healthz() http.Handler { return healthzHandler{t} }
 
 // Livez returns kube-proxy's /livez handler: /healthz without the node
-// eligibility check.
+// eligibility check and the drift check (a drift fails it only once
+// unrepaired for the timeout, like any queued change: a restart would
+// not repair it faster).
 func (t *Tracker) Livez() http.Handler { return livezHandler{t} }
 
 type healthzHandler struct{ t *Tracker }
@@ -213,7 +273,7 @@ func (z healthzHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	r := z.t.Report()
 	eligible := z.t.NodeEligible()
 	r.NodeEligible = &eligible
-	write(w, r, r.Healthy && eligible)
+	write(w, r, r.Healthy && len(r.Drift) == 0 && eligible)
 }
 
 type livezHandler struct{ t *Tracker }

@@ -71,14 +71,18 @@ func TestHealthStaleness(t *testing.T) {
 		{"next syncs fail", func() { h.Syncing(v4, v6); clock.Step(timeout) }, 503, map[v1.IPFamily]bool{v4: false, v6: true}},
 		{"next sync succeeds", func() { h.Syncing(v4, v6); h.Synced(v4) }, 200, all},
 
-		// Drift found and not repaired counts as a queued change.
-		{"drift", func() { h.Drifted(v6) }, 200, all},
+		// Drift found and not repaired counts as a queued change (for
+		// /livez: TestHealthDrift follows /healthz).
+		{"drift", func() { h.Drifted(v6, "x") }, 200, all},
 		{"drift not repaired", func() { clock.Step(timeout) }, 503, map[v1.IPFamily]bool{v4: true, v6: false}},
-		{"drift repaired", func() { h.Syncing(v4, v6); h.Synced(v6) }, 200, all},
+		{"drift repaired", func() { h.Syncing(v4, v6); h.Repaired(v6, "x"); h.Synced(v6) }, 200, all},
 	}
 	for _, s := range steps {
 		s.do()
 		for _, hd := range []http.Handler{healthz, livez} {
+			if s.name == "drift" && hd == healthz {
+				continue
+			}
 			code, body, hdr := serve(t, hd)
 			if code != s.code || body.Healthy != (s.code == 200) {
 				t.Errorf("%s: %T = %d healthy=%v, want %d", s.name, hd, code, body.Healthy, s.code)
@@ -137,5 +141,59 @@ func TestHealthNodeEligibility(t *testing.T) {
 				t.Errorf("/livez = %d nodeEligible=%v, want 200 and no field", code, body.NodeEligible)
 			}
 		})
+	}
+}
+
+// TestHealthDrift: drift a dataplane's canary found fails /healthz at once,
+// naming the family and dataplane, until that dataplane repaired it;
+// /livez, and the family's staleness, follow the timeout rule.
+func TestHealthDrift(t *testing.T) {
+	const timeout = 10 * time.Second
+	clock := clocktesting.NewFakeClock(t0)
+	h := NewTracker(clock, timeout, "")
+	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
+	h.Start(v4, v6)
+	h.Syncing(v4, v6)
+	h.Synced(v4)
+	h.Synced(v6)
+	t1 := t0.Add(time.Second)
+	for _, s := range []struct {
+		name          string
+		do            func()
+		healthz, livz int
+		drift         []Drift
+	}{
+		{"healthy", func() {}, 200, 200, nil},
+		{"v6 drifted", func() { clock.SetTime(t1); h.Drifted(v6, "nftables") }, 503, 200,
+			[]Drift{{IPFamily: v6, Dataplane: "nftables", Since: t1}}},
+		{"reported again, first time kept", func() { clock.Step(time.Second); h.Drifted(v6, "nftables") }, 503, 200,
+			[]Drift{{IPFamily: v6, Dataplane: "nftables", Since: t1}}},
+		{"v4 too", func() { h.Drifted(v4, "nftables") }, 503, 200,
+			[]Drift{{IPFamily: v4, Dataplane: "nftables", Since: t1.Add(time.Second)}, {IPFamily: v6, Dataplane: "nftables", Since: t1}}},
+		{"another dataplane's repair", func() { h.Repaired(v4, "iptables") }, 503, 200,
+			[]Drift{{IPFamily: v4, Dataplane: "nftables", Since: t1.Add(time.Second)}, {IPFamily: v6, Dataplane: "nftables", Since: t1}}},
+		{"v4 repaired", func() { h.Syncing(v4, v6); h.Repaired(v4, "nftables"); h.Synced(v4) }, 503, 200,
+			[]Drift{{IPFamily: v6, Dataplane: "nftables", Since: t1}}},
+		{"v6 repaired", func() { h.Repaired(v6, "nftables"); h.Synced(v6) }, 200, 200, nil},
+		{"unrepaired past the timeout", func() { h.Drifted(v4, "iptables"); clock.Step(timeout) }, 503, 503,
+			[]Drift{{IPFamily: v4, Dataplane: "iptables", Since: t1.Add(time.Second)}}},
+	} {
+		s.do()
+		for _, c := range []struct {
+			name string
+			h    http.Handler
+			want int
+		}{{"/healthz", h.Healthz(), s.healthz}, {"/livez", h.Livez(), s.livz}} {
+			code, body, _ := serve(t, c.h)
+			if code != c.want {
+				t.Errorf("%s: %s = %d, want %d", s.name, c.name, code, c.want)
+			}
+			if diff := cmp.Diff(s.drift, body.Drift); diff != "" {
+				t.Errorf("%s: %s drift (-want +got):\n%s", s.name, c.name, diff)
+			}
+		}
+		if got := h.Serving(); got != (s.healthz == 200) {
+			t.Errorf("%s: Serving = %v, want %v", s.name, got, s.healthz == 200)
+		}
 	}
 }

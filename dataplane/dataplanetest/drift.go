@@ -47,8 +47,8 @@ var ErrNotImplemented = errors.New("dataplanetest: the dataplane does not implem
 // other programs can change. The suite then checks the reconcile contract
 // (dataplane.Reconciler): after each Disturbance, Reconcile reports drift
 // and every packet goes where it went before; a second Reconcile finds
-// nothing; and, when the dataplane is a dataplane.KernelWatcher, a
-// FlushAll is noticed and a repaired kernel is not.
+// nothing; and, when the dataplane is a dataplane.KernelWatcher, its
+// canary notices every Disturbance and not a repaired kernel.
 type Drifter interface {
 	// Disturb changes what the dataplane programmed, behind its back.
 	Disturb(ctx context.Context, d Disturbance) error
@@ -103,9 +103,7 @@ func checkDrift(t *testing.T, h Harness, s Scenario, st *dataplane.State) {
 		if err != nil {
 			t.Fatalf("%s: Disturb (%s): %v", h.Name(), dist, err)
 		}
-		if dist == FlushAll {
-			watched("after "+dist.String(), true)
-		}
+		watched("after "+dist.String(), true)
 		if drift := reconcile("after " + dist.String()); drift.Empty() {
 			t.Errorf("%s: Reconcile after %s found no drift", h.Name(), dist)
 		}

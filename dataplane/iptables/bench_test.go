@@ -464,3 +464,44 @@ func modelDataplane(b testing.TB, st *dataplane.State) *Dataplane {
 	}
 	return d
 }
+
+// BenchmarkKernelChanged is one poll of the canary on a real kernel (in a
+// namespace): "untouched" when nobody changed any rule since the last
+// poll (with the nft backend one read of the ruleset generation; with
+// PROXYKIT_IPTABLES_VARIANT=legacy a listing of the two canary chains),
+// "moved" when someone else committed an unrelated change before each
+// poll (the nft backend then lists and compares the tables).
+func BenchmarkKernelChanged(b *testing.B) {
+	for _, size := range benchSizes {
+		for _, moved := range []bool{false, true} {
+			name := size.name + "/untouched"
+			if moved {
+				name = size.name + "/moved"
+			}
+			b.Run(name, func(b *testing.B) {
+				_, st := benchBuilder(size.services, size.endpoints)
+				d := kernelBench(b)
+				ctx := context.Background()
+				if err := d.Sync(ctx, st); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if moved {
+						b.StopTimer()
+						i++
+						in := fmt.Sprintf("*filter\n:BENCH-%d - [0:0]\nCOMMIT\n", i)
+						if err := d.ns.Do(func() error { return d.runner.Restore(ctx, xtables.RestoreBytes(in)) }); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					if changed, err := d.KernelChanged(ctx); err != nil || changed {
+						b.Fatal(changed, err)
+					}
+				}
+			})
+		}
+	}
+}

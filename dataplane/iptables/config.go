@@ -88,6 +88,8 @@ type Dataplane struct {
 	// cache is the last full rendering, kept across failures: it says
 	// nothing about the kernel, only about what States render to.
 	cache *renderCache
+	// gens gates the canary on the ruleset generation (nft backend).
+	gens generations
 }
 
 var (
@@ -139,6 +141,7 @@ func New(cfg Config) (*Dataplane, error) {
 		d.log.V(2).Info("Found iptables", "version", r.Version())
 		d.runner = r
 	}
+	d.gens = newGenerations(d.runner)
 	if d.sysctl == nil {
 		if _, fake := d.runner.(*xtables.FakeRunner); fake {
 			d.sysctl = sysctl.NewFake(nil)

@@ -93,9 +93,15 @@
 // --set-xmark, the kernel's rounding of probabilities, default options).
 // Only what differs is written: the changed or missing chains, deletion of
 // unknown chains of the prefix, the missing jumps; an untouched kernel
-// costs two listings and no restore. KernelChanged lists the two canary
-// chains ("iptables -S", which iptables-nft answers without reading the
-// whole table): a missing chain or rule means a flush or a firewall reload.
+// costs two listings and no restore. KernelChanged, with the nft backend,
+// reads the nftables ruleset generation (one netlink round trip, package
+// dataplane/internal/nfgen), which every iptables-nft commit in the
+// namespace moves, and only when someone else moved it since the kernel
+// was last seen as programmed compares the tables as Reconcile does: a
+// flush, a deleted or changed rule, a foreign rule in an owned chain or a
+// missing jump is noticed at the next poll. With the legacy backend it
+// lists the two canary chains: a missing chain or rule means a flush or a
+// firewall reload, and lesser changes wait for the periodic Reconcile.
 // The proxykit package calls Reconcile every sync period and whenever
 // KernelChanged says so; there is no periodic blind rewrite.
 //

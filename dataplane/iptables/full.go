@@ -299,6 +299,7 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 		d.countTimeout(err)
 		return fmt.Errorf("full sync: %w", err)
 	}
+	d.gens.noteFull(ctx)
 	// A full sync writes every rule of the own chains, and only those.
 	written := in.written
 	prog.rules = written

@@ -101,7 +101,10 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view
 		b.line("COMMIT")
 	}
 	if b.Len() > 0 {
-		if err := d.runner.Restore(ctx, xtables.RestoreBytes(b.Bytes())); err != nil {
+		before, ok := d.gens.before(ctx)
+		err := d.runner.Restore(ctx, xtables.RestoreBytes(b.Bytes()))
+		d.gens.noteWrite(ctx, before, ok)
+		if err != nil {
 			d.metrics.partialRestoreFailures.Inc()
 			d.countTimeout(err)
 			if re, ok := err.(*xtables.RestoreError); ok {

@@ -31,6 +31,54 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if prog == nil {
 		return dataplane.Drift{}, nil
 	}
+	gen, genErr := d.gens.read(ctx)
+	c, err := d.compare(ctx, prog)
+	if err != nil {
+		d.prog = nil
+		return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
+	}
+	// The kernel was read as of gen: with the repair below it holds
+	// what was programmed.
+	if genErr == nil {
+		d.gens.see(gen)
+	} else {
+		d.gens.forget()
+	}
+	if c.repair.Len() > 0 {
+		before, ok := d.gens.before(ctx)
+		if err := d.runner.Restore(ctx, xtables.RestoreBytes(c.repair.Bytes())); err != nil {
+			d.metrics.repairRestoreFailures.Inc()
+			d.countTimeout(err)
+			d.prog = nil
+			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
+		}
+		d.gens.noteWrite(ctx, before, ok)
+	}
+	prog.verified = c.verified
+	for t := range numTables {
+		d.metrics.rules[t].Set(float64(c.rules[t]))
+	}
+	drift := dataplane.Drift{Repaired: c.repaired}
+	if !drift.Empty() {
+		d.log.V(2).Info("Repaired rules changed by someone else", "repairs", len(c.repaired), "what", drift.String(), "bytes", c.repair.Len())
+	}
+	return drift, nil
+}
+
+// comparison is what a reading of the kernel found: what differs from
+// prog (sorted), the restore input that repairs it, the rule count of each
+// table once repaired, and the hashes of the chains found as programmed.
+type comparison struct {
+	repaired []string
+	repair   writer
+	rules    [numTables]int
+	verified map[string]uint64
+}
+
+// compare lists the nat and filter tables and compares every chain the
+// dataplane owns, and the jumps into the built-in chains, with prog. It
+// writes nothing.
+func (d *Dataplane) compare(ctx context.Context, prog *programmed) (*comparison, error) {
 	// The wanted fixed and shared chains are read from what a full sync
 	// would write for them; the service ports' own chains are compared
 	// with the text the dataplane keeps of them, never copied.
@@ -48,17 +96,11 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 			own[name] = rules
 		}
 	}
-	var (
-		repaired []string
-		repair   writer
-		rules    [numTables]int
-		verified = make(map[string]uint64, len(prog.verified))
-	)
+	c := &comparison{verified: make(map[string]uint64, len(prog.verified))}
 	for t, table := range tableNames {
 		save, err := d.runner.Save(ctx, table)
 		if err != nil {
-			d.prog = nil
-			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
+			return nil, err
 		}
 		got := d.parseListing(table, save)
 		want := newWanted(d.parseListing(table, fixed.Bytes()))
@@ -66,60 +108,44 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 			want.addOwn(prog.sortedPorts(), own)
 		}
 		var fix, stale []string
-		for _, c := range want.declared {
-			problem, key := "", table+" "+c
-			if !got.has(c) {
+		for _, ch := range want.declared {
+			problem, key := "", table+" "+ch
+			if !got.has(ch) {
 				problem = "missing"
-			} else if h := hashRules(got.rules[c]); prog.verified[key] == h {
-				verified[key] = h
-			} else if problem = want.compare(c, got.rules[c]); problem == "" {
-				verified[key] = h
+			} else if h := hashRules(got.rules[ch]); prog.verified[key] == h {
+				c.verified[key] = h
+			} else if problem = want.compare(ch, got.rules[ch]); problem == "" {
+				c.verified[key] = h
 			}
-			n := len(got.rules[c])
+			n := len(got.rules[ch])
 			if problem != "" {
-				repaired = append(repaired, table+" chain "+c+": "+problem)
-				fix = append(fix, c)
-				n = want.count(c)
+				c.repaired = append(c.repaired, table+" chain "+ch+": "+problem)
+				fix = append(fix, ch)
+				n = want.count(ch)
 			}
-			if c != d.names.canary {
-				rules[t] += n
+			if ch != d.names.canary {
+				c.rules[t] += n
 			}
 		}
-		for _, c := range got.declared {
-			if d.names.owned(table, c) && !want.has(c) {
-				repaired = append(repaired, table+" chain "+c+": not programmed, deleted")
-				stale = append(stale, c)
+		for _, ch := range got.declared {
+			if d.names.owned(table, ch) && !want.has(ch) {
+				c.repaired = append(c.repaired, table+" chain "+ch+": not programmed, deleted")
+				stale = append(stale, ch)
 			}
 		}
 		var jumps []xtables.Jump
 		for _, j := range d.jumps() {
 			if j.Table == table && !got.hasJump(j) {
-				repaired = append(repaired, table+" chain "+j.Chain+": jump to "+j.Rule[len(j.Rule)-1]+" missing")
+				c.repaired = append(c.repaired, table+" chain "+j.Chain+": jump to "+j.Rule[len(j.Rule)-1]+" missing")
 				jumps = append(jumps, j)
 			}
 		}
 		if len(fix)+len(stale)+len(jumps) > 0 {
-			writeRepair(&repair, table, want, fix, stale, jumps)
+			writeRepair(&c.repair, table, want, fix, stale, jumps)
 		}
 	}
-	if repair.Len() > 0 {
-		if err := d.runner.Restore(ctx, xtables.RestoreBytes(repair.Bytes())); err != nil {
-			d.metrics.repairRestoreFailures.Inc()
-			d.countTimeout(err)
-			d.prog = nil
-			return dataplane.Drift{}, fmt.Errorf("reconcile: %w", err)
-		}
-	}
-	prog.verified = verified
-	for t := range numTables {
-		d.metrics.rules[t].Set(float64(rules[t]))
-	}
-	slices.Sort(repaired)
-	drift := dataplane.Drift{Repaired: repaired}
-	if !drift.Empty() {
-		d.log.V(2).Info("Repaired rules changed by someone else", "repairs", len(repaired), "what", drift.String(), "bytes", repair.Len())
-	}
-	return drift, nil
+	slices.Sort(c.repaired)
+	return c, nil
 }
 
 // wanted is what one table should hold: the fixed and shared chains as
@@ -228,15 +254,45 @@ func writeRepair(b *writer, table string, want *wanted, fix, stale []string, jum
 	b.line("COMMIT")
 }
 
-// KernelChanged implements dataplane.KernelWatcher: it lists the canary
+// KernelChanged implements dataplane.KernelWatcher. With the nft backend
+// of iptables, every change to any rule commits an nftables transaction,
+// which moves the namespace's ruleset generation: the canary reads the
+// generation (one netlink round trip) and, only when it moved since the
+// kernel was last seen as programmed (by someone else: the dataplane's
+// own restores are noted), lists the tables and compares every chain the
+// dataplane owns, as Reconcile does, without repairing. A deleted rule, a
+// flushed chain or a foreign rule in any of its chains is seen at the
+// next poll. With the legacy backend, whose tables have no such number
+// and whose every listing reads the whole table, it lists the canary
 // chain of the nat and filter tables, which the last full sync or repair
-// created with one rule. A missing chain or rule means someone flushed or
+// created with one rule: a missing chain or rule means someone flushed or
 // replaced the table (a firewall reload, "iptables -F", a restore without
-// --noflush), which takes the dataplane's rules with it.
+// --noflush); lesser changes wait for the periodic Reconcile.
 func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.prog == nil {
+	prog := d.prog
+	if prog == nil {
+		return false, nil
+	}
+	if d.gens.enabled() {
+		gen, err := d.gens.read(ctx)
+		if err != nil {
+			return false, fmt.Errorf("canary: %w", err)
+		}
+		if d.gens.unchanged(gen) {
+			return false, nil
+		}
+		c, err := d.compare(ctx, prog)
+		if err != nil {
+			return false, fmt.Errorf("canary: %w", err)
+		}
+		if len(c.repaired) > 0 {
+			d.log.V(2).Info("Rules changed under the dataplane", "first", c.repaired[0], "changes", len(c.repaired))
+			return true, nil
+		}
+		prog.verified = c.verified
+		d.gens.see(gen)
 		return false, nil
 	}
 	for _, table := range tableNames {

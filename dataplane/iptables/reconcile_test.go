@@ -47,9 +47,11 @@ func chainOfKind(t *testing.T, fake *xtables.FakeRunner, kind string) string {
 	return ""
 }
 
-// TestReconcile: each change another program makes is reported by name and
-// repaired so that the tables equal what Sync wrote; a second Reconcile
-// finds nothing and writes nothing.
+// TestReconcile: each change another program makes is noticed by the
+// canary, reported by name and repaired so that the tables equal what Sync
+// wrote; a second Reconcile finds nothing and writes nothing. The fake
+// numbers its changes as the nft backend's generation does; without that
+// (the legacy backend) the canary notices only what removes its chain.
 func TestReconcile(t *testing.T) {
 	jumpOutput := `-m comment --comment "proxykit service portals" -j PK-SERVICES`
 	for _, tc := range []struct {
@@ -58,7 +60,8 @@ func TestReconcile(t *testing.T) {
 		// the service's chains.
 		disturb string
 		want    []string
-		changed bool
+		// legacyChanged is whether the legacy canary notices it.
+		legacyChanged bool
 	}{{
 		name: "untouched",
 	}, {
@@ -100,16 +103,21 @@ func TestReconcile(t *testing.T) {
 			"filter chain PK-FORWARD: 0 rules, want 3",
 			"filter chain PK-PROXY-CANARY: 0 rules, want 1",
 		},
-		changed: true,
+		legacyChanged: true,
 	}, {
-		name:    "canary deleted",
-		disturb: "*nat\n-F PK-PROXY-CANARY\n-X PK-PROXY-CANARY\nCOMMIT\n",
-		want:    []string{"nat chain PK-PROXY-CANARY: missing"},
-		changed: true,
+		name:          "canary deleted",
+		disturb:       "*nat\n-F PK-PROXY-CANARY\n-X PK-PROXY-CANARY\nCOMMIT\n",
+		want:          []string{"nat chain PK-PROXY-CANARY: missing"},
+		legacyChanged: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, fake := newFake(t, Config{})
+			legacy, legacyFake := newFake(t, Config{})
+			legacy.gens = newGenerations(plainRunner{legacyFake})
 			ctx := t.Context()
+			if err := legacy.Sync(ctx, oneServiceState()); err != nil {
+				t.Fatal(err)
+			}
 			if err := d.Sync(ctx, oneServiceState()); err != nil {
 				t.Fatal(err)
 			}
@@ -126,8 +134,16 @@ func TestReconcile(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if changed, err := d.KernelChanged(ctx); err != nil || changed != tc.changed {
-				t.Errorf("KernelChanged = %v, %v; want %v", changed, err, tc.changed)
+			if changed, err := d.KernelChanged(ctx); err != nil || changed != (tc.disturb != "") {
+				t.Errorf("KernelChanged = %v, %v; want %v", changed, err, tc.disturb != "")
+			}
+			if tc.disturb != "" {
+				if err := legacyFake.Restore(ctx, xtables.RestoreBytes(name.Replace(tc.disturb))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if changed, err := legacy.KernelChanged(ctx); err != nil || changed != tc.legacyChanged {
+				t.Errorf("legacy KernelChanged = %v, %v; want %v", changed, err, tc.legacyChanged)
 			}
 			restores := len(fake.Restores())
 			drift, err := d.Reconcile(ctx)
@@ -158,6 +174,10 @@ func TestReconcile(t *testing.T) {
 		})
 	}
 }
+
+// plainRunner hides the FakeRunner's generation, as the legacy backend
+// has none.
+type plainRunner struct{ xtables.Runner }
 
 // failingSave fails every Save.
 type failingSave struct{ *xtables.FakeRunner }

@@ -93,11 +93,18 @@
 // KernelChanged dumps the family's addresses once and reports a change
 // when the node gained or lost an address that serves node ports or
 // accepts health checks, when an address the dataplane bound is gone from
-// its link, or when the link is gone. The proxy then reconciles, which
-// programs node ports on the new addresses and deletes those on the gone
-// ones. Virtual servers deleted by hand ("ipvsadm -C") are not seen there
-// (a dump of them all would cost what a Reconcile does) but by the
-// periodic Reconcile.
+// its link, or when the link is gone. It then reads /proc/net/ip_vs once
+// and compares a fingerprint of the family's virtual and real servers,
+// without the connection counters traffic moves, with the one taken after
+// the last write: a virtual or real server deleted, added or changed, or
+// "ipvsadm -C", is seen without a netlink dump per virtual server. It
+// lists each of its ipsets and compares the members with those it
+// programmed, and, when the iptables backend numbers its changes (nft),
+// lists its chains only when the number moved. The proxy then
+// reconciles, which programs node ports on the new addresses and deletes
+// those on the gone ones. Another program's change to its own virtual
+// servers of the family also moves the fingerprint: one needless
+// reconcile, which finds nothing.
 //
 // # Graceful termination
 //

@@ -3,7 +3,10 @@ package ipvs
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
+	"sync"
 	"syscall"
 
 	mobyipvs "github.com/moby/ipvs"
@@ -27,11 +30,45 @@ type Kernel interface {
 type HostKernel struct {
 	ipvs *mobyipvs.Handle
 	nl   *netlink.Handle
+	// table is /proc/net/ip_vs of the namespace OpenKernel opened, kept
+	// open so that any thread reads that namespace's (nil if it could
+	// not be opened); buf is its last reading.
+	mu    sync.Mutex
+	table *os.File
+	buf   []byte
 }
 
 // Handles implements Kernel.
 func (k *HostKernel) Handles() handle.Handles {
-	return handle.Handles{IPVS: k.ipvs, Netlink: k.nl}
+	h := handle.Handles{IPVS: k.ipvs, Netlink: k.nl}
+	if k.table != nil {
+		h.Table = k.readTable
+	}
+	return h
+}
+
+// readTable reads the whole of /proc/net/ip_vs again, into a buffer it
+// reuses.
+func (k *HostKernel) readTable() ([]byte, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, err := k.table.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("read /proc/net/ip_vs: %w", err)
+	}
+	k.buf = k.buf[:0]
+	for {
+		if len(k.buf) == cap(k.buf) {
+			k.buf = append(k.buf, 0)[:len(k.buf)]
+		}
+		n, err := k.table.Read(k.buf[len(k.buf):cap(k.buf)])
+		k.buf = k.buf[:len(k.buf)+n]
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+			return k.buf, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read /proc/net/ip_vs: %w", err)
+		}
+	}
 }
 
 // Close closes the kernel's sockets; a Dataplane on it fails from then
@@ -39,6 +76,9 @@ func (k *HostKernel) Handles() handle.Handles {
 func (k *HostKernel) Close() {
 	k.ipvs.Close()
 	k.nl.Close()
+	if k.table != nil {
+		k.table.Close()
+	}
 }
 
 // ErrNoIPVS is wrapped by the error of Probe, and of New when it opens
@@ -90,7 +130,13 @@ func OpenKernel() (*HostKernel, error) {
 		nl.Close()
 		return nil, fmt.Errorf("ask ipset its protocol version: %w: the kernel has no ipset; load it with modprobe ip_set", err)
 	}
-	return &HostKernel{ipvs: h, nl: nl}, nil
+	k := &HostKernel{ipvs: h, nl: nl}
+	// thread-self: the calling thread's namespace, which may not be the
+	// process's.
+	if f, err := os.Open("/proc/thread-self/net/ip_vs"); err == nil {
+		k.table = f
+	}
+	return k, nil
 }
 
 // withModuleHint adds to err, a kernel's answer to what needed module

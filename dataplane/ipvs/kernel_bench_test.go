@@ -75,3 +75,30 @@ func (n *benchNS) sync(b *testing.B, st *dataplane.State) {
 func (c *cluster) toggleEndpoint(i, round int) *dataplane.State {
 	return c.setEndpoint(i, 0, fmt.Sprintf("10.%d.%d.%d", 98+round%2, i/250, i%250+1), fmt.Sprint(round+10))
 }
+
+// BenchmarkKernelChanged is one poll of the canary on an untouched real
+// kernel (TestKernelBenchmarksInVM runs it in the VM): a dump of the
+// addresses, a read of /proc/net/ip_vs, a listing of each ipset and a
+// read of the rules' generation.
+func BenchmarkKernelChanged(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
+			_, st := newCluster(n, 10, v1.ProtocolTCP)
+			ns := kernelNS(b)
+			ns.sync(b, st)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ns.ns.Do(func() error {
+					changed, err := ns.dp.KernelChanged(ctx)
+					if changed {
+						return fmt.Errorf("changed")
+					}
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

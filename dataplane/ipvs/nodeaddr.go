@@ -1,7 +1,6 @@
 package ipvs
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,8 +9,6 @@ import (
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/vishvananda/netlink"
 )
-
-var _ dataplane.KernelWatcher = (*Dataplane)(nil)
 
 // dumpAttempts bounds the address dumps of one read when the kernel keeps
 // reporting a dump interrupted by a change.
@@ -107,23 +104,11 @@ func nodeAddrsOf(s *dataplane.State, local []netip.Addr, ipv6 bool) nodeAddrs {
 	return out
 }
 
-// KernelChanged implements dataplane.KernelWatcher. Its canary is the
-// node's addresses, which node ports follow, and the addresses the
-// dataplane bound: one dump of the family's addresses tells whether the
-// node gained or lost an address that serves node ports or accepts
-// health checks, or whether someone removed the link or unbound a service
-// address from it. A change calls for a Reconcile, which programs the new
-// address set; virtual servers emptied by "ipvsadm -C" are not seen here
-// (telling would cost a dump of every virtual server) but by Reconcile.
-func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.valid || d.last == nil {
-		return false, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
+// addrsChanged is the canary's look at addresses: one dump of the
+// family's addresses tells whether the node gained or lost an address
+// that serves node ports or accepts health checks, or whether someone
+// removed the link or unbound a service address from it.
+func (d *Dataplane) addrsChanged() (bool, error) {
 	link, err := d.nl.LinkByName(d.cfg.Link)
 	var notFound netlink.LinkNotFoundError
 	switch {
@@ -131,11 +116,11 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 		d.log.V(2).Info("Canary: the link is gone", "link", d.cfg.Link)
 		return true, nil
 	case err != nil:
-		return false, fmt.Errorf("ipvs: canary: find link %s: %w", d.cfg.Link, err)
+		return false, fmt.Errorf("find link %s: %w", d.cfg.Link, err)
 	}
 	ka, err := d.readAddrs(link.Attrs().Index)
 	if err != nil {
-		return false, fmt.Errorf("ipvs: canary: %w", err)
+		return false, err
 	}
 	if now := nodeAddrsOf(d.last, ka.local, d.ipv6); !now.equal(d.addrs) {
 		d.log.V(2).Info("Canary: the node's addresses changed", "nodePortAddresses", now.nodePort, "programmed", d.addrs.nodePort)

@@ -26,6 +26,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		d.valid = false
 		return dataplane.Drift{}, fmt.Errorf("ipvs: reconcile: %w", err)
 	}
+	d.noteCanary(ctx)
 	slices.Sort(changes)
 	return dataplane.Drift{Repaired: changes}, nil
 }

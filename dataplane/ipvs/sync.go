@@ -66,6 +66,12 @@ type Dataplane struct {
 	listed       xtables.Listing
 	prepared     bool
 	report       dataplane.SyncReport
+	// table reads the IPVS table for the canary, gen the iptables rules'
+	// generation (nil when the kernel or backend has none); canary is
+	// what they said after the last write.
+	table  func() ([]byte, error)
+	gen    func(context.Context) (uint32, error)
+	canary canary
 }
 
 type drainKey struct {
@@ -100,7 +106,7 @@ func New(cfg Config) (*Dataplane, error) {
 		d.cfg.Kernel = k
 	}
 	h := d.cfg.Kernel.Handles()
-	d.ipvs, d.nl = h.IPVS, h.Netlink
+	d.ipvs, d.nl, d.table = h.IPVS, h.Netlink, h.Table
 	if d.sysctl == nil {
 		if h.Fake {
 			d.sysctl = sysctl.NewFake(nil)
@@ -115,6 +121,7 @@ func New(cfg Config) (*Dataplane, error) {
 		}
 		d.runner = r
 	}
+	d.gen = xtables.GenerationOf(d.runner)
 	return d, nil
 }
 
@@ -175,6 +182,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		return fmt.Errorf("ipvs: %w", err)
 	}
 	d.valid, d.last, d.report = true, s, report
+	d.noteCanary(ctx)
 	d.log.V(2).Info("Synced", "full", report.Full, "services", report.Services)
 	return nil
 }

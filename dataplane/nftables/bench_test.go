@@ -286,3 +286,56 @@ func BenchmarkKernelFullSync(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKernelChanged is one poll of the canary on a real kernel (in a
+// namespace, PROXYKIT_BENCH_KERNEL=1): "untouched" when nothing committed
+// since the last poll (one read of the ruleset generation), "moved" when
+// someone else added an unrelated table before each poll (the table is
+// then read back and compared).
+func BenchmarkKernelChanged(b *testing.B) {
+	if os.Getenv("PROXYKIT_BENCH_KERNEL") == "" {
+		b.Skip("set PROXYKIT_BENCH_KERNEL=1 to run kernel benchmarks")
+	}
+	netns.Require(b, "nft")
+	for _, size := range benchSizes[:2] {
+		for _, moved := range []bool{false, true} {
+			name := size.name + "/untouched"
+			if moved {
+				name = size.name + "/moved"
+			}
+			b.Run(name, func(b *testing.B) {
+				_, st := benchBuilder(size.services, benchEndpoints)
+				ns := netns.New(b, "bench")
+				ctx := context.Background()
+				var d *Dataplane
+				if err := ns.Do(func() (err error) {
+					if d, err = New(Config{}); err != nil {
+						return err
+					}
+					return d.Sync(ctx, st)
+				}); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if moved {
+						b.StopTimer()
+						i++
+						ns.MustRun("nft", "add", "table", "ip", fmt.Sprintf("bench%d", i))
+						b.StartTimer()
+					}
+					if err := ns.Do(func() error {
+						changed, err := d.KernelChanged(ctx)
+						if changed {
+							return fmt.Errorf("changed")
+						}
+						return err
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -63,8 +63,11 @@
 //
 // The Dataplane is then a dataplane.Reconciler (it lists its chains,
 // compares them with their listing right after its last write and looks
-// for the jumps and the policy route) and a dataplane.KernelWatcher (the
-// chains PKU-SERVICES and PKU-TPROXY and the policy route are its canary).
+// for the jumps and the policy route) and a dataplane.KernelWatcher: with
+// the nft backend of iptables it reads the nftables ruleset generation and
+// compares every chain and jump as Reconcile does only when someone else
+// moved it; with the legacy backend the chains PKU-SERVICES and
+// PKU-TPROXY are its canary; the policy route is checked every time.
 // Cleanup removes the chains, the jumps, the routing rule and the route,
 // and nothing else. The kernel keeps for a minute the TIME_WAIT state of
 // the connections a forwarder closed first, under the service address the

@@ -61,10 +61,14 @@ func (r *redirector) drift(ctx context.Context) ([]string, error) {
 	return append(append(out, jumps...), missing...), nil
 }
 
-// KernelChanged implements dataplane.KernelWatcher: in redirect mode the
-// chains the node's own traffic and the traffic entering it meet first
-// (a listing of each, as Reconcile makes of every chain) and the policy
-// route are its canary.
+// KernelChanged implements dataplane.KernelWatcher. In redirect mode,
+// with an iptables backend that numbers its changes (nft), it reads the
+// number and, only when it moved since the rules were last seen as
+// written, lists every chain and jump as Reconcile does: a flush, a
+// deleted redirect rule or a foreign rule in any chain is seen at the next
+// poll. With the legacy backend the chains the node's own traffic and the
+// traffic entering it meet first are listed. The policy route is checked
+// every time.
 func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -72,14 +76,32 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	if r == nil || r.listed == nil {
 		return false, nil
 	}
-	for _, c := range []xtables.Chain{{Table: "nat", Name: r.services}, {Table: "mangle", Name: r.divert}} {
-		want := r.listed[c]
-		rules, ok, err := r.runner.ListChain(ctx, c.Table, c.Name)
+	if r.gen != nil {
+		g, err := r.gen(ctx)
 		if err != nil {
 			return false, fmt.Errorf("userspace: canary: %w", err)
 		}
-		if !ok || !slices.Equal(rules, want) {
-			return true, nil
+		if !r.seen || g != r.seenGen {
+			drift, err := r.drift(ctx)
+			if err != nil {
+				return false, fmt.Errorf("userspace: canary: %w", err)
+			}
+			if len(drift) > 0 {
+				return true, nil
+			}
+			r.seen, r.seenGen = true, g
+			return false, nil
+		}
+	} else {
+		for _, c := range []xtables.Chain{{Table: "nat", Name: r.services}, {Table: "mangle", Name: r.divert}} {
+			want := r.listed[c]
+			rules, ok, err := r.runner.ListChain(ctx, c.Table, c.Name)
+			if err != nil {
+				return false, fmt.Errorf("userspace: canary: %w", err)
+			}
+			if !ok || !slices.Equal(rules, want) {
+				return true, nil
+			}
 		}
 	}
 	missing, err := r.routing.Missing(ctx, r.policy)
@@ -87,6 +109,19 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("userspace: canary: %w", err)
 	}
 	return len(missing) > 0, nil
+}
+
+// noteGeneration records the rules' generation after a write, so that the
+// canary lists nothing for it. A change of someone else's committed while
+// the rules were written is missed until the next Reconcile.
+func (r *redirector) noteGeneration(ctx context.Context) {
+	r.seen = false
+	if r.gen == nil {
+		return
+	}
+	if g, err := r.gen(ctx); err == nil {
+		r.seen, r.seenGen = true, g
+	}
 }
 
 // owned are the redirect rules' chains, heads first in each table, and

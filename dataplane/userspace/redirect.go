@@ -106,6 +106,12 @@ type redirector struct {
 	// listed is the chains as listed right after the last write, what
 	// Reconcile compares the kernel with; nil before the first.
 	listed xtables.Listing
+	// gen reads the rules' generation (xtables.GenerationOf), nil when the
+	// backend has none; seenGen is the one at which the rules were last
+	// seen as written, when seen.
+	gen     func(context.Context) (uint32, error)
+	seenGen uint32
+	seen    bool
 }
 
 type rule struct {
@@ -135,6 +141,7 @@ func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redir
 		return nil, fmt.Errorf("userspace: RedirectConfig.RulePriority %d: want 1 to 32765, ahead of the main table's rule", policy.Priority)
 	}
 	r := &redirector{
+		gen:          xtables.GenerationOf(cfg.Runner),
 		runner:       cfg.Runner,
 		routing:      cfg.Routing,
 		policy:       policy,
@@ -389,6 +396,7 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 		}
 	}
 	r.valid = true
+	r.noteGeneration(ctx)
 	return b.Len(), nil
 }
 

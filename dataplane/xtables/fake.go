@@ -20,6 +20,8 @@ type FakeRunner struct {
 	rs *Ruleset
 	// restores is every restore input, successful or not.
 	restores [][]byte
+	// gen counts the changes applied (Generation).
+	gen uint32
 	// Fail, if set, is consulted before each restore; an error it returns
 	// is returned as if iptables-restore had rejected the input, and
 	// nothing is applied.
@@ -57,6 +59,7 @@ func (f *FakeRunner) Restore(_ context.Context, in RestoreInput) error {
 		return &RestoreError{Line: line, Context: extractLines(data, line, contextLines), Output: err.Error(), Err: err}
 	}
 	f.rs = next
+	f.gen++
 	if f.Output != nil {
 		if _, err := f.Output.Write(data); err != nil {
 			return err
@@ -88,6 +91,7 @@ func (f *FakeRunner) EnsureJump(_ context.Context, j Jump) error {
 		return nil
 	}
 	f.rs = next
+	f.gen++
 	return nil
 }
 
@@ -102,7 +106,17 @@ func (f *FakeRunner) DeleteJump(_ context.Context, j Jump) error {
 	if !slices.Contains(f.rs.Rules(j.Table, j.Chain), r.Text) {
 		return nil
 	}
+	f.gen++
 	return f.rs.Apply([]byte("*" + j.Table + "\n" + "-D " + j.Chain + " " + r.Text + "\nCOMMIT\n"))
+}
+
+// Generation counts the changes the fake applied, as the nftables ruleset
+// generation counts iptables-nft's commits: a dataplane's canary reads it
+// as it reads the kernel's.
+func (f *FakeRunner) Generation(context.Context) (uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gen, nil
 }
 
 // ListChain implements Runner.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/proxykit/proxykit/dataplane/internal/nfgen"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -278,4 +279,22 @@ func (r *ExecRunner) ListChain(ctx context.Context, table, chain string) ([]stri
 		}
 	}
 	return rules, true, nil
+}
+
+// GenerationOf returns how to read a number that every change to r's
+// rules moves, or nil when r has none: the nftables ruleset generation
+// for the nft backend (every iptables-nft commit moves it, as does any
+// other nftables transaction in the namespace), the fake's own count for
+// a Runner that keeps one (FakeRunner), nothing for the legacy backend.
+// A canary reads it and lists rules only when it moved.
+func GenerationOf(r Runner) func(context.Context) (uint32, error) {
+	if n, ok := r.(interface {
+		Generation(context.Context) (uint32, error)
+	}); ok {
+		return n.Generation
+	}
+	if b, ok := r.(interface{ Backend() string }); ok && b.Backend() == "nft" {
+		return nfgen.Read
+	}
+	return nil
 }

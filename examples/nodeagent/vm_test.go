@@ -23,14 +23,14 @@ var vmIPTables = []string{"iptables", "iptables-restore", "iptables-save", "ip6t
 // VM whose kernel has IPVS and dummy links (this machine's may have
 // neither) and lacks xfrm_user, as some nodes' do: no mode of the agent
 // may need it. One VM serves them all, as booting one costs minutes
-// under TCG: ipvs mode serving traffic, and the mode-switch cycle through
-// every mode, ipvs included.
+// under TCG: ipvs mode serving traffic, the mode-switch cycle through
+// every mode, ipvs included, and ipvs mode's drift repaired.
 func TestKernelInVM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM")
 	}
 	vmtest.Run(t, vmtest.Config{
-		Run:     "^TestKernel(IPVSServesTraffic|ModeSwitchLeavesNothingBehind)$",
+		Run:     "^TestKernel(IPVSServesTraffic|ModeSwitchLeavesNothingBehind|DriftRepaired)$",
 		Modules: slices.Concat(vmIPVSModules, []string{"xt_TPROXY", "xt_socket"}),
 		Omit:    []string{"xfrm_user"},
 		Tools:   slices.Concat(vmIPTables, []string{"nft"}),

@@ -17,5 +17,6 @@ func NewKernel() *Kernel {
 
 // Handles implements ipvs.Kernel.
 func (k *Kernel) Handles() handle.Handles {
-	return handle.Handles{IPVS: k.IPVS, Netlink: k.Netlink, Fake: true}
+	return handle.Handles{IPVS: k.IPVS, Netlink: k.Netlink, Fake: true,
+		Table: func() ([]byte, error) { return []byte(k.IPVS.Dump()), nil }}
 }

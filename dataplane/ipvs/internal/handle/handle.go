@@ -53,6 +53,10 @@ type Handles struct {
 	IPVS    IPVS
 	Netlink Netlink
 	Fake    bool
+	// Table, when set, returns the whole IPVS table in one read, as
+	// /proc/net/ip_vs lists it (the fake: as FakeIPVS.Dump does), for the
+	// canary; the bytes are valid until the next call.
+	Table func() ([]byte, error)
 }
 
 // Service flags moby/ipvs does not name.

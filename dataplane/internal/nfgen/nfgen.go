@@ -1,0 +1,123 @@
+package nfgen
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultTimeout bounds a Read whose context has no deadline.
+const DefaultTimeout = 2 * time.Second
+
+const (
+	nlmsgHdrLen = 16
+	nfgenLen    = 4
+	attrGenID   = 1 // NFTA_GEN_ID
+)
+
+// Read returns the ruleset generation of the calling thread's network
+// namespace. It opens and closes a netlink socket: one request, one
+// reply. An error means the kernel could not be asked (no nf_tables, no
+// permission), not that anything changed.
+func Read(ctx context.Context) (uint32, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return 0, fmt.Errorf("nfgen: netlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, fmt.Errorf("nfgen: bind: %w", err)
+	}
+	wait := DefaultTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(dl), time.Millisecond)
+	}
+	tv := unix.NsecToTimeval(wait.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return 0, fmt.Errorf("nfgen: set timeout: %w", err)
+	}
+	const seq = 1
+	if err := unix.Sendto(fd, request(seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, fmt.Errorf("nfgen: send: %w", err)
+	}
+	buf := make([]byte, 512)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return 0, fmt.Errorf("nfgen: receive: %w", err)
+		}
+		gen, done, err := parse(buf[:n], seq)
+		if done || err != nil {
+			return gen, err
+		}
+	}
+}
+
+// request is a GETGEN message.
+func request(seq uint32) []byte {
+	b := make([]byte, 0, nlmsgHdrLen+nfgenLen)
+	b = binary.NativeEndian.AppendUint32(b, nlmsgHdrLen+nfgenLen)
+	b = binary.NativeEndian.AppendUint16(b, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_GETGEN)
+	b = binary.NativeEndian.AppendUint16(b, unix.NLM_F_REQUEST)
+	b = binary.NativeEndian.AppendUint32(b, seq)
+	b = binary.NativeEndian.AppendUint32(b, 0)
+	return append(b, unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0)
+}
+
+var errNoID = errors.New("nfgen: generation reply without an id")
+
+// parse reads the messages of one datagram, looking for the answer to
+// seq: done is set when it was found (an error reply included).
+func parse(b []byte, seq uint32) (gen uint32, done bool, err error) {
+	for len(b) >= nlmsgHdrLen {
+		l := int(binary.NativeEndian.Uint32(b))
+		if l < nlmsgHdrLen || l > len(b) {
+			return 0, true, errors.New("nfgen: truncated netlink message")
+		}
+		typ := binary.NativeEndian.Uint16(b[4:])
+		s := binary.NativeEndian.Uint32(b[8:])
+		data := b[nlmsgHdrLen:l]
+		b = b[min(len(b), (l+3)&^3):]
+		if s != seq {
+			continue
+		}
+		switch typ {
+		case unix.NLMSG_ERROR:
+			if len(data) < 4 {
+				return 0, true, errors.New("nfgen: short error reply")
+			}
+			return 0, true, fmt.Errorf("nfgen: %w", unix.Errno(-int32(binary.NativeEndian.Uint32(data))))
+		case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN:
+			gen, err := genID(data)
+			return gen, true, err
+		}
+	}
+	return 0, false, nil
+}
+
+// genID finds NFTA_GEN_ID in a NEWGEN message's payload.
+func genID(data []byte) (uint32, error) {
+	if len(data) < nfgenLen {
+		return 0, errNoID
+	}
+	a := data[nfgenLen:]
+	for len(a) >= 4 {
+		l := int(binary.NativeEndian.Uint16(a))
+		typ := binary.NativeEndian.Uint16(a[2:]) &^ (unix.NLA_F_NESTED | unix.NLA_F_NET_BYTEORDER)
+		if l < 4 || l > len(a) {
+			break
+		}
+		if typ == attrGenID && l >= 8 {
+			return binary.BigEndian.Uint32(a[4:]), nil
+		}
+		a = a[min(len(a), (l+3)&^3):]
+	}
+	return 0, errNoID
+}

@@ -1,0 +1,70 @@
+package ipvs
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// procTable is /proc/net/ip_vs as the kernel lists n IPv4 virtual servers
+// of eps real servers each, with the connection counters given.
+func procTable(n, eps, active int) []byte {
+	var b strings.Builder
+	b.WriteString("IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n")
+	for i := range n {
+		fmt.Fprintf(&b, "TCP  0A60%04X:0050 rr\n", i)
+		for j := range eps {
+			fmt.Fprintf(&b, "  -> 0A%02X%04X:1F90      Masq    1      %d          %d\n", j, i, active, active)
+		}
+	}
+	b.WriteString("TCP  [FD00:0000:0000:0000:0000:0000:0000:000A]:0050 rr\n  -> [FD00:0000:0000:0000:0000:0000:0001:0001]:1F90      Masq    1      0          0\n")
+	return []byte(b.String())
+}
+
+// TestTableSum: the fingerprint ignores the connection counters and the
+// other family's virtual servers, and follows a weight, a real server or
+// a virtual server.
+func TestTableSum(t *testing.T) {
+	sum := func(text string, ipv6 bool) uint64 {
+		t.Helper()
+		d := &Dataplane{ipv6: ipv6, table: func() ([]byte, error) { return []byte(text), nil }}
+		s, ok, err := d.tableSum()
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		return s
+	}
+	base := string(procTable(3, 2, 0))
+	for _, tc := range []struct {
+		name       string
+		text       string
+		ipv6, same bool
+	}{
+		{"counters moved", string(procTable(3, 2, 7)), false, true},
+		{"weight changed", strings.Replace(base, "Masq    1", "Masq    0", 1), false, false},
+		{"real server deleted", strings.Replace(base, "  -> 0A000000:1F90      Masq    1      0          0\n", "", 1), false, false},
+		{"virtual server added", base + "UDP  0A600099:0035 rr\n", false, false},
+		{"IPv6 real server deleted, IPv4 fingerprint", strings.Replace(base, "  -> [FD00:0000:0000:0000:0000:0000:0001:0001]:1F90      Masq    1      0          0\n", "", 1), false, true},
+		{"IPv6 real server deleted, IPv6 fingerprint", strings.Replace(base, "  -> [FD00:0000:0000:0000:0000:0000:0001:0001]:1F90      Masq    1      0          0\n", "", 1), true, false},
+		{"IPv4 virtual server added, IPv6 fingerprint", base + "UDP  0A600099:0035 rr\n", true, true},
+	} {
+		if got := sum(tc.text, tc.ipv6) == sum(base, tc.ipv6); got != tc.same {
+			t.Errorf("%s: same fingerprint = %v, want %v", tc.name, got, tc.same)
+		}
+	}
+}
+
+// BenchmarkTableSum is the canary's fingerprint of a table of 10,000
+// virtual servers of 10 real servers, once the kernel listed it (reading
+// /proc/net/ip_vs in the kernel is BenchmarkKernelChanged's).
+func BenchmarkTableSum(b *testing.B) {
+	text := procTable(10000, 10, 3)
+	d := &Dataplane{table: func() ([]byte, error) { return text, nil }}
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := d.tableSum(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
