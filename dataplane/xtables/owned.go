@@ -31,15 +31,16 @@ type OwnedChains struct {
 // them; a chain that does not exist has none.
 type Listing map[Chain][]string
 
-// List lists every owned chain.
+// List lists every owned chain, from one iptables-save per table: a
+// process per chain made a reconcile under emulation take seconds.
 func (o *OwnedChains) List(ctx context.Context, r Runner) (Listing, error) {
-	out := Listing{}
+	saved, err := saveTables(ctx, r, o.tables())
+	if err != nil {
+		return nil, err
+	}
+	out := make(Listing, len(o.Chains))
 	for _, c := range o.Chains {
-		rules, _, err := r.ListChain(ctx, c.Table, c.Name)
-		if err != nil {
-			return nil, fmt.Errorf("list iptables chain %s %s: %w", c.Table, c.Name, err)
-		}
-		out[c] = rules
+		out[c] = saved.rules(c.Table, c.Name)
 	}
 	return out, nil
 }
@@ -56,9 +57,13 @@ func (o *OwnedChains) Changed(want, got Listing) []string {
 	return out
 }
 
-// Hook inserts the jumps that are missing.
+// Hook inserts the jumps that are missing, in the order of Jumps.
 func (o *OwnedChains) Hook(ctx context.Context, r Runner) error {
-	for _, j := range o.Jumps {
+	missing, err := o.missing(ctx, r)
+	if err != nil {
+		return err
+	}
+	for _, j := range missing {
 		if err := r.EnsureJump(ctx, j); err != nil {
 			return err
 		}
@@ -70,14 +75,62 @@ func (o *OwnedChains) Hook(ctx context.Context, r Runner) error {
 // ("nat chain OUTPUT: no jump to PKU-SERVICES"), compared by what the rule
 // does rather than how iptables-save spells it.
 func (o *OwnedChains) MissingJumps(ctx context.Context, r Runner) ([]string, error) {
-	var out []string
+	missing, err := o.missing(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(missing))
+	for _, j := range missing {
+		out = append(out, fmt.Sprintf("%s chain %s: no jump to %s", j.Table, j.Chain, j.target()))
+	}
+	return out, nil
+}
+
+// missing are the jumps the built-in chains do not hold, from one
+// iptables-save per table.
+func (o *OwnedChains) missing(ctx context.Context, r Runner) ([]Jump, error) {
+	var tables []string
 	for _, j := range o.Jumps {
-		rules, _, err := r.ListChain(ctx, j.Table, j.Chain)
-		if err != nil {
-			return nil, fmt.Errorf("list iptables chain %s %s: %w", j.Table, j.Chain, err)
+		if !slices.Contains(tables, j.Table) {
+			tables = append(tables, j.Table)
 		}
-		if !slices.ContainsFunc(rules, j.matches) {
-			out = append(out, fmt.Sprintf("%s chain %s: no jump to %s", j.Table, j.Chain, j.target()))
+	}
+	saved, err := saveTables(ctx, r, tables)
+	if err != nil {
+		return nil, err
+	}
+	var out []Jump
+	for _, j := range o.Jumps {
+		if !slices.ContainsFunc(saved.rules(j.Table, j.Chain), j.matches) {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// savedRules holds the "-A CHAIN ..." lines of some tables' saves, by
+// table and chain.
+type savedRules map[Chain][]string
+
+func (s savedRules) rules(table, chain string) []string { return s[Chain{table, chain}] }
+
+// saveTables runs Runner.Save for each table and keeps its rules.
+func saveTables(ctx context.Context, r Runner, tables []string) (savedRules, error) {
+	out := savedRules{}
+	for _, table := range tables {
+		save, err := r.Save(ctx, table)
+		if err != nil {
+			return nil, fmt.Errorf("list iptables table %s: %w", table, err)
+		}
+		for line := range strings.Lines(string(save)) {
+			line = strings.TrimRight(line, "\n")
+			rest, ok := strings.CutPrefix(line, "-A ")
+			if !ok {
+				continue
+			}
+			chain, _, _ := strings.Cut(rest, " ")
+			c := Chain{table, chain}
+			out[c] = append(out[c], line)
 		}
 	}
 	return out, nil
