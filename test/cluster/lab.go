@@ -253,31 +253,38 @@ func (n *Node) AgentExited() bool { return n.agent.exited() }
 // Metric returns the sum of the agent's samples of metric (a name, or a
 // name with labels as printed in the text exposition), 0 if none.
 func (n *Node) Metric(metric string) (float64, error) {
+	m, err := n.Metrics(metric)
+	return m[metric], err
+}
+
+// Metrics is Metric of several metrics from one scrape.
+func (n *Node) Metrics(metrics ...string) (map[string]float64, error) {
 	hc := httpIn(n.NS)
 	resp, err := hc.Get("http://127.0.0.1:10249/metrics")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	var sum float64
+	sums := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, metric) {
-			continue
-		}
-		rest := line[len(metric):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
+		for _, metric := range metrics {
+			if !strings.HasPrefix(line, metric) {
+				continue
+			}
+			rest := line[len(metric):]
+			if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+				continue
+			}
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				sums[metric] += v
+			}
 		}
 	}
-	return sum, sc.Err()
+	return sums, sc.Err()
 }
 
 // CPUProfile writes a CPU profile of the agent (started with --profiling)
