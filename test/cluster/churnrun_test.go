@@ -190,7 +190,14 @@ func sampleAgent(n *Node, mode string) ([]float64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nf_conntrack_count: %w", err)
 	}
-	ks, err := readKernelState(n, mode)
+	// A dump that meets the agent's write may fail: try again.
+	var ks kernelState
+	for try := range 3 {
+		if ks, err = readKernelState(n, mode); err == nil {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
 	if err != nil {
 		return nil, err
 	}
