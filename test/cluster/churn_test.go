@@ -89,6 +89,12 @@ func TestChurn(t *testing.T) {
 	for _, n := range lab.Nodes {
 		pods = append(pods, n.Pods...)
 	}
+	for _, n := range lab.Nodes {
+		// A probe of a service without endpoints is answered by an ICMP
+		// error, which the kernel limits to one a second per client
+		// after a burst of six: the rest would wait for their timeout.
+		n.NS.MustRun(t, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0")
+	}
 	m := &churnModel{c: lab.CP.Admin, pods: pods, rng: rand.New(rand.NewPCG(1, 2))}
 	start := time.Now()
 	if err := m.populate(ctx, plan.services); err != nil {

@@ -22,8 +22,8 @@ type kernelState struct {
 	// lists its chains in the order they were made.
 	Raw string
 	// Objects counts chains, rules, set and map elements, and listening
-	// sockets.
-	Objects int
+	// sockets; Listeners the listening sockets alone.
+	Objects, Listeners int
 }
 
 // readKernelState reads node n's kernel as its agent's mode programs it:
@@ -81,9 +81,9 @@ func readKernelState(n *Node, mode string) (kernelState, error) {
 	if err != nil {
 		return kernelState{}, err
 	}
-	c, count := canonicalListeners(out)
-	add(out, c, count)
-	s := kernelState{Canonical: strings.Join(canon, "\n"), Raw: strings.Join(raw, "\n"), Objects: objects}
+	c, listeners := canonicalListeners(out)
+	add(out, c, listeners)
+	s := kernelState{Canonical: strings.Join(canon, "\n"), Raw: strings.Join(raw, "\n"), Objects: objects, Listeners: listeners}
 	if mode == "userspace" {
 		// Each forwarder listens on a port the kernel picked; the same
 		// rules in the same places name other numbers after a restart.
