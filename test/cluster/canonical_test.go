@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -114,19 +115,58 @@ func TestCanonicalNFT(t *testing.T) {
 	}
 }
 
+func TestCanonicalNFTSlots(t *testing.T) {
+	// Service a's endpoints at slot 1 and b's at slot 0 of one endpoint
+	// map, or the other way round: the same state.
+	ruleset := func(slotA, slotB int, extra string) string {
+		return `{"nftables": [
+{"map": {"family": "ip", "name": "dnat-tcp-1bd", "table": "proxykit", "type": "integer", "map": "ipv4_addr . inet_service", "elem": [` +
+			elem(slotA<<16, "10.244.0.2") + "," + elem(slotA<<16+1, "10.244.1.2") + "," + elem(slotB<<16, "10.244.2.2") + extra + `]}},
+{"rule": {"family": "ip", "table": "proxykit", "chain": "svc-a", "comment": "pk:13ah4o1e0wn61@` + itoa(slotA) + `", "expr": [{"dnat": {"addr": {"map": {"data": "@dnat-tcp-1bd", "key": {"numgen": {"mod": 2, "mode": "random", "offset": ` + itoa(slotA<<16) + `}}}}}}]}},
+{"rule": {"family": "ip", "table": "proxykit", "chain": "svc-b", "comment": "pk:2q1nsgol5v0q6@` + itoa(slotB) + `", "expr": [{"dnat": {"addr": {"map": {"data": "@dnat-tcp-1bd", "key": {"numgen": {"mod": 1, "mode": "random", "offset": ` + itoa(slotB<<16) + `}}}}}}]}}]}`
+	}
+	canon := func(js string) string {
+		t.Helper()
+		c, _, err := canonicalNFT([]byte(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := canon(ruleset(1, 0, "")), canon(ruleset(0, 2, ""))
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("the same endpoints at other slots (-a +b):\n%s", diff)
+	}
+	if stale := canon(ruleset(0, 2, ","+elem(5<<16, "10.244.0.3"))); stale == a {
+		t.Errorf("an element no rule reads is not shown:\n%s", stale)
+	}
+	if moved := canon(ruleset(1, 1, "")); moved == a {
+		t.Errorf("two rules reading one slot read as two slots:\n%s", moved)
+	}
+}
+
+func elem(key int, addr string) string {
+	return `[` + itoa(key) + `, {"concat": ["` + addr + `", 8080]}]`
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
 func TestRenumberPorts(t *testing.T) {
 	// Two userspace states that differ only in the forwarders' ports.
 	a := "-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports 41001\n" +
 		"-A PKU-TP -d 10.96.0.1/32 -p tcp --dport 80 -j TPROXY --on-port 41001 --on-ip 0.0.0.0\n" +
 		"-A PKU-SVC -d 10.96.0.2/32 -p tcp --dport 80 -j REDIRECT --to-ports 39000\n" +
+		"-A PKU-NODEPORTS -p tcp -m tcp --dport 30001 -j DNAT --to-destination :39000\n" +
 		"listen 0.0.0.0:39000\nlisten 0.0.0.0:41001\nlisten 127.0.0.1:10249"
 	b := "-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports 35555\n" +
 		"-A PKU-TP -d 10.96.0.1/32 -p tcp --dport 80 -j TPROXY --on-port 35555 --on-ip 0.0.0.0\n" +
 		"-A PKU-SVC -d 10.96.0.2/32 -p tcp --dport 80 -j REDIRECT --to-ports 46000\n" +
+		"-A PKU-NODEPORTS -p tcp -m tcp --dport 30001 -j DNAT --to-destination :46000\n" +
 		"listen 0.0.0.0:35555\nlisten 0.0.0.0:46000\nlisten 127.0.0.1:10249"
 	want := "-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports P1\n" +
 		"-A PKU-TP -d 10.96.0.1/32 -p tcp --dport 80 -j TPROXY --on-port P1 --on-ip 0.0.0.0\n" +
 		"-A PKU-SVC -d 10.96.0.2/32 -p tcp --dport 80 -j REDIRECT --to-ports P2\n" +
+		"-A PKU-NODEPORTS -p tcp -m tcp --dport 30001 -j DNAT --to-destination :P2\n" +
 		"listen 0.0.0.0:P1\nlisten 0.0.0.0:P2\nlisten 127.0.0.1:10249"
 	for _, s := range []string{a, b} {
 		if diff := cmp.Diff(want, renumberPorts(s)); diff != "" {

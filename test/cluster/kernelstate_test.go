@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -162,6 +163,14 @@ func canonicalIPTables(save string) (string, int) {
 // order, then each chain's rules in their order; without handles, counter
 // values and the tool's metainfo. It also counts chains, rules and
 // elements.
+//
+// Where a service's endpoints sit in a map keyed by numgen value (the
+// nftables dataplane's endpoint maps), the slot they sit at is history:
+// a port keeps its slot while it lives, a new one takes the lowest free
+// one. So a rule's lookup reads as the endpoints of its slot, its
+// signature comment without the hash of the slot's number, and such a
+// map as its slots' endpoint lists, sorted: an element no rule uses
+// still shows, its slot's number does not.
 func canonicalNFT(js []byte) (string, int, error) {
 	var doc struct {
 		Nftables []map[string]map[string]any `json:"nftables"`
@@ -176,6 +185,7 @@ func canonicalNFT(js []byte) (string, int, error) {
 	var objs []object
 	rules := map[string][]string{}
 	count := 0
+	slots := slotMaps(doc.Nftables)
 	for _, entry := range doc.Nftables {
 		for kind, o := range entry {
 			if kind == "metainfo" {
@@ -187,11 +197,24 @@ func canonicalNFT(js []byte) (string, int, error) {
 			switch kind {
 			case "set", "map":
 				if elems, ok := o["elem"].([]any); ok {
-					sortJSON(elems)
 					count += len(elems)
+					sortJSON(elems)
+					if m, ok := slots[fmt.Sprintf("%s @%v", id, o["name"])]; ok {
+						var groups []any
+						for g := range maps.Values(m) {
+							groups = append(groups, g)
+						}
+						sortJSON(groups)
+						o["elem"] = groups
+					}
 				}
 			case "chain":
 				count++
+			case "rule":
+				resolveSlots(o["expr"], id, slots)
+				if c, ok := o["comment"].(string); ok {
+					o["comment"] = slotSignature.ReplaceAllString(c, "pk:(signature)@(slot)")
+				}
 			}
 			line, err := json.Marshal(map[string]any{kind: o})
 			if err != nil {
@@ -228,6 +251,69 @@ func canonicalNFT(js []byte) (string, int, error) {
 		}
 	}
 	return b.String(), count, nil
+}
+
+// slotSignature is the comment of a rule at an endpoint map slot: a hash
+// of the rule (which names the slot) and the slot.
+var slotSignature = regexp.MustCompile(`^pk:[0-9a-z]+@\d+$`)
+
+// slotMaps are the ruleset's maps keyed by integers (numgen values), by
+// "family table @name": each slot's values (key >> 16) in key order.
+func slotMaps(entries []map[string]map[string]any) map[string]map[int][]any {
+	out := map[string]map[int][]any{}
+	for _, entry := range entries {
+		o, ok := entry["map"]
+		if !ok || o["type"] != "integer" {
+			continue
+		}
+		elems, _ := o["elem"].([]any)
+		type kv struct {
+			key int
+			v   any
+		}
+		var kvs []kv
+		for _, e := range elems {
+			pair, ok := e.([]any)
+			if !ok || len(pair) != 2 {
+				continue
+			}
+			if k, ok := pair[0].(float64); ok {
+				kvs = append(kvs, kv{int(k), pair[1]})
+			}
+		}
+		slices.SortFunc(kvs, func(a, b kv) int { return a.key - b.key })
+		m := map[int][]any{}
+		for _, e := range kvs {
+			m[e.key>>16] = append(m[e.key>>16], e.v)
+		}
+		out[fmt.Sprintf("%v %v @%v", o["family"], o["table"], o["name"])] = m
+	}
+	return out
+}
+
+// resolveSlots rewrites, anywhere in v, a lookup of a numgen value in a
+// slot map into the values of the slot it reads.
+func resolveSlots(v any, id string, slots map[string]map[int][]any) {
+	switch v := v.(type) {
+	case map[string]any:
+		if data, ok := v["data"].(string); ok {
+			key, _ := v["key"].(map[string]any)
+			ng, _ := key["numgen"].(map[string]any)
+			off, isNum := ng["offset"].(float64)
+			if m, ok := slots[id+" "+data]; ok && isNum {
+				ng["offset"] = "(slot)"
+				v["slot"] = m[int(off)>>16]
+				return
+			}
+		}
+		for _, x := range v {
+			resolveSlots(x, id, slots)
+		}
+	case []any:
+		for _, x := range v {
+			resolveSlots(x, id, slots)
+		}
+	}
 }
 
 // scrubCounters zeroes the packet and byte counts anywhere in v.
@@ -272,8 +358,9 @@ func canonicalListeners(ss string) (string, int) {
 }
 
 // forwarderPort matches where mode userspace names a forwarder's port:
-// its REDIRECT and TPROXY targets and a listening socket.
-var forwarderPort = regexp.MustCompile(`(--to-ports |--on-port |listen [0-9.*\[\]:]*:)(\d+)`)
+// its REDIRECT, TPROXY and (node ports) DNAT targets and a listening
+// socket.
+var forwarderPort = regexp.MustCompile(`(--to-ports |--on-port |--to-destination [0-9.]*:|listen [0-9.*\[\]:]*:)(\d+)`)
 
 // renumberPorts replaces each forwarder port in s by its rank among them
 // in order of first appearance, so that two states that differ only in the
