@@ -3,6 +3,7 @@ package cluster
 import (
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ COMMIT
 COMMIT
 `
 	for name, save := range map[string]string{"churned": churned, "fresh": fresh} {
-		got, count := canonicalIPTables(save)
+		got, count := canonicalIPTables(save, false)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
 		}
@@ -70,10 +71,18 @@ COMMIT
 -A PK-SVC-A -m statistic --mode random --probability 0.5 -j PK-SEP-1
 COMMIT
 `
-	a, _ := canonicalIPTables(swapped)
-	b, _ := canonicalIPTables(fresh)
+	a, _ := canonicalIPTables(swapped, false)
+	b, _ := canonicalIPTables(fresh, false)
 	if a == b {
 		t.Error("rules reordered within a chain read the same")
+	}
+	// Unless the chain's rules are a set (mode userspace's).
+	inOrder := strings.Replace(swapped, "-A PK-SVC-A -j PK-SEP-2\n", "", 1) + ""
+	inOrder = strings.Replace(inOrder, "COMMIT\n", "-A PK-SVC-A -j PK-SEP-2\nCOMMIT\n", 1)
+	a, _ = canonicalIPTables(swapped, true)
+	b, _ = canonicalIPTables(inOrder, true)
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("rules reordered within a chain read differently as a set (-swapped +in order):\n%s", diff)
 	}
 }
 

@@ -46,7 +46,7 @@ func readKernelState(n *Node, mode string) (kernelState, error) {
 			if err != nil {
 				return kernelState{}, err
 			}
-			c, count := canonicalIPTables(out)
+			c, count := canonicalIPTables(out, mode == "userspace")
 			add(stripSaveNoise(out), c, count)
 		}
 	case "nftables":
@@ -114,9 +114,16 @@ var (
 // canonicalIPTables is iptables-save output with its tables in name order,
 // each table's chains declared in name order and their rules grouped by
 // chain in that order (a chain's own rules keep their order, which is
-// meaning), without comments and counters; and how many chains and rules
-// it holds.
-func canonicalIPTables(save string) (string, int) {
+// meaning, unless sortRules), without comments and counters; and how many
+// chains and rules it holds.
+//
+// Mode userspace's chains hold a rule or two per destination (cluster IP
+// or node port), each matching its own, and a partial sync deletes a
+// changed destination's rules and adds them back at the chain's top or
+// end: their order is history, and sortRules compares them as a set
+// (which also leaves the place of the chains' few fixed rules, the jump
+// to node ports and the loopback return, unchecked).
+func canonicalIPTables(save string, sortRules bool) (string, int) {
 	type table struct {
 		chains []string
 		rules  map[string][]string
@@ -149,6 +156,9 @@ func canonicalIPTables(save string) (string, int) {
 		}
 		for _, c := range tb.chains {
 			chain, _, _ := strings.Cut(c[1:], " ")
+			if sortRules {
+				slices.Sort(tb.rules[chain])
+			}
 			for _, r := range tb.rules[chain] {
 				b.WriteString(r + "\n")
 			}
