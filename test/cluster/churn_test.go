@@ -91,9 +91,13 @@ func TestChurn(t *testing.T) {
 		pods = append(pods, n.Pods...)
 	}
 	for _, n := range lab.Nodes {
-		// A probe of a service without endpoints is answered by an ICMP
-		// error, which the kernel limits to one a second per client
-		// after a burst of six: the rest would wait for their timeout.
+		// A probe of a service without endpoints must meet the agent's
+		// REJECT, which a node without a route to the service range
+		// never reaches: routing fails first, and its ICMP errors are
+		// limited to one a second per client. REJECT's own are limited
+		// by icmp_ratelimit: a probe that got none would wait for its
+		// timeout.
+		n.NS.MustRun(t, "ip", "route", "add", ServiceCIDR, "dev", "eth0")
 		n.NS.MustRun(t, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0")
 	}
 	m := &churnModel{c: lab.CP.Admin, pods: pods, rng: rand.New(rand.NewPCG(1, 2))}
