@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +84,12 @@ func planChurn(t *testing.T) churnPlan {
 // hour (with -timeout 80m).
 func TestChurn(t *testing.T) {
 	plan := planChurn(t)
+	// The xtables lock is one file for the whole machine, every network
+	// namespace's iptables runs included: another test's long restore
+	// would stall these agents' (10 s was seen). The lab's nodes are
+	// hosts of their own; their agents (and the iptables they run)
+	// share a lock of the lab's.
+	t.Setenv("XTABLES_LOCKFILE", filepath.Join(t.TempDir(), "xtables.lock"))
 	bins, agent := binaries(t)
 	lab := NewLab(t, bins, agent, LabConfig{Nodes: len(churnModes), PodsPerNode: 2, NoAgents: true})
 	ctx := context.Background()
