@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,12 +73,12 @@ func planChurn(t *testing.T) churnPlan {
 // changes per second, with traffic probed from a pod on every node
 // throughout. Every probe of a service left alone for a while must be
 // answered as the model says (within a minute of its last change: one
-// answered so late is counted apart); each agent's RSS, goroutines and open files,
-// its node's conntrack entries and kernel objects, sampled throughout,
-// must not grow after warm-up (least-squares fit, bounds in
-// TestChurn's table); after the churn every service answers as the model
-// says from every node, and each node's kernel state is the one a fresh
-// agent of the same mode programs for the same objects, read in canonical
+// answered so late is counted apart); each agent's RSS, goroutines and
+// open files, its node's conntrack entries and kernel objects, sampled
+// throughout, must not grow after warm-up (least-squares fit, bounds at
+// agentSeries); after the churn every service answers as the model says
+// from every node, and each node's kernel state is the one a fresh agent
+// of the same mode programs for the same objects, read in canonical
 // form. 90 seconds of churn by default; PROXYKIT_CLUSTER_CHURN=1h for an
 // hour (with -timeout 80m).
 func TestChurn(t *testing.T) {
@@ -125,31 +124,7 @@ func TestChurn(t *testing.T) {
 	}
 
 	run := runChurn(t, lab, m, plan)
-	record(t, fmt.Sprintf("churn: %v at %.0f changes/s: %d changes (%d services replaced), %d API writes, %d ticks missed, %d write errors",
-		plan.duration, plan.rate, run.changes.Load(), run.replaced.Load(), run.writes.Load(), run.missed.Load(), run.writeErrors.Load()))
-	record(t, fmt.Sprintf("churn: probes %d made, %d failed, %d late (answered as the model says only after their agent caught up, at most %v after the change), %d discarded (a change raced them)",
-		run.probes.Load(), run.probeFailures.Load(), run.late.Load(), time.Duration(run.latest.Load()).Round(100*time.Millisecond), run.discarded.Load()))
-	table := []string{tableHead()}
-	for _, n := range lab.Nodes {
-		for _, s := range run.series[n.Name] {
-			f := s.fit(plan.warmup)
-			table = append(table, s.row(fmt.Sprintf("%s %s", n.Name, churnModes[n.Index]), f))
-			if !f.ok {
-				t.Errorf("%s (%s): %s rose %.1f after warm-up, more than %.1f", n.Name, churnModes[n.Index], s.name, f.rise/max(s.unit, 1), f.allowed/max(s.unit, 1))
-			}
-		}
-	}
-	for _, s := range run.modelSeries {
-		table = append(table, s.row("model", s.fit(plan.warmup)))
-	}
-	record(t, fmt.Sprintf("churn: sampled every %v, fitted after %v of warm-up:\n%s", plan.sample, plan.warmup, strings.Join(table, "\n")))
-	if n := run.probeFailures.Load(); n > 0 {
-		t.Errorf("%d of %d probes not answered as the model says", n, run.probes.Load())
-	}
-	if n := run.writeErrors.Load(); n > 0 {
-		t.Errorf("%d API writes failed", n)
-	}
-
+	run.report(t, lab, plan)
 	for _, n := range lab.Nodes {
 		if n.AgentExited() {
 			t.Fatalf("%s: agent exited during the churn", n.Name)

@@ -117,6 +117,36 @@ func runChurn(t *testing.T, lab *Lab, m *churnModel, plan churnPlan) *churnRun {
 	return run
 }
 
+// report logs what the churn did and the table of every series, and fails
+// t for a probe failed, a write failed or a series that grew.
+func (run *churnRun) report(t *testing.T, lab *Lab, plan churnPlan) {
+	t.Helper()
+	record(t, fmt.Sprintf("churn: %v at %.0f changes/s: %d changes (%d services replaced), %d API writes, %d ticks missed, %d write errors",
+		plan.duration, plan.rate, run.changes.Load(), run.replaced.Load(), run.writes.Load(), run.missed.Load(), run.writeErrors.Load()))
+	record(t, fmt.Sprintf("churn: probes %d made, %d failed, %d late (answered as the model says only after their agent caught up, at most %v after the change), %d discarded (a change raced them)",
+		run.probes.Load(), run.probeFailures.Load(), run.late.Load(), time.Duration(run.latest.Load()).Round(100*time.Millisecond), run.discarded.Load()))
+	table := []string{tableHead()}
+	for _, n := range lab.Nodes {
+		for _, s := range run.series[n.Name] {
+			f := s.fit(plan.warmup)
+			table = append(table, s.row(fmt.Sprintf("%s %s", n.Name, churnModes[n.Index]), f))
+			if !f.ok {
+				t.Errorf("%s (%s): %s rose %.1f after warm-up, more than %.1f", n.Name, churnModes[n.Index], s.name, f.rise/max(s.unit, 1), f.allowed/max(s.unit, 1))
+			}
+		}
+	}
+	for _, s := range run.modelSeries {
+		table = append(table, s.row("model", s.fit(plan.warmup)))
+	}
+	record(t, fmt.Sprintf("churn: sampled every %v, fitted after %v of warm-up:\n%s", plan.sample, plan.warmup, strings.Join(table, "\n")))
+	if n := run.probeFailures.Load(); n > 0 {
+		t.Errorf("%d of %d probes not answered as the model says", n, run.probes.Load())
+	}
+	if n := run.writeErrors.Load(); n > 0 {
+		t.Errorf("%d API writes failed", n)
+	}
+}
+
 // write makes one change of the model per tick.
 func (run *churnRun) write(t *testing.T, m *churnModel, ticks <-chan struct{}) {
 	for range ticks {
