@@ -278,10 +278,27 @@ func sampleAgent(n *Node, mode string) ([]float64, error) {
 }
 
 // finalCheck probes every service of m once from every node, once the
-// churn has stopped and every node's kernel state holds still.
+// churn has stopped, every agent has synced again and every node's kernel
+// state holds still.
 func finalCheck(t *testing.T, lab *Lab, m *churnModel) {
 	t.Helper()
+	// Mode nftables flushes a chain nothing refers to at once and deletes
+	// it in a later sync (Config.StaleChainDelay, 1s, later): after the
+	// last change that is the periodic one, up to --iptables-sync-period
+	// (30s) on.
+	const lastSync = `kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"}`
+	after := float64(time.Now().Add(2*time.Second).UnixNano()) / 1e9
 	for i, n := range lab.Nodes {
+		eventually(t, 2*time.Minute, n.Name+" synced after the churn", func() error {
+			v, err := n.Metric(lastSync)
+			if err == nil && v < after {
+				err = fmt.Errorf("last sync %.1fs before the churn's end", after-v)
+			}
+			if err != nil {
+				time.Sleep(time.Second)
+			}
+			return err
+		})
 		waitKernelStable(t, n, churnModes[i])
 	}
 	var cases []probeCase
