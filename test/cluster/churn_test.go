@@ -84,6 +84,7 @@ func planChurn(t *testing.T) churnPlan {
 // hour (with -timeout 80m).
 func TestChurn(t *testing.T) {
 	plan := planChurn(t)
+	Require(t, "conntrack", "nft", "ss")
 	// The xtables lock is one file for the whole machine, every network
 	// namespace's iptables runs included: another test's long restore
 	// would stall these agents' (10 s was seen). The lab's nodes are
