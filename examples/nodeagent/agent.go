@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/proxykit/proxykit"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/conntrack"
@@ -383,6 +384,9 @@ type plane struct {
 func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *input, stdout io.Writer) error {
 	start := time.Now()
 	reg := prometheus.NewRegistry()
+	// kube-proxy's registry carries the process's and the Go runtime's
+	// series (RSS, open files, goroutines): what a leak shows in first.
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	planes, err := o.dataplanes(h, log, reg, &syncWriter{w: stdout})
 	if err != nil {
 		return err

@@ -275,9 +275,13 @@ func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
 
 // httpIn is an HTTP client dialling from inside ns.
 func httpIn(ns *NS) *http.Client {
+	// Each call makes a new client: a kept-alive connection would stay
+	// open in the server (the agent's has no idle timeout) and show up as
+	// a leak of its goroutines and files.
 	tr := &http.Transport{
-		DialContext:     func(_ context.Context, network, addr string) (net.Conn, error) { return ns.Dial(network, addr) },
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+		DialContext:       func(_ context.Context, network, addr string) (net.Conn, error) { return ns.Dial(network, addr) },
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+		DisableKeepAlives: true,
 	}
 	return &http.Client{Timeout: 5 * time.Second, Transport: tr}
 }

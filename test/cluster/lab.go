@@ -269,33 +269,45 @@ func (n *Node) Metric(metric string) (float64, error) {
 	return metricAt(n.NS, MetricsAddr, metric)
 }
 
+// Metrics is Metric of several metrics from one scrape.
+func (n *Node) Metrics(metrics ...string) (map[string]float64, error) {
+	return metricsAt(n.NS, MetricsAddr, metrics...)
+}
+
 // metricAt is Node.Metric from the metrics served at addr in ns.
 func metricAt(ns *NS, addr, metric string) (float64, error) {
+	m, err := metricsAt(ns, addr, metric)
+	return m[metric], err
+}
+
+// metricsAt sums the samples of each of metrics served at addr in ns.
+func metricsAt(ns *NS, addr string, metrics ...string) (map[string]float64, error) {
 	hc := httpIn(ns)
 	resp, err := hc.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	var sum float64
+	sums := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, metric) {
-			continue
-		}
-		rest := line[len(metric):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
+		for _, metric := range metrics {
+			if !strings.HasPrefix(line, metric) {
+				continue
+			}
+			rest := line[len(metric):]
+			if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+				continue
+			}
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				sums[metric] += v
+			}
 		}
 	}
-	return sum, sc.Err()
+	return sums, sc.Err()
 }
 
 // CPUProfile writes a CPU profile of the agent (started with --profiling)

@@ -205,6 +205,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // report logs a latency distribution and, with PROXYKIT_CLUSTER_RESULTS
 // set to a file, appends it there for the README's table.
 func report(t *testing.T, what string, d []time.Duration) {
+	t.Helper()
 	s := slices.Clone(d)
 	slices.Sort(s)
 	line := fmt.Sprintf("%s: n=%d p50=%v p90=%v p99=%v max=%v", what, len(s),
@@ -214,6 +215,7 @@ func report(t *testing.T, what string, d []time.Duration) {
 
 // record logs line and appends it to $PROXYKIT_CLUSTER_RESULTS if set.
 func record(t *testing.T, line string) {
+	t.Helper()
 	t.Log(line)
 	if path := os.Getenv("PROXYKIT_CLUSTER_RESULTS"); path != "" {
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
