@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,7 +202,12 @@ func (p *Proxy) Run(ctx context.Context) error {
 		defer close(loopDone)
 		p.runner.loop(ctx)
 	}()
-	if p.cfg.CanaryPeriod > 0 {
+	// Without a dataplane.KernelWatcher there is nothing to poll, and a
+	// timer would only wake the proxy.
+	if p.cfg.CanaryPeriod > 0 && slices.ContainsFunc(p.planes, func(pl *plane) bool {
+		_, ok := pl.Dataplane.(dataplane.KernelWatcher)
+		return ok
+	}) {
 		wg.Go(func() { p.watchKernel(ctx) })
 	}
 	select {
