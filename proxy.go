@@ -481,36 +481,57 @@ func (p *Proxy) changed(kind string, due bool) {
 // ctx ends. A disturbed canary fails /healthz, naming the dataplane, until
 // a reconcile repairs it (health.Tracker.Drifted), is counted once, and
 // asks for a sync that reconciles.
+//
+// A check is one netlink read while nobody changed the rules, but a read
+// of every rule the dataplane owns when someone else did (any program's
+// change moves the generation the canaries follow): the wait after a poll
+// is at least nine times what the poll took, so that a node where
+// another program writes rules every second spends at most a tenth of a
+// core on it, noticing drift later instead.
 func (p *Proxy) watchKernel(ctx context.Context) {
+	wait := p.cfg.CanaryPeriod
 	for {
-		t := p.cfg.Clock.NewTimer(p.cfg.CanaryPeriod)
+		t := p.cfg.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		for _, pl := range p.planes {
-			w, ok := pl.Dataplane.(dataplane.KernelWatcher)
-			if !ok {
-				continue
-			}
-			changed, err := w.KernelChanged(ctx)
-			if err != nil {
-				p.log.V(2).Info("Cannot check the kernel for changes", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family, "err", err)
-				continue
-			}
-			if !changed || pl.canaryReported.Swap(true) {
-				continue
-			}
-			p.metrics.kernelChanges.WithLabelValues(string(pl.Family), pl.Dataplane.Name()).Inc()
-			p.log.Info("Rules changed by someone else; reconciling", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family)
-			// canaryReported, set above, is what makes the next sync
-			// reconcile; set before the drift is recorded, a sync that
-			// misses it started after, so cannot clear the drift from
-			// /healthz.
-			p.health.Drifted(pl.Family, pl.Dataplane.Name())
-			p.runner.request()
+		start := p.cfg.Clock.Now()
+		p.pollKernel(ctx)
+		wait = canaryWait(p.cfg.CanaryPeriod, p.cfg.Clock.Since(start))
+	}
+}
+
+// canaryWait is the wait after a canary poll that took took: the period,
+// or nine times what the poll took when that is longer.
+func canaryWait(period, took time.Duration) time.Duration {
+	return max(period, 9*took)
+}
+
+// pollKernel asks every dataplane.KernelWatcher once.
+func (p *Proxy) pollKernel(ctx context.Context) {
+	for _, pl := range p.planes {
+		w, ok := pl.Dataplane.(dataplane.KernelWatcher)
+		if !ok {
+			continue
 		}
+		changed, err := w.KernelChanged(ctx)
+		if err != nil {
+			p.log.V(2).Info("Cannot check the kernel for changes", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family, "err", err)
+			continue
+		}
+		if !changed || pl.canaryReported.Swap(true) {
+			continue
+		}
+		p.metrics.kernelChanges.WithLabelValues(string(pl.Family), pl.Dataplane.Name()).Inc()
+		p.log.Info("Rules changed by someone else; reconciling", "dataplane", pl.Dataplane.Name(), "ipFamily", pl.Family)
+		// canaryReported, set above, is what makes the next sync
+		// reconcile; set before the drift is recorded, a sync that
+		// misses it started after, so cannot clear the drift from
+		// /healthz.
+		p.health.Drifted(pl.Family, pl.Dataplane.Name())
+		p.runner.request()
 	}
 }

@@ -485,3 +485,21 @@ func get(t *testing.T, url string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestCanaryWait: a poll that read the dataplane's rules (someone else
+// moved the generation) spaces the next, so that the canary takes at most
+// a tenth of a core.
+func TestCanaryWait(t *testing.T) {
+	for _, tc := range []struct {
+		period, took, want time.Duration
+	}{
+		{time.Second, 80 * time.Microsecond, time.Second},
+		{time.Second, 100 * time.Millisecond, time.Second},
+		{time.Second, 228 * time.Millisecond, 2052 * time.Millisecond},
+		{5 * time.Second, time.Second, 9 * time.Second},
+	} {
+		if got := canaryWait(tc.period, tc.took); got != tc.want {
+			t.Errorf("canaryWait(%v, %v) = %v, want %v", tc.period, tc.took, got, tc.want)
+		}
+	}
+}
