@@ -230,25 +230,10 @@ func troubleshootIPVS(t *testing.T, ns *netns.NS, agentArgs ...string) {
 		t.Errorf("explain --kernel: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 
-	if err := ns.Do(func() error {
-		h, err := mobyipvs.New("")
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		svcs, err := h.GetServices()
-		if err != nil {
-			return err
-		}
-		for _, s := range svcs {
-			if s.Address.Equal(net.ParseIP("10.96.0.10")) && s.Port == 80 {
-				return h.DelDestination(s, &mobyipvs.Destination{Address: net.ParseIP("10.0.1.1"), Port: 8080})
-			}
-		}
-		return errors.New("no virtual server 10.96.0.10:80")
-	}); err != nil {
-		t.Fatalf("delete the real server by hand: %v", err)
-	}
+	// Delete the real server by hand.
+	ipvsDo(func(h *mobyipvs.Handle, web *mobyipvs.Service) error {
+		return h.DelDestination(web, &mobyipvs.Destination{Address: net.ParseIP("10.0.1.1"), Port: 8080})
+	})(t, ns)
 	out, errOut, code = run("verify")
 	t.Logf("verify after a real server deleted by hand: exit %d, stdout:\n%s", code, out)
 	if code == exitOK || !strings.Contains(out, "default/web:http/TCP: wrong-verdict at 10.96.0.10:80/TCP (cluster IP)") ||
