@@ -183,8 +183,9 @@ func (d *Dataplane) setsChanged(context.Context) (bool, error) {
 	return false, nil
 }
 
-// rulesChanged lists the owned chains and the built-in chains' jumps when
-// the rules' generation moved since they were last seen as programmed.
+// rulesChanged lists the owned chains and the built-in chains' jumps (one
+// iptables-save per table) when the rules' generation moved since they
+// were last seen as programmed.
 func (d *Dataplane) rulesChanged(ctx context.Context) (bool, error) {
 	if d.gen == nil || !d.canary.seen {
 		return false, nil
@@ -201,12 +202,8 @@ func (d *Dataplane) rulesChanged(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if len(owned.Changed(d.listed, listed)) > 0 {
+	if len(owned.Changed(d.listed, listed)) > 0 || len(owned.MissingJumps(listed)) > 0 {
 		return true, nil
-	}
-	missing, err := owned.MissingJumps(ctx, d.runner)
-	if err != nil || len(missing) > 0 {
-		return len(missing) > 0, err
 	}
 	d.canary.gen = g
 	return false, nil

@@ -159,7 +159,7 @@ func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State, internal 
 			return 0, nil, err
 		}
 	}
-	if err := owned.Hook(ctx, d.runner); err != nil {
+	if err := owned.Hook(ctx, d.runner, listed); err != nil {
 		return 0, nil, fmt.Errorf("hook iptables rules: %w", err)
 	}
 	d.rules, d.internalText, d.listed = static, internal, listed

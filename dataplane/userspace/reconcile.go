@@ -50,10 +50,7 @@ func (r *redirector) drift(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	out := owned.Changed(r.listed, got)
-	jumps, err := owned.MissingJumps(ctx, r.runner)
-	if err != nil {
-		return nil, err
-	}
+	jumps := owned.MissingJumps(got)
 	missing, err := r.routing.Missing(ctx, r.policy)
 	if err != nil {
 		return nil, err

@@ -382,7 +382,15 @@ func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys
 		r.listed = listed
 	}
 	if full {
-		if err := r.hook(ctx); err != nil {
+		listed := r.listed
+		if b.Len() == 0 {
+			var err error
+			if listed, err = r.owned().List(ctx, r.runner); err != nil {
+				r.valid = false
+				return 0, fmt.Errorf("userspace: list redirect rules: %w", err)
+			}
+		}
+		if err := r.hook(ctx, listed); err != nil {
 			r.valid = false
 			return 0, err
 		}
@@ -451,10 +459,10 @@ func (r *redirector) render(table string, keys []destKey, want map[destKey][]rul
 	return body.String()
 }
 
-// hook inserts the jumps into the chains, removes those of earlier
-// versions and makes sure of the policy route.
-func (r *redirector) hook(ctx context.Context) error {
-	if err := r.owned().Hook(ctx, r.runner); err != nil {
+// hook inserts the jumps listed lacks into the chains, removes those of
+// earlier versions and makes sure of the policy route.
+func (r *redirector) hook(ctx context.Context, listed xtables.Listing) error {
+	if err := r.owned().Hook(ctx, r.runner, listed); err != nil {
 		return fmt.Errorf("userspace: hook redirect rules: %w", err)
 	}
 	for _, j := range r.legacyJumps() {

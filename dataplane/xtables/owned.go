@@ -27,19 +27,32 @@ type OwnedChains struct {
 	Jumps []Jump
 }
 
-// Listing is the rules of each owned chain, as Runner.ListChain prints
-// them; a chain that does not exist has none.
+// Listing is the rules of each owned chain, and of each built-in chain
+// a jump is in, as iptables-save prints them; a chain that does not exist
+// has none.
 type Listing map[Chain][]string
 
-// List lists every owned chain, from one iptables-save per table: a
-// process per chain made a reconcile under emulation take seconds.
+// List lists every owned chain and every built-in chain a jump is in, from
+// one iptables-save per table: a process per chain made a reconcile under
+// emulation take seconds, and a listing serves both Changed and
+// MissingJumps.
 func (o *OwnedChains) List(ctx context.Context, r Runner) (Listing, error) {
-	saved, err := saveTables(ctx, r, o.tables())
+	tables := o.tables()
+	for _, j := range o.Jumps {
+		if !slices.Contains(tables, j.Table) {
+			tables = append(tables, j.Table)
+		}
+	}
+	saved, err := saveTables(ctx, r, tables)
 	if err != nil {
 		return nil, err
 	}
-	out := make(Listing, len(o.Chains))
+	out := make(Listing, len(o.Chains)+len(o.Jumps))
 	for _, c := range o.Chains {
+		out[c] = saved.rules(c.Table, c.Name)
+	}
+	for _, j := range o.Jumps {
+		c := Chain{j.Table, j.Chain}
 		out[c] = saved.rules(c.Table, c.Name)
 	}
 	return out, nil
@@ -57,13 +70,10 @@ func (o *OwnedChains) Changed(want, got Listing) []string {
 	return out
 }
 
-// Hook inserts the jumps that are missing, in the order of Jumps.
-func (o *OwnedChains) Hook(ctx context.Context, r Runner) error {
-	missing, err := o.missing(ctx, r)
-	if err != nil {
-		return err
-	}
-	for _, j := range missing {
+// Hook inserts the jumps that the built-in chains lack in l, a listing
+// taken since the last write, in the order of Jumps.
+func (o *OwnedChains) Hook(ctx context.Context, r Runner, l Listing) error {
+	for _, j := range o.missing(l) {
 		if err := r.EnsureJump(ctx, j); err != nil {
 			return err
 		}
@@ -71,41 +81,27 @@ func (o *OwnedChains) Hook(ctx context.Context, r Runner) error {
 	return nil
 }
 
-// MissingJumps describes each jump the built-in chains do not hold
+// MissingJumps describes each jump the built-in chains do not hold in l
 // ("nat chain OUTPUT: no jump to PKU-SERVICES"), compared by what the rule
 // does rather than how iptables-save spells it.
-func (o *OwnedChains) MissingJumps(ctx context.Context, r Runner) ([]string, error) {
-	missing, err := o.missing(ctx, r)
-	if err != nil {
-		return nil, err
-	}
+func (o *OwnedChains) MissingJumps(l Listing) []string {
+	missing := o.missing(l)
 	out := make([]string, 0, len(missing))
 	for _, j := range missing {
 		out = append(out, fmt.Sprintf("%s chain %s: no jump to %s", j.Table, j.Chain, j.target()))
 	}
-	return out, nil
+	return out
 }
 
-// missing are the jumps the built-in chains do not hold, from one
-// iptables-save per table.
-func (o *OwnedChains) missing(ctx context.Context, r Runner) ([]Jump, error) {
-	var tables []string
-	for _, j := range o.Jumps {
-		if !slices.Contains(tables, j.Table) {
-			tables = append(tables, j.Table)
-		}
-	}
-	saved, err := saveTables(ctx, r, tables)
-	if err != nil {
-		return nil, err
-	}
+// missing are the jumps the built-in chains do not hold in l.
+func (o *OwnedChains) missing(l Listing) []Jump {
 	var out []Jump
 	for _, j := range o.Jumps {
-		if !slices.ContainsFunc(saved.rules(j.Table, j.Chain), j.matches) {
+		if !slices.ContainsFunc(l[Chain{j.Table, j.Chain}], j.matches) {
 			out = append(out, j)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // savedRules holds the "-A CHAIN ..." lines of some tables' saves, by

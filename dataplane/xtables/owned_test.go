@@ -25,22 +25,26 @@ func TestOwnedChains(t *testing.T) {
 	if err := r.Restore(ctx, RestoreBytes(in)); err != nil {
 		t.Fatal(err)
 	}
-	missing, err := o.MissingJumps(ctx, r)
+	saves := &countingSaves{Runner: r}
+	before, err := o.List(ctx, saves)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff([]string{"nat chain OUTPUT: no jump to DEMO-SERVICES", "filter chain INPUT: no jump to DEMO-FILTER"}, missing); d != "" {
+	if saves.n != 2 {
+		t.Errorf("List ran %d saves, want one per table (2)", saves.n)
+	}
+	if d := cmp.Diff([]string{"nat chain OUTPUT: no jump to DEMO-SERVICES", "filter chain INPUT: no jump to DEMO-FILTER"}, o.MissingJumps(before)); d != "" {
 		t.Errorf("before Hook, missing jumps (-want +got):\n%s", d)
 	}
-	if err := o.Hook(ctx, r); err != nil {
+	if err := o.Hook(ctx, r, before); err != nil {
 		t.Fatal(err)
-	}
-	if missing, _ := o.MissingJumps(ctx, r); len(missing) != 0 {
-		t.Errorf("after Hook, missing jumps: %q", missing)
 	}
 	want, err := o.List(ctx, r)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if missing := o.MissingJumps(want); len(missing) != 0 {
+		t.Errorf("after Hook, missing jumps: %q", missing)
 	}
 	if changed := o.Changed(want, want); len(changed) != 0 {
 		t.Errorf("a listing differs from itself: %q", changed)
@@ -60,4 +64,15 @@ func TestOwnedChains(t *testing.T) {
 			t.Errorf("after Remove, nat has chains %q and OUTPUT rules %q", chains, r.Ruleset().Rules("nat", "OUTPUT"))
 		}
 	}
+}
+
+// countingSaves counts the Runner's saves.
+type countingSaves struct {
+	Runner
+	n int
+}
+
+func (c *countingSaves) Save(ctx context.Context, table string) ([]byte, error) {
+	c.n++
+	return c.Runner.Save(ctx, table)
 }
