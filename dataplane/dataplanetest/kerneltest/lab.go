@@ -128,17 +128,26 @@ func (l *lab) v6() bool { return l.family == v1.IPv6Protocol }
 
 // newHost creates a namespace set up as a plain host: no duplicate address
 // detection (addresses are usable at once), no reverse-path filter (the lab
-// routes asymmetrically on purpose when it hairpins).
+// routes asymmetrically on purpose when it hairpins), and no IPv6
+// redirects taken. The node, forwarding a reply from one bridged pod to
+// another out of the bridge it came in on, tells the sender the other is
+// on-link (IPv6 has no send_redirects to turn off, as the node does for
+// IPv4); a pod that took it would answer later connections over the
+// bridge itself, past the node, where IPVS could not undo its NAT: the
+// client would hear from the endpoint instead of the service, and its
+// connection time out.
 func (l *lab) newHost(name string, r role) (*host, error) {
 	ns, err := netns.Create(l.t, name)
 	if err != nil {
 		return nil, err
 	}
 	if err := writeSysctls(ns, map[string]string{
-		"/proc/sys/net/ipv4/conf/all/rp_filter":      "0",
-		"/proc/sys/net/ipv4/conf/default/rp_filter":  "0",
-		"/proc/sys/net/ipv6/conf/all/accept_dad":     "0",
-		"/proc/sys/net/ipv6/conf/default/accept_dad": "0",
+		"/proc/sys/net/ipv4/conf/all/rp_filter":            "0",
+		"/proc/sys/net/ipv4/conf/default/rp_filter":        "0",
+		"/proc/sys/net/ipv6/conf/all/accept_dad":           "0",
+		"/proc/sys/net/ipv6/conf/default/accept_dad":       "0",
+		"/proc/sys/net/ipv6/conf/all/accept_redirects":     "0",
+		"/proc/sys/net/ipv6/conf/default/accept_redirects": "0",
 	}); err != nil {
 		return nil, err
 	}
