@@ -73,18 +73,46 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 }
 
 // noteCanary takes the canary's fingerprints of what the dataplane just
-// wrote; a failure to read only leaves that part unwatched until the
-// next write.
-func (d *Dataplane) noteCanary(ctx context.Context) {
+// wrote, but those keep says someone else had moved before the write: a
+// sync that repairs nothing must not take another program's change as
+// its own, or the canary would miss it until the next Reconcile. A
+// failure to read only leaves that part unwatched until the next write.
+func (d *Dataplane) noteCanary(ctx context.Context, keep moved) {
+	old := d.canary
 	d.canary = canary{}
-	if sum, ok, err := d.tableSum(); err == nil && ok {
+	if keep.table {
+		d.canary.table = old.table
+	} else if sum, ok, err := d.tableSum(); err == nil && ok {
 		d.canary.table = sum
 	}
-	if d.gen != nil {
+	if keep.gen {
+		d.canary.gen, d.canary.seen = old.gen, old.seen
+	} else if d.gen != nil {
 		if g, err := d.gen(ctx); err == nil {
 			d.canary.gen, d.canary.seen = g, true
 		}
 	}
+}
+
+// moved says which of the canary's fingerprints the kernel no longer
+// matches.
+type moved struct{ table, gen bool }
+
+// canaryMoved compares the IPVS table's fingerprint and the rules'
+// generation with the canary's, before a sync that repairs neither
+// writes (one read of /proc/net/ip_vs and one netlink round trip): what
+// moved is someone else's doing, and stays for the canary to report.
+func (d *Dataplane) canaryMoved(ctx context.Context) moved {
+	var m moved
+	if d.canary.table != 0 {
+		sum, ok, err := d.tableSum()
+		m.table = err == nil && ok && sum != d.canary.table
+	}
+	if d.gen != nil && d.canary.seen {
+		g, err := d.gen(ctx)
+		m.gen = err == nil && g != d.canary.gen
+	}
+	return m
 }
 
 func (d *Dataplane) tableChanged(context.Context) (bool, error) {

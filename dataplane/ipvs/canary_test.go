@@ -1,9 +1,13 @@
 package ipvs
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/proxykit/proxykit/dataplane/xtables"
+	v1 "k8s.io/api/core/v1"
 )
 
 // procTable is /proc/net/ip_vs as the kernel lists n IPv4 virtual servers
@@ -66,5 +70,63 @@ func BenchmarkTableSum(b *testing.B) {
 		if _, _, err := d.tableSum(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestCanarySurvivesPartialSync: another program's change made between
+// two canary polls is still reported after a partial sync (one endpoint
+// of another service changed) came in between, and no longer after the
+// Reconcile that repairs it; a sync with nothing foreign to find leaves
+// the canary quiet.
+func TestCanarySurvivesPartialSync(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		disturb func(t *testing.T, f fakes)
+		want    bool
+	}{
+		{"nothing", func(*testing.T, fakes) {}, false},
+		{"virtual server deleted", func(t *testing.T, f fakes) {
+			t.Helper()
+			svcs, err := f.ipvs.GetServices()
+			if err != nil || len(svcs) == 0 {
+				t.Fatal(len(svcs), err)
+			}
+			if err := f.ipvs.DelService(svcs[len(svcs)-1]); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"foreign rule in the services chain", func(t *testing.T, f fakes) {
+			t.Helper()
+			in := "*nat\n-I " + DefaultPrefix + "-SERVICES 1 -j RETURN\nCOMMIT\n"
+			if err := f.runner.Restore(ctx, xtables.RestoreBytes(in)); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, f := newFakeDataplane(t, Config{Family: v1.IPv4Protocol})
+			c, st := newCluster(4, 2, v1.ProtocolTCP)
+			if err := d.Sync(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			tc.disturb(t, f)
+			if err := d.Sync(ctx, c.withoutEndpoint(0, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if rep := d.LastSync(); rep.Full {
+				t.Fatalf("the endpoint change made a full sync: %+v", rep)
+			}
+			changed, err := d.KernelChanged(ctx)
+			if err != nil || changed != tc.want {
+				t.Fatalf("KernelChanged after the partial sync = %v, %v; want %v", changed, err, tc.want)
+			}
+			if _, err := d.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if changed, err := d.KernelChanged(ctx); err != nil || changed {
+				t.Errorf("KernelChanged after Reconcile = %v, %v; want false", changed, err)
+			}
+		})
 	}
 }

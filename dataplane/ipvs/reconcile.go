@@ -26,7 +26,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		d.valid = false
 		return dataplane.Drift{}, fmt.Errorf("ipvs: reconcile: %w", err)
 	}
-	d.noteCanary(ctx)
+	d.noteCanary(ctx, moved{})
 	slices.Sort(changes)
 	return dataplane.Drift{Repaired: changes}, nil
 }

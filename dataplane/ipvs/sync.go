@@ -157,6 +157,11 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// Before drain, the dataplane's own change to the table.
+	var keep moved
+	if d.valid && d.last != nil {
+		keep = d.canaryMoved(ctx)
+	}
 	d.drain()
 	var changed []types.NamespacedName
 	full := !d.valid || d.last == nil || d.last.Settings.MasqueradeAll != s.Settings.MasqueradeAll ||
@@ -182,7 +187,11 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		return fmt.Errorf("ipvs: %w", err)
 	}
 	d.valid, d.last, d.report = true, s, report
-	d.noteCanary(ctx)
+	if full {
+		// A full sync diffed everything: it repaired what moved.
+		keep = moved{}
+	}
+	d.noteCanary(ctx, keep)
 	d.log.V(2).Info("Synced", "full", report.Full, "services", report.Services)
 	return nil
 }
