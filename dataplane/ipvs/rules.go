@@ -133,8 +133,8 @@ func withInternal(static, internal string) string {
 
 // syncRules writes the chains, with internal as the INTERNAL chain's
 // rules, when they differ from what s needs or from their listing after
-// the last write, and hooks them in. It returns the bytes written and
-// what it repaired.
+// the last write, and hooks them in: one listing, and one restore when
+// anything is missing. It returns the bytes written and what it repaired.
 func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State, internal string) (int, []string, error) {
 	static := d.rulesText(s)
 	owned := d.owned()
@@ -142,25 +142,35 @@ func (d *Dataplane) syncRules(ctx context.Context, s *dataplane.State, internal 
 	if err != nil {
 		return 0, nil, err
 	}
+	same := static == d.rules && internal == d.internalText && d.listed != nil
 	var changes []string
-	if static == d.rules && internal == d.internalText && d.listed != nil {
+	rewrite := !same
+	if same {
 		changes = owned.Changed(d.listed, listed)
+		rewrite = len(changes) > 0
 	} else {
 		changes = append(changes, "iptables chains written")
 	}
+	changes = append(changes, owned.MissingJumps(listed)...)
+	hook := owned.HookInput(listed)
 	n := 0
-	if len(changes) > 0 {
+	switch {
+	case rewrite:
 		text := withInternal(static, internal)
-		if err := d.runner.Restore(ctx, xtables.RestoreBytes(text)); err != nil {
+		if err := d.runner.Restore(ctx, xtables.RestoreBytes(text+hook)); err != nil {
 			return 0, nil, fmt.Errorf("write iptables rules: %w", err)
 		}
 		n = len(text)
-		if listed, err = owned.List(ctx, d.runner); err != nil {
+		if same {
+			// The input of the last write, which listed as d.listed.
+			listed = d.listed
+		} else if listed, err = owned.List(ctx, d.runner); err != nil {
 			return 0, nil, err
 		}
-	}
-	if err := owned.Hook(ctx, d.runner, listed); err != nil {
-		return 0, nil, fmt.Errorf("hook iptables rules: %w", err)
+	case hook != "":
+		if err := d.runner.Restore(ctx, xtables.RestoreBytes(hook)); err != nil {
+			return 0, nil, fmt.Errorf("hook iptables rules: %w", err)
+		}
 	}
 	d.rules, d.internalText, d.listed = static, internal, listed
 	return n, changes, nil

@@ -69,7 +69,22 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			"COMMIT\n" +
 			"*filter\n" +
 			":PKU-REJECT - [0:0]\n" +
-			"COMMIT\n"},
+			"COMMIT\n",
+			// The jumps, in one more restore.
+			"*nat\n" +
+				`-I OUTPUT 1 -m comment --comment "proxykit userspace redirects" -j PKU-SERVICES` + "\n" +
+				`-I PREROUTING 1 -m addrtype --dst-type LOCAL -m comment --comment "proxykit userspace redirects" -j PKU-NODEPORTS` + "\n" +
+				"COMMIT\n" +
+				"*mangle\n" +
+				`-I OUTPUT 1 -m comment --comment "proxykit userspace redirects" -j PKU-FIREWALL` + "\n" +
+				`-I PREROUTING 1 -m comment --comment "proxykit userspace redirects" -j PKU-FIREWALL` + "\n" +
+				`-I PREROUTING 1 -m comment --comment "proxykit userspace redirects" -j PKU-TPROXY` + "\n" +
+				"COMMIT\n" +
+				"*filter\n" +
+				`-I FORWARD 1 -m comment --comment "proxykit userspace redirects" -j PKU-REJECT` + "\n" +
+				`-I INPUT 1 -m comment --comment "proxykit userspace redirects" -j PKU-REJECT` + "\n" +
+				`-I OUTPUT 1 -m comment --comment "proxykit userspace redirects" -j PKU-REJECT` + "\n" +
+				"COMMIT\n"},
 	}, {
 		name:   "an endpoint change",
 		change: func() { c.endpoints("web", []string{"10.0.0.2"}, "http/TCP/8080") },

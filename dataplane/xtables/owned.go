@@ -38,9 +38,9 @@ type Listing map[Chain][]string
 // MissingJumps.
 func (o *OwnedChains) List(ctx context.Context, r Runner) (Listing, error) {
 	tables := o.tables()
-	for _, j := range o.Jumps {
-		if !slices.Contains(tables, j.Table) {
-			tables = append(tables, j.Table)
+	for _, t := range o.jumpTables() {
+		if !slices.Contains(tables, t) {
+			tables = append(tables, t)
 		}
 	}
 	saved, err := saveTables(ctx, r, tables)
@@ -71,14 +71,56 @@ func (o *OwnedChains) Changed(want, got Listing) []string {
 }
 
 // Hook inserts the jumps that the built-in chains lack in l, a listing
-// taken since the last write, in the order of Jumps.
+// taken since the last write, in the order of Jumps: one restore
+// (HookInput), not a process per jump.
 func (o *OwnedChains) Hook(ctx context.Context, r Runner, l Listing) error {
-	for _, j := range o.missing(l) {
-		if err := r.EnsureJump(ctx, j); err != nil {
-			return err
-		}
+	in := o.HookInput(l)
+	if in == "" {
+		return nil
+	}
+	if err := r.Restore(ctx, RestoreBytes(in)); err != nil {
+		return fmt.Errorf("insert jumps: %w", err)
 	}
 	return nil
+}
+
+// HookInput is the restore input that inserts the jumps the built-in
+// chains lack in l, in the order of Jumps (so the last ends up first in
+// its chain), a table at a time; "" when none is missing. Appended to a
+// restore that writes the chains, it hooks them in with the same process.
+func (o *OwnedChains) HookInput(l Listing) string {
+	missing := o.missing(l)
+	var b strings.Builder
+	for _, table := range o.jumpTables() {
+		head := false
+		for _, j := range missing {
+			if j.Table != table {
+				continue
+			}
+			if !head {
+				fmt.Fprintf(&b, "*%s\n", table)
+				head = true
+			}
+			fmt.Fprintf(&b, "-I %s 1 %s\n", j.Chain, restoreWords(j.Rule))
+		}
+		if head {
+			b.WriteString("COMMIT\n")
+		}
+	}
+	return b.String()
+}
+
+// restoreWords joins a rule's arguments as a restore line spells them:
+// an argument with blanks, or none, in double quotes.
+func restoreWords(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		if w == "" || strings.ContainsAny(w, " \t") {
+			w = `"` + w + `"`
+		}
+		out[i] = w
+	}
+	return strings.Join(out, " ")
 }
 
 // MissingJumps describes each jump the built-in chains do not hold in l
@@ -188,6 +230,17 @@ func (o *OwnedChains) tables() []string {
 	for _, c := range o.Chains {
 		if !slices.Contains(out, c.Table) {
 			out = append(out, c.Table)
+		}
+	}
+	return out
+}
+
+// jumpTables are the tables of the jumps, in order of first appearance.
+func (o *OwnedChains) jumpTables() []string {
+	var out []string
+	for _, j := range o.Jumps {
+		if !slices.Contains(out, j.Table) {
+			out = append(out, j.Table)
 		}
 	}
 	return out

@@ -36,6 +36,11 @@ func TestOwnedChains(t *testing.T) {
 	if d := cmp.Diff([]string{"nat chain OUTPUT: no jump to DEMO-SERVICES", "filter chain INPUT: no jump to DEMO-FILTER"}, o.MissingJumps(before)); d != "" {
 		t.Errorf("before Hook, missing jumps (-want +got):\n%s", d)
 	}
+	wantIn := "*nat\n-I OUTPUT 1 -m comment --comment demo -j DEMO-SERVICES\nCOMMIT\n" +
+		"*filter\n-I INPUT 1 -m comment --comment demo -j DEMO-FILTER\nCOMMIT\n"
+	if d := cmp.Diff(wantIn, o.HookInput(before)); d != "" {
+		t.Errorf("HookInput (-want +got):\n%s", d)
+	}
 	if err := o.Hook(ctx, r, before); err != nil {
 		t.Fatal(err)
 	}
@@ -45,6 +50,9 @@ func TestOwnedChains(t *testing.T) {
 	}
 	if missing := o.MissingJumps(want); len(missing) != 0 {
 		t.Errorf("after Hook, missing jumps: %q", missing)
+	}
+	if in := o.HookInput(want); in != "" {
+		t.Errorf("after Hook, HookInput = %q, want none", in)
 	}
 	if changed := o.Changed(want, want); len(changed) != 0 {
 		t.Errorf("a listing differs from itself: %q", changed)
