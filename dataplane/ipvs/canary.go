@@ -18,10 +18,12 @@ type canary struct {
 	// 0 when it could not be read.
 	table uint64
 	// gen is the generation of the iptables rules (xtables.GenerationOf)
-	// at which the owned chains were last seen as programmed; seen is
-	// unset when there is none to go by.
-	gen  uint32
-	seen bool
+	// at which the owned chains were last seen as programmed, and rules
+	// their fingerprint then (xtables.SumOf); seen is unset when there is
+	// none to go by.
+	gen   uint32
+	rules uint64
+	seen  bool
 }
 
 // KernelChanged implements dataplane.KernelWatcher. Its canary looks, in
@@ -36,12 +38,15 @@ type canary struct {
 //   - the sets: one listing of each of the dataplane's ipsets, compared
 //     with the members it programmed;
 //   - the iptables rules: with a backend that numbers its changes (nft),
-//     the owned chains are listed only when the number moved since they
-//     were last seen as programmed; with the legacy backend, not here
-//     but by the periodic Reconcile.
+//     only when the number moved since they were last seen as
+//     programmed, a fingerprint of the owned chains and of the jumps
+//     into them, read over netlink (xtables.SumOf: no iptables-save);
+//     with the legacy backend, not here but by the periodic Reconcile.
 //
 // A change another program made while the dataplane was writing is taken
-// into the fingerprints and found by the next Reconcile instead.
+// into the fingerprints and found by the next Reconcile instead; one made
+// before a Sync that does not rewrite what it changed is not (the Sync
+// leaves that fingerprint as it was).
 func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -85,11 +90,21 @@ func (d *Dataplane) noteCanary(ctx context.Context, keep moved) {
 	} else if sum, ok, err := d.tableSum(); err == nil && ok {
 		d.canary.table = sum
 	}
-	if keep.gen {
-		d.canary.gen, d.canary.seen = old.gen, old.seen
-	} else if d.gen != nil {
-		if g, err := d.gen(ctx); err == nil {
-			d.canary.gen, d.canary.seen = g, true
+	switch {
+	case keep.gen:
+		d.canary.gen, d.canary.rules, d.canary.seen = old.gen, old.rules, old.seen
+	case d.gen != nil:
+		g, err := d.gen(ctx)
+		if err != nil {
+			return
+		}
+		if old.seen && g == old.gen {
+			// Nothing written since the fingerprint.
+			d.canary.gen, d.canary.rules, d.canary.seen = g, old.rules, true
+			return
+		}
+		if sum, err := d.rulesSum(ctx, d.owned()); err == nil {
+			d.canary.gen, d.canary.rules, d.canary.seen = g, sum, true
 		}
 	}
 }
@@ -211,9 +226,9 @@ func (d *Dataplane) setsChanged(context.Context) (bool, error) {
 	return false, nil
 }
 
-// rulesChanged lists the owned chains and the built-in chains' jumps (one
-// iptables-save per table) when the rules' generation moved since they
-// were last seen as programmed.
+// rulesChanged fingerprints the owned chains and the built-in chains'
+// jumps (xtables.SumOf: over netlink with the nft backend) when the
+// rules' generation moved since they were last seen as programmed.
 func (d *Dataplane) rulesChanged(ctx context.Context) (bool, error) {
 	if d.gen == nil || !d.canary.seen {
 		return false, nil
@@ -225,12 +240,11 @@ func (d *Dataplane) rulesChanged(ctx context.Context) (bool, error) {
 	if g == d.canary.gen {
 		return false, nil
 	}
-	owned := d.owned()
-	listed, err := owned.List(ctx, d.runner)
+	sum, err := d.rulesSum(ctx, d.owned())
 	if err != nil {
 		return false, err
 	}
-	if len(owned.Changed(d.listed, listed)) > 0 || len(owned.MissingJumps(listed)) > 0 {
+	if sum != d.canary.rules {
 		return true, nil
 	}
 	d.canary.gen = g

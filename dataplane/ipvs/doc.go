@@ -100,7 +100,12 @@
 // "ipvsadm -C", is seen without a netlink dump per virtual server. It
 // lists each of its ipsets and compares the members with those it
 // programmed, and, when the iptables backend numbers its changes (nft),
-// lists its chains only when the number moved. The proxy then
+// fingerprints its chains and their jumps over netlink only when the
+// number moved (no iptables-save: a poll costs milliseconds, not the
+// processes that under emulation took a second and made the proxy space
+// its polls nine times that). A sync that finds a fingerprint moved by
+// someone else and does not rewrite that part leaves it for the canary
+// to report. The proxy then
 // reconciles, which programs node ports on the new addresses and deletes
 // those on the gone ones. Another program's change to its own virtual
 // servers of the family also moves the fingerprint: one needless

@@ -67,11 +67,12 @@ type Dataplane struct {
 	prepared     bool
 	report       dataplane.SyncReport
 	// table reads the IPVS table for the canary, gen the iptables rules'
-	// generation (nil when the kernel or backend has none); canary is
-	// what they said after the last write.
-	table  func() ([]byte, error)
-	gen    func(context.Context) (uint32, error)
-	canary canary
+	// generation (nil when the kernel or backend has none) and rulesSum
+	// their fingerprint; canary is what they said after the last write.
+	table    func() ([]byte, error)
+	gen      func(context.Context) (uint32, error)
+	rulesSum func(context.Context, *xtables.OwnedChains) (uint64, error)
+	canary   canary
 }
 
 type drainKey struct {
@@ -121,7 +122,7 @@ func New(cfg Config) (*Dataplane, error) {
 		}
 		d.runner = r
 	}
-	d.gen = xtables.GenerationOf(d.runner)
+	d.gen, d.rulesSum = xtables.GenerationOf(d.runner), xtables.SumOf(d.runner)
 	return d, nil
 }
 

@@ -24,25 +24,11 @@ const (
 // reply. An error means the kernel could not be asked (no nf_tables, no
 // permission), not that anything changed.
 func Read(ctx context.Context) (uint32, error) {
-	if err := ctx.Err(); err != nil {
+	fd, err := open(ctx)
+	if err != nil {
 		return 0, err
 	}
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
-	if err != nil {
-		return 0, fmt.Errorf("nfgen: netlink socket: %w", err)
-	}
 	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, fmt.Errorf("nfgen: bind: %w", err)
-	}
-	wait := DefaultTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		wait = max(time.Until(dl), time.Millisecond)
-	}
-	tv := unix.NsecToTimeval(wait.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return 0, fmt.Errorf("nfgen: set timeout: %w", err)
-	}
 	const seq = 1
 	if err := unix.Sendto(fd, request(seq), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return 0, fmt.Errorf("nfgen: send: %w", err)
