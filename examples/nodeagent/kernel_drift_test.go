@@ -21,21 +21,12 @@ import (
 )
 
 // driftRepairWithin is how soon a disturbance must be noticed and
-// repaired, traffic served again and /healthz back to 200.
+// repaired, traffic served again and /healthz back to 200: on the host's
+// kernel and in the VM alike, where the CPU is emulated (TCG) and a
+// process costs a tenth of a second (IPVS mode's canary reads its
+// iptables rules over netlink, and a repair runs one iptables-save per
+// table and one iptables-restore).
 const driftRepairWithin = 5 * time.Second
-
-// repairDeadline is driftRepairWithin, four times over inside the test
-// VM: it emulates the CPU (TCG), where each iptables command the IPVS
-// mode's reconcile forks takes hundreds of milliseconds, and the repair of
-// its iptables rules was measured at 2.7 s on an idle machine and over 7 s
-// on a loaded one. The logged times are the figures to read; the 5 s
-// holds on the host's kernel for the other modes.
-func repairDeadline() time.Duration {
-	if vmtest.Inside() {
-		return 4 * driftRepairWithin
-	}
-	return driftRepairWithin
-}
 
 // driftProbeEvery is how often traffic is checked after a disturbance.
 const driftProbeEvery = 500 * time.Millisecond
@@ -132,8 +123,7 @@ func ipvsDo(fn func(h *mobyipvs.Handle, web *mobyipvs.Service) error) func(*test
 // TestKernelDriftRepaired runs the agent in each mode (ipvs where the
 // kernel has it: TestKernelInVM) and, for each disturbance of
 // driftDisturbances, checks every driftProbeEvery that the web service
-// answers the client and the node: within driftRepairWithin (in the VM,
-// repairDeadline) the canary
+// answers the client and the node: within driftRepairWithin the canary
 // has noticed it (counted once), the reconcile repaired it, traffic is
 // served and /healthz answers 200 again. While unrepaired /healthz
 // answers 503 naming the dataplane (sampled every 50 ms, logged: the
@@ -169,7 +159,7 @@ func TestKernelDriftRepaired(t *testing.T) {
 					mode, dist.name, noticed, repaired, took.Round(10*time.Millisecond), saw503)
 				if !ok {
 					t.Fatalf("%s: %s: not repaired within %v (traffic, /healthz 200 and the count of kernel changes)\nagent output:\n%s",
-						mode, dist.name, repairDeadline(), output())
+						mode, dist.name, driftRepairWithin, output())
 				}
 			}
 		})
@@ -239,14 +229,14 @@ func quickProbe(ns *netns.NS, addr string) string {
 }
 
 // awaitRepair waits until traffic is served, /healthz answers 200 and the
-// canary counted one more change than before, at most repairDeadline
+// canary counted one more change than before, at most driftRepairWithin
 // after start; it returns how long that took and whether /healthz was
 // seen failing with the mode named in its body.
 func (l *switchLab) awaitRepair(t *testing.T, mode string, before int, start time.Time) (time.Duration, bool, bool) {
 	t.Helper()
 	saw503 := false
 	nextProbe := start.Add(driftProbeEvery)
-	within := repairDeadline()
+	const within = driftRepairWithin
 	for range int(within/(50*time.Millisecond)) + 20 {
 		code, body := l.get(t, "127.0.0.1:10256", "/healthz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, `"dataplane":"`+mode+`"`) {
