@@ -325,3 +325,45 @@ func TestKernelListTableForeignRule(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKernelCanarySurvivesPartialSync: a foreign rule put atop the
+// services chain between two canary polls is still reported after a
+// partial sync (another service's endpoint changed) committed in
+// between, which once took the generation it moved for its own.
+func TestKernelCanarySurvivesPartialSync(t *testing.T) {
+	b := newBuilder()
+	for n := range 2 {
+		b.UpdateService(nil, clusterIPService(n))
+		b.UpdateEndpointSlice(nil, slice(n, 2, 0))
+	}
+	ctx := t.Context()
+	ns, d := syncedInNamespace(t, b.Build().States[0])
+	changed := func() bool {
+		t.Helper()
+		var c bool
+		if err := ns.Do(func() (err error) { c, err = d.KernelChanged(ctx); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if changed() {
+		t.Fatal("KernelChanged right after Sync")
+	}
+	ns.MustRun("nft", "insert", "rule", "ip", DefaultTable, chainServices, "return")
+	b.UpdateEndpointSlice(slice(1, 2, 0), slice(1, 3, 0))
+	if err := ns.Do(func() error { return d.Sync(ctx, b.Build().States[0]) }); err != nil {
+		t.Fatal(err)
+	}
+	if d.Stats().Full {
+		t.Fatalf("the endpoint change made a full sync: %+v", d.Stats())
+	}
+	if !changed() {
+		t.Error("the foreign rule went unnoticed after a partial sync")
+	}
+	if err := ns.Do(func() error { _, err := d.Reconcile(ctx); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if changed() {
+		t.Error("KernelChanged after Reconcile")
+	}
+}

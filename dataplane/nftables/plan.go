@@ -49,6 +49,7 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 	if max <= 0 {
 		max = len(p.ops)
 	}
+	unchanged := d.unchanged(ctx)
 	for start := 0; start < len(p.ops); start += max {
 		ops := p.ops[start:min(start+max, len(p.ops))]
 		if err := d.kernel.Run(ctx, ops); err != nil {
@@ -57,7 +58,7 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 		}
 		txs++
 	}
-	d.noteGeneration(ctx)
+	d.noteGeneration(ctx, unchanged)
 	return txs, inputSize(d.text, p.ops), nil
 }
 

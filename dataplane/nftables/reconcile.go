@@ -119,12 +119,28 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
+// unchanged reports whether nobody committed since the table was last
+// seen as programmed: read before one of the Dataplane's own commits.
+func (d *Dataplane) unchanged(ctx context.Context) bool {
+	g, ok := d.kernel.(generations)
+	if !ok || !d.seen {
+		return false
+	}
+	gen, err := g.Generation(ctx)
+	return err == nil && gen == d.seenGen
+}
+
 // noteGeneration records the generation after the Dataplane's own commit,
-// so that KernelChanged does not read the table for it. A commit of
-// someone else's between the two is missed until the next one, or the
-// next Reconcile.
-func (d *Dataplane) noteGeneration(ctx context.Context) {
+// so that KernelChanged does not read the table for it, when the table
+// was unchanged before it: otherwise the commit (a partial one, say)
+// would take someone else's change for its own, and the canary would
+// miss it until the next Reconcile. A commit of someone else's during
+// the Dataplane's is missed until the next one, or the next Reconcile.
+func (d *Dataplane) noteGeneration(ctx context.Context, unchanged bool) {
 	d.seen = false
+	if !unchanged {
+		return
+	}
 	if g, ok := d.kernel.(generations); ok {
 		if gen, err := g.Generation(ctx); err == nil {
 			d.seen, d.seenGen = true, gen
