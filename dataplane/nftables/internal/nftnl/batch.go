@@ -109,7 +109,7 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 		return err
 	}
 	start := time.Now()
-	b := &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
+	b := c.newBatch()
 	if err := b.encode(ctx, ops); err != nil {
 		return err
 	}
@@ -125,16 +125,7 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	c.opts.Logger.V(4).Info("nftables transaction", "operations", len(ops), "messages", len(b.msgs), "bytes", len(b.w.b),
 		"encode", encoded.Sub(start), "kernel", sent.Sub(encoded), "replies", time.Since(sent))
 	if len(refused) == 0 && err == nil {
-		if b.tableDeleted {
-			clear(c.types)
-		}
-		for n, t := range b.types {
-			if t == nil {
-				delete(c.types, n)
-			} else {
-				c.types[n] = t
-			}
-		}
+		b.commit()
 		return nil
 	}
 	c.reset()
@@ -144,6 +135,25 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	oe := b.describe(ops, refused)
 	c.opts.Logger.Info("nftables transaction refused", "error", oe.Error())
 	return oe
+}
+
+func (c *Conn) newBatch() *batch {
+	return &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
+}
+
+// commit records, once the kernel committed the batch, the set types it
+// defined and deleted.
+func (b *batch) commit() {
+	if b.tableDeleted {
+		clear(b.c.types)
+	}
+	for n, t := range b.types {
+		if t == nil {
+			delete(b.c.types, n)
+		} else {
+			b.c.types[n] = t
+		}
+	}
 }
 
 // batchSize estimates the encoded size of ops from above, so that the
