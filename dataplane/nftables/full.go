@@ -132,7 +132,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 		return err
 	}
 	d.prog, d.st, d.recreated, d.lastFull, d.suspect = prog, st, true, d.clock.Now(), [mapCount]bool{}
-	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: p.count(), Transactions: txs}
 	return nil
 }
 
@@ -447,6 +447,10 @@ func (x *differ) listedElements(i int, slots map[int32]*dnatDef) {
 	}
 	for _, s := range slices.Sorted(maps.Keys(slots)) {
 		n := slots[s]
+		if len(have) == 0 {
+			x.elemAdds = append(x.elemAdds, allElements(verbAdd, n))
+			continue
+		}
 		for j, ep := range n.eps {
 			if have[n.key(j)] != ep {
 				x.elemAdds = appendElements(x.elemAdds, verbAdd, n, j, j+1)
@@ -501,7 +505,7 @@ func (x *differ) addElements() {
 	}
 	slices.SortFunc(adds, func(a, b *dnatDef) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.slot, b.slot)) })
 	for _, n := range adds {
-		x.p.ops = appendElements(x.p.ops, verbAdd, n, 0, len(n.eps))
+		x.p.ops = append(x.p.ops, allElements(verbAdd, n))
 	}
 	x.p.ops = append(x.p.ops, x.elemAdds...)
 }

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"slices"
 
 	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"sigs.k8s.io/knftables"
@@ -39,6 +40,16 @@ func transaction(nft knftables.Interface, ops []op) *knftables.Transaction {
 	return tx
 }
 
+// count is the number of operations of the plan, each element of an
+// nftnl.Elements counted.
+func (p *plan) count() int {
+	n := 0
+	for _, o := range p.ops {
+		n += o.Count()
+	}
+	return n
+}
+
 // run runs the plan as transactions of at most max operations (max <= 0:
 // one), returning how many ran and the size of their nft input
 // (inputSize).
@@ -46,25 +57,64 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 	if len(p.ops) == 0 {
 		return 0, 0, nil
 	}
-	if max <= 0 {
-		max = len(p.ops)
-	}
-	for start := 0; start < len(p.ops); start += max {
-		ops := p.ops[start:min(start+max, len(p.ops))]
+	for start, rest := 0, []op(nil); start < len(p.ops) || rest != nil; txs++ {
+		var ops []op
+		ops, start, rest = p.next(start, rest, max)
 		if err := d.kernel.Run(ctx, ops); err != nil {
+			d.suspectMaps(ops)
+			d.suspectMaps(rest)
 			d.suspectMaps(p.ops[start:])
-			return txs, 0, &TransactionError{Operations: len(ops), Err: err}
+			return txs, 0, &TransactionError{Operations: (&plan{ops: ops}).count(), Err: err}
 		}
-		txs++
 	}
 	d.noteGeneration(ctx)
 	return txs, inputSize(d.text, p.ops), nil
+}
+
+// next is the transaction of at most max operations (max <= 0: all) that
+// starts with rest, the part of an nftnl.Elements the last one left, then
+// p.ops[start:]; it returns where the following one starts. It cuts an
+// nftnl.Elements that does not fit whole, so that every transaction but
+// the last has max operations.
+func (p *plan) next(start int, rest []op, max int) (ops []op, next int, left []op) {
+	if max <= 0 && rest == nil {
+		return p.ops[start:], len(p.ops), nil
+	}
+	n, end := 0, start
+	cut := func(o op) (head, tail op) {
+		k, e := max-n, o.Elems
+		return op{Verb: o.Verb, Elems: &nftnl.Elements{Map: e.Map, First: e.First, Values: e.Values[:k:k]}},
+			op{Verb: o.Verb, Elems: &nftnl.Elements{Map: e.Map, First: e.First + uint32(k), Values: e.Values[k:]}}
+	}
+	if rest != nil {
+		if c := rest[0].Count(); c > max {
+			head, tail := cut(rest[0])
+			return []op{head}, start, []op{tail}
+		}
+		n = rest[0].Count()
+	}
+	for end < len(p.ops) && n+p.ops[end].Count() <= max {
+		n += p.ops[end].Count()
+		end++
+	}
+	ops = p.ops[start:end]
+	if rest != nil {
+		ops = append(rest, ops...)
+	}
+	if end < len(p.ops) && n < max && p.ops[end].Elems != nil {
+		head, tail := cut(p.ops[end])
+		return append(slices.Clip(ops), head), end + 1, []op{tail}
+	}
+	return ops, end, nil
 }
 
 // suspectMaps marks the endpoint maps ops write to as suspect.
 func (d *Dataplane) suspectMaps(ops []op) {
 	for _, o := range ops {
 		var name string
+		if o.Elems != nil {
+			name = o.Elems.Map
+		}
 		switch obj := o.Obj.(type) {
 		case *knftables.Element:
 			name = obj.Map

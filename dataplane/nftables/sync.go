@@ -90,7 +90,7 @@ func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed
 	if err != nil {
 		return err
 	}
-	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Services: len(names), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Services: len(names), Bytes: bytes}, Operations: p.count(), Transactions: txs}
 	return nil
 }
 
@@ -215,6 +215,15 @@ func (w *writer) dnatElems(old, new *dnatDef) {
 // at the same slot only the keys whose endpoint differs.
 func endpointChanges(dels, adds []op, old, new *dnatDef) ([]op, []op) {
 	same := old != nil && new != nil && old.shard == new.shard && old.slot == new.slot
+	if !same {
+		if old != nil && len(old.eps) > 0 {
+			dels = append(dels, allElements(verbDelete, old))
+		}
+		if new != nil && len(new.eps) > 0 {
+			adds = append(adds, allElements(verbAdd, new))
+		}
+		return dels, adds
+	}
 	if old != nil {
 		for i, ep := range old.eps {
 			if !same || i >= len(new.eps) || new.eps[i] != ep {

@@ -37,15 +37,21 @@ type batch struct {
 	ids map[string]uint32
 	// open is the element message being filled, nil when none.
 	open *elemMsg
+	// order is the order ops are encoded in (nil: theirs), pos the
+	// position in it of the op being encoded.
+	order []int
+	pos   int
 }
 
 // msgInfo says which ops a message carries, for naming the one the kernel
-// refused: ops[first:first+count]; for element messages elemAt holds each
-// element's offset in the message.
+// refused: count of them from ops[first], which is at position pos of the
+// encoding order; for element messages, count elements from element from
+// of that op (0 but for Elements), and elemAt holds each one's offset in
+// the message.
 type msgInfo struct {
-	first, count int
-	start        int
-	elemAt       []int
+	first, pos, from, count int
+	start                   int
+	elemAt                  []int
 }
 
 // elemMsg is an element message still taking elements.
@@ -161,14 +167,26 @@ func (b *batch) commit() {
 func batchSize(ops []Op) int {
 	n := 256
 	for _, op := range ops {
+		if op.Obj == nil && op.Elems != nil {
+			for _, v := range op.Elems.Values {
+				n += 52 + len(v) + 4*strings.Count(v, " . ")
+			}
+			continue
+		}
 		switch o := op.Obj.(type) {
 		case *knftables.Element:
-			n += 48
+			// Headers, then each field's bytes, at most its text's
+			// but padded (an IPv6 address shorter than 16 characters
+			// is the exception: the buffer grows for it).
+			n += 16
 			for _, s := range o.Key {
-				n += len(s) + 16
+				n += 8 + len(s) + 4*strings.Count(s, " . ")
 			}
 			for _, s := range o.Value {
-				n += len(s) + 16
+				n += 24 + len(s) + 4*strings.Count(s, " . ")
+			}
+			if o.Comment != nil {
+				n += 12 + len(*o.Comment)
 			}
 		case *knftables.Rule:
 			n += 128 + 2*len(o.Chain) + 4*len(o.Rule)
@@ -188,18 +206,43 @@ func (b *batch) describe(ops []Op, refused []reply) *OpError {
 		return oe
 	}
 	m := b.msgs[i]
-	first, count := m.first, m.count
-	if len(m.elemAt) > 0 && ke.offset >= 0 {
-		j := sort.SearchInts(m.elemAt, ke.offset+1) - 1
-		if j >= 0 {
-			first, count = m.first+j, 1
+	op, count := ops[m.first], m.count
+	if len(m.elemAt) > 0 {
+		j := 0
+		if ke.offset >= 0 {
+			if j = sort.SearchInts(m.elemAt, ke.offset+1) - 1; j >= 0 {
+				count = 1
+			}
 		}
+		op = b.elementAt(ops, m, max(j, 0))
 	}
-	oe.Op = opText(b.c.family, b.c.table, ops[first])
+	oe.Op = opText(b.c.family, b.c.table, op)
 	if count > 1 {
 		oe.Op += fmt.Sprintf(" (one of %d elements from there)", count)
 	}
 	return oe
+}
+
+// elementAt is element j of element message m, as an Op of its own.
+func (b *batch) elementAt(ops []Op, m msgInfo, j int) Op {
+	for pos, from := m.pos, m.from; pos < len(ops); pos, from = pos+1, 0 {
+		op := ops[pos]
+		if b.order != nil {
+			op = ops[b.order[pos]]
+		}
+		if op.Obj != nil || op.Elems == nil {
+			if j == 0 {
+				return op
+			}
+			j--
+			continue
+		}
+		if from+j < len(op.Elems.Values) {
+			return Op{Verb: op.Verb, Obj: op.Elems.Element(from + j)}
+		}
+		j -= len(op.Elems.Values) - from
+	}
+	return Op{}
 }
 
 // opText is op as nft text.
@@ -217,7 +260,7 @@ func (b *batch) begin(typ uint16, flags uint16, op int) int {
 	}
 	var at int
 	b.w.b, at = msgHeader(b.w.b, typ, unix.NLM_F_REQUEST|flags, seq, b.c.fam, 0)
-	b.msgs = append(b.msgs, msgInfo{first: op, count: 1, start: at})
+	b.msgs = append(b.msgs, msgInfo{first: op, pos: b.pos, count: 1, start: at})
 	return at
 }
 
@@ -253,10 +296,22 @@ func (b *batch) encode(ctx context.Context, ops []Op) error {
 	var at int
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	finish(b.w.b, at)
-	for _, i := range elementOrder(ops) {
+	b.order = elementOrder(ops)
+	for k := range ops {
+		i := k
+		if b.order != nil {
+			i = b.order[k]
+		}
 		op := ops[i]
+		b.pos = k
 		if err := b.op(ctx, i, op); err != nil {
-			return fmt.Errorf("nftnl: %s: %w", opText(b.c.family, b.c.table, op), err)
+			var text string
+			if op.Obj != nil {
+				text = opText(b.c.family, b.c.table, op)
+			} else {
+				text = fmt.Sprintf("%d elements of map %s", op.Count(), setOf(op))
+			}
+			return fmt.Errorf("nftnl: %s: %w", text, err)
 		}
 	}
 	b.closeElems()
@@ -270,31 +325,57 @@ func (b *batch) encode(ctx context.Context, ops []Op) error {
 // that the operations of one set keep their order). Element additions to
 // different sets commute, as do deletions, and grouping puts thousands of
 // elements in a message instead of one: the kernel looks a message's set
-// up by name among all the table's sets.
+// up by name among all the table's sets. It is nil when that is ops'
+// own order, as the dataplane's plans are.
 func elementOrder(ops []Op) []int {
-	idx := make([]int, len(ops))
-	for i := range idx {
-		idx[i] = i
-	}
-	elem := func(i int) (*knftables.Element, bool) {
-		e, ok := ops[i].Obj.(*knftables.Element)
-		return e, ok && ops[i].Verb != Flush
+	var idx []int
+	elem := func(i int) bool {
+		_, ok := ops[i].Obj.(*knftables.Element)
+		return (ok || ops[i].Obj == nil && ops[i].Elems != nil) && ops[i].Verb != Flush
 	}
 	for i := 0; i < len(ops); {
-		_, ok := elem(i)
+		ok := elem(i)
 		j := i + 1
 		for ok && j < len(ops) {
-			if _, ok2 := elem(j); !ok2 || ops[j].Verb != ops[i].Verb {
+			if !elem(j) || ops[j].Verb != ops[i].Verb {
 				break
 			}
 			j++
 		}
-		if ok && j-i > 1 {
+		if ok && j-i > 1 && !grouped(ops[i:j]) {
+			if idx == nil {
+				idx = make([]int, len(ops))
+				for k := range idx {
+					idx[k] = k
+				}
+			}
 			groupBySet(ops, idx[i:j])
 		}
 		i = j
 	}
 	return idx
+}
+
+// grouped reports whether the element operations ops hold each set's
+// elements together.
+func grouped(ops []Op) bool {
+	var seen map[string]bool
+	last := setOf(ops[0])
+	for _, op := range ops[1:] {
+		s := setOf(op)
+		if s == last {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[last] = true
+		if seen[s] {
+			return false
+		}
+		last = s
+	}
+	return true
 }
 
 // groupBySet reorders idx by set, each set's in their order, the sets in
@@ -319,7 +400,13 @@ func groupBySet(ops []Op, idx []int) {
 }
 
 func setOf(op Op) string {
-	e := op.Obj.(*knftables.Element)
+	if op.Obj == nil && op.Elems != nil {
+		return op.Elems.Map
+	}
+	e, _ := op.Obj.(*knftables.Element)
+	if e == nil {
+		return ""
+	}
 	if e.Set != "" {
 		return e.Set
 	}
@@ -351,6 +438,9 @@ func comment(o knftables.Object) *string {
 }
 
 func (b *batch) op(ctx context.Context, i int, op Op) error {
+	if op.Obj == nil && op.Elems != nil {
+		return b.elements(ctx, i, op.Verb, op.Elems)
+	}
 	if c := comment(op.Obj); c != nil && len(*c) > maxComment {
 		return fmt.Errorf("comment longer than nft's %d bytes", maxComment)
 	}

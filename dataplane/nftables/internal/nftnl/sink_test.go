@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -61,5 +62,61 @@ func TestSink(t *testing.T) {
 	}
 	if err := s.Run(ctx, []nftnl.Op{set, elem}); err != nil {
 		t.Errorf("a set and its element: %v", err)
+	}
+}
+
+// TestElements: Elements encode as the knftables.Elements they stand
+// for, one each, in any mix with them.
+func TestElements(t *testing.T) {
+	declare := []nftnl.Op{
+		{Verb: nftnl.Add, Obj: &knftables.Table{}},
+		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "m1", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
+		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "m2", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
+	}
+	runs := []*nftnl.Elements{
+		{Map: "m1", First: 65536, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 8080"}},
+		{Map: "m2", First: 0, Values: []string{"10.0.1.1 . 443"}},
+		{Map: "m1", First: 7, Values: []string{"10.0.2.1 . 53", "10.0.2.2 . 53", "10.0.2.3 . 53"}},
+	}
+	for _, verb := range []nftnl.Verb{nftnl.Add, nftnl.Delete} {
+		compact, single := slices.Clone(declare), slices.Clone(declare)
+		for k, r := range runs {
+			if k == 1 {
+				// One element given alone between the runs.
+				e := &knftables.Element{Map: "m2", Key: []string{"9"}, Value: []string{"10.0.9.9 . 9"}}
+				compact = append(compact, nftnl.Op{Verb: verb, Obj: e})
+				single = append(single, nftnl.Op{Verb: verb, Obj: e})
+			}
+			compact = append(compact, nftnl.Op{Verb: verb, Elems: r})
+			for i := range r.Values {
+				single = append(single, nftnl.Op{Verb: verb, Obj: r.Element(i)})
+			}
+		}
+		want, err := nftnl.EncodeForTest(knftables.IPv4Family, table, single)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := nftnl.EncodeForTest(knftables.IPv4Family, table, compact)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(dumpBatch(want), dumpBatch(got)); d != "" {
+			t.Errorf("verb %d: Elements encode otherwise than their elements (-single +compact):\n%s", verb, d)
+		}
+		var tx, txSingle strings.Builder
+		for _, ops := range [][]nftnl.Op{compact, single} {
+			ft := knftables.NewFake(knftables.IPv4Family, table).NewTransaction()
+			for _, o := range ops {
+				o.AddTo(ft)
+			}
+			if &ops[0] == &compact[0] {
+				tx.WriteString(ft.String())
+			} else {
+				txSingle.WriteString(ft.String())
+			}
+		}
+		if tx.String() != txSingle.String() {
+			t.Errorf("verb %d: Elements as text:\n%s\nwant\n%s", verb, tx.String(), txSingle.String())
+		}
 	}
 }
