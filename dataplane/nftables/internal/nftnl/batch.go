@@ -3,8 +3,8 @@ package nftnl
 import (
 	"context"
 	"errors"
+	"encoding/binary"
 	"fmt"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -45,13 +45,12 @@ type batch struct {
 
 // msgInfo says which ops a message carries, for naming the one the kernel
 // refused: count of them from ops[first], which is at position pos of the
-// encoding order; for element messages, count elements from element from
-// of that op (0 but for Elements), and elemAt holds each one's offset in
-// the message.
+// encoding order; for an element message (elems), count elements from
+// element from of that op (0 but for Elements). start is the message's
+// offset in the batch. A cold sync writes tens of thousands.
 type msgInfo struct {
-	first, pos, from, count int
-	start                   int
-	elemAt                  []int
+	first, pos, from, count, start int32
+	elems                          bool
 }
 
 // elemMsg is an element message still taking elements.
@@ -163,38 +162,55 @@ func (b *batch) commit() {
 }
 
 // batchSize estimates the encoded size of ops from above, so that the
-// buffer of a large batch is allocated once and never copied.
-func batchSize(ops []Op) int {
-	n := 256
+// buffer of a large batch is allocated once and never copied, and the
+// number of its messages: one per op but elements, which go a thousand
+// or so to a message.
+func batchSize(ops []Op) (n, msgs int) {
+	n, elems := 256, 0
 	for _, op := range ops {
 		if op.Obj == nil && op.Elems != nil {
 			for _, v := range op.Elems.Values {
-				n += 52 + len(v) + 4*strings.Count(v, " . ")
+				n += 60 + len(v)
 			}
+			elems += len(op.Elems.Values)
 			continue
 		}
+		msgs++
 		switch o := op.Obj.(type) {
 		case *knftables.Element:
+			msgs--
+			elems++
 			// Headers, then each field's bytes, at most its text's
 			// but padded (an IPv6 address shorter than 16 characters
 			// is the exception: the buffer grows for it).
 			n += 16
 			for _, s := range o.Key {
-				n += 8 + len(s) + 4*strings.Count(s, " . ")
+				n += 12 + len(s)
 			}
 			for _, s := range o.Value {
-				n += 24 + len(s) + 4*strings.Count(s, " . ")
+				n += 28 + len(s)
 			}
 			if o.Comment != nil {
 				n += 12 + len(*o.Comment)
 			}
 		case *knftables.Rule:
-			n += 128 + 2*len(o.Chain) + 4*len(o.Rule)
+			n += 128 + len(o.Chain) + 3*len(o.Rule)
+			if o.Comment != nil {
+				n += 12 + len(*o.Comment)
+			}
+		case *knftables.Chain:
+			n += 64 + len(o.Name)
+			if o.Comment != nil {
+				n += 12 + len(*o.Comment)
+			}
+			if o.Type != nil {
+				n += 64
+			}
 		default:
 			n += 512
 		}
 	}
-	return n
+	return n, msgs + elems/512 + 16
 }
 
 // describe names the first refused operation.
@@ -207,12 +223,13 @@ func (b *batch) describe(ops []Op, refused []reply) *OpError {
 	}
 	m := b.msgs[i]
 	op, count := ops[m.first], m.count
-	if len(m.elemAt) > 0 {
-		j := 0
+	if m.elems {
+		j := -1
 		if ke.offset >= 0 {
-			if j = sort.SearchInts(m.elemAt, ke.offset+1) - 1; j >= 0 {
-				count = 1
-			}
+			j = b.elementOf(m, ke.offset)
+		}
+		if j >= 0 {
+			count = 1
 		}
 		op = b.elementAt(ops, m, max(j, 0))
 	}
@@ -223,9 +240,39 @@ func (b *batch) describe(ops []Op, refused []reply) *OpError {
 	return oe
 }
 
+// elementOf is the index in element message m of the element at offset
+// off of the message, -1 if none is there.
+func (b *batch) elementOf(m msgInfo, off int) int {
+	msg := b.w.b[m.start:]
+	if len(msg) < nlmsgHdrLen {
+		return -1
+	}
+	msg = msg[:min(int(binary.NativeEndian.Uint32(msg)), len(msg))]
+	for pos := nlmsgHdrLen + nfgenLen; pos+4 <= len(msg); {
+		n := int(binary.NativeEndian.Uint16(msg[pos:]))
+		if n < 4 || pos+n > len(msg) {
+			return -1
+		}
+		if binary.NativeEndian.Uint16(msg[pos+2:])&^nlaFNested == unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+			// The last entry starting at or before off.
+			j := -1
+			for at := pos + 4; at+4 <= pos+n && at <= off; j++ {
+				l := int(binary.NativeEndian.Uint16(msg[at:]))
+				if l < 4 {
+					return -1
+				}
+				at += nlaAlign(l)
+			}
+			return j
+		}
+		pos += nlaAlign(n)
+	}
+	return -1
+}
+
 // elementAt is element j of element message m, as an Op of its own.
 func (b *batch) elementAt(ops []Op, m msgInfo, j int) Op {
-	for pos, from := m.pos, m.from; pos < len(ops); pos, from = pos+1, 0 {
+	for pos, from := int(m.pos), int(m.from); pos < len(ops); pos, from = pos+1, 0 {
 		op := ops[pos]
 		if b.order != nil {
 			op = ops[b.order[pos]]
@@ -260,7 +307,7 @@ func (b *batch) begin(typ uint16, flags uint16, op int) int {
 	}
 	var at int
 	b.w.b, at = msgHeader(b.w.b, typ, unix.NLM_F_REQUEST|flags, seq, b.c.fam, 0)
-	b.msgs = append(b.msgs, msgInfo{first: op, pos: b.pos, count: 1, start: at})
+	b.msgs = append(b.msgs, msgInfo{first: int32(op), pos: int32(b.pos), count: 1, start: int32(at)})
 	return at
 }
 
@@ -292,7 +339,9 @@ func (b *batch) named(msg, i int, tableAttr, nameAttr uint16, name string) {
 
 // encode writes the batch: begin, the ops' messages, end.
 func (b *batch) encode(ctx context.Context, ops []Op) error {
-	b.w.b = make([]byte, 0, batchSize(ops))
+	size, msgs := batchSize(ops)
+	b.w.b = make([]byte, 0, size)
+	b.msgs = make([]msgInfo, 0, msgs)
 	var at int
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	finish(b.w.b, at)

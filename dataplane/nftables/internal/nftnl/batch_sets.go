@@ -191,11 +191,10 @@ func (b *batch) elemStart(i, j int, v Verb, set string) int {
 		b.open.list = b.w.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 		b.open.nested = len(b.w.b)
 		m := &b.msgs[b.open.info]
-		m.count, m.from = 0, j
+		m.count, m.from, m.elems = 0, int32(j), true
 	}
 	m := &b.msgs[b.open.info]
 	m.count++
-	m.elemAt = append(m.elemAt, len(b.w.b)-b.open.at)
 	// libnftnl numbers the elements of a list from 1.
 	return b.w.nest(uint16(m.count))
 }

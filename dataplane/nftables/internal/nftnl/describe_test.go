@@ -2,6 +2,7 @@ package nftnl
 
 import (
 	"context"
+	"encoding/binary"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -28,8 +29,8 @@ func TestElementAt(t *testing.T) {
 	var got []string
 	for _, m := range b.msgs {
 		for j := range m.count {
-			if len(m.elemAt) > 0 {
-				got = append(got, opText(c.family, c.table, b.elementAt(ops, m, j)))
+			if m.elems {
+				got = append(got, opText(c.family, c.table, b.elementAt(ops, m, int(j))))
 			}
 		}
 	}
@@ -41,5 +42,36 @@ func TestElementAt(t *testing.T) {
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("elements named (-want +got):\n%s", d)
+	}
+}
+
+// TestElementOf: the kernel's offset of a refused element, anywhere in
+// it, names that element.
+func TestElementOf(t *testing.T) {
+	ops := []Op{
+		{Verb: Add, Obj: &knftables.Table{}},
+		{Verb: Add, Obj: &knftables.Map{Name: "m1", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
+		{Verb: Add, Elems: &Elements{Map: "m1", First: 10, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 80", "10.0.0.3 . 80"}}},
+	}
+	c := &Conn{family: knftables.IPv4Family, fam: 2, table: "t", types: map[string]*setType{}}
+	b := c.newBatch()
+	if err := b.encode(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	m := b.msgs[len(b.msgs)-1]
+	msgLen := int(binary.NativeEndian.Uint32(b.w.b[m.start:]))
+	// Header, table and set names and the list's header, then three
+	// elements of 32 bytes each.
+	var got, want []int
+	for off := 0; off < msgLen; off += 4 {
+		got = append(got, b.elementOf(m, off))
+		j := -1
+		if first := msgLen - 3*32; off >= first {
+			j = (off - first) / 32
+		}
+		want = append(want, j)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("elements by offset (-want +got):\n%s", d)
 	}
 }
