@@ -2,8 +2,8 @@ package nftnl
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
