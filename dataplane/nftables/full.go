@@ -196,7 +196,7 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *p
 // rewritten, and of the rest only what differs. Stale chains are flushed
 // and left for a later sync to delete.
 func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recreate bool) *plan {
-	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+prog.dnatElems+2*prog.chains+prog.rules)}
+	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+3*prog.chains+prog.rules)}
 	d.writeStatic(p, st, recreate)
 	d.diffPlan(p, prog, k, nil)
 	return p
@@ -212,6 +212,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	}
 	slices.SortFunc(x.names, servicemodel.CompareNames)
 	x.want = make(map[string]bool, prog.chains)
+	x.chainOps = make([]op, 0, 2*prog.chains+prog.rules)
 	x.fresh = make(map[string]bool, max(0, prog.chains-len(k.chains)))
 	for i := range mapCount {
 		_, x.listed[i] = k.elems[shardName(i)]
@@ -259,6 +260,7 @@ type differ struct {
 	moved [][2]*dnatDef
 	// elemAdds are the endpoint map elements deleteElements found to add.
 	elemAdds []op
+	slab     slab
 }
 
 func (x *differ) note(format string, args ...any) {
@@ -306,12 +308,12 @@ func (x *differ) chain(c *chainDef, old *rendering) {
 		}
 	}
 	if exists && have.rules > 0 {
-		x.chainOps = append(x.chainOps, op{Verb: verbFlush, Obj: &knftables.Chain{Name: c.name}})
+		x.chainOps = append(x.chainOps, op{Verb: verbFlush, Obj: x.slab.chain(c.name)})
 		if x.tracking {
 			x.note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
 		}
 	} else {
-		x.chainOps = append(x.chainOps, op{Verb: verbAdd, Obj: &knftables.Chain{Name: c.name}})
+		x.chainOps = append(x.chainOps, op{Verb: verbAdd, Obj: x.slab.chain(c.name)})
 		switch {
 		case !x.tracking:
 		case !exists:
@@ -321,7 +323,7 @@ func (x *differ) chain(c *chainDef, old *rendering) {
 		}
 	}
 	delete(x.d.stale, c.name)
-	x.chainOps = appendRules(x.chainOps, *c)
+	x.chainOps = appendRules(x.chainOps, c, &x.slab)
 }
 
 // remembered judges the elements of a DNAT chain whose rule the table

@@ -19,6 +19,31 @@ const (
 	verbDelete = nftnl.Delete
 )
 
+// slab allocates the chains and rules of a plan a few hundred at a time:
+// a full sync writes tens of thousands.
+type slab struct {
+	chains []knftables.Chain
+	rules  []knftables.Rule
+}
+
+const slabSize = 256
+
+func (s *slab) chain(name string) *knftables.Chain {
+	if len(s.chains) == cap(s.chains) {
+		s.chains = make([]knftables.Chain, 0, slabSize)
+	}
+	s.chains = append(s.chains, knftables.Chain{Name: name})
+	return &s.chains[len(s.chains)-1]
+}
+
+func (s *slab) rule(chain, rule string) *knftables.Rule {
+	if len(s.rules) == cap(s.rules) {
+		s.rules = make([]knftables.Rule, 0, slabSize)
+	}
+	s.rules = append(s.rules, knftables.Rule{Chain: chain, Rule: rule})
+	return &s.rules[len(s.rules)-1]
+}
+
 // plan is the operations of one sync, in an order where each refers only to
 // objects created before it, so that it can be cut into several
 // transactions.

@@ -109,6 +109,7 @@ type writer struct {
 	// touched holds the winner of every element key a service changed, as
 	// it was before.
 	touched map[elemKey]prior
+	slab    slab
 }
 
 type prior struct {
@@ -158,7 +159,7 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 				w.addSets = append(w.addSets, op{Verb: verbAdd, Obj: w.d.affinitySetObj(s)})
 			}
 		}
-		for _, c := range r.chains {
+		for i, c := range r.chains {
 			keep[c.name] = true
 			oc := oldChains[c.name]
 			if oc != nil && oc.sig == c.sig {
@@ -175,13 +176,13 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 			var oldDNAT *dnatDef
 			if oc != nil {
 				oldDNAT = oc.dnat
-				w.chains = append(w.chains, op{Verb: verbFlush, Obj: &knftables.Chain{Name: c.name}})
+				w.chains = append(w.chains, op{Verb: verbFlush, Obj: w.slab.chain(c.name)})
 			} else {
 				delete(w.d.stale, c.name)
-				w.chains = append(w.chains, op{Verb: verbAdd, Obj: &knftables.Chain{Name: c.name}})
+				w.chains = append(w.chains, op{Verb: verbAdd, Obj: w.slab.chain(c.name)})
 			}
 			w.dnatElems(oldDNAT, c.dnat)
-			w.chains = appendRules(w.chains, c)
+			w.chains = appendRules(w.chains, &r.chains[i], &w.slab)
 		}
 		for _, e := range r.elems {
 			w.touch(e.elemKey)
@@ -241,11 +242,13 @@ func endpointChanges(dels, adds []op, old, new *dnatDef) ([]op, []op) {
 	return dels, adds
 }
 
-func appendRules(ops []op, c chainDef) []op {
+// appendRules appends the adds of c's rules, the first commented with
+// c's signature (which it points to).
+func appendRules(ops []op, c *chainDef, s *slab) []op {
 	for i, rule := range c.rules {
-		r := &knftables.Rule{Chain: c.name, Rule: rule}
+		r := s.rule(c.name, rule)
 		if i == 0 {
-			r.Comment = knftables.PtrTo(c.sig)
+			r.Comment = &c.sig
 		}
 		ops = append(ops, op{Verb: verbAdd, Obj: r})
 	}
