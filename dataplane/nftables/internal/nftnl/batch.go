@@ -164,13 +164,20 @@ func (b *batch) commit() {
 // batchSize estimates the encoded size of ops from above, so that the
 // buffer of a large batch is allocated once and never copied, and the
 // number of its messages: one per op but elements, which go a thousand
-// or so to a message.
-func batchSize(ops []Op) (n, msgs int) {
+// or so to a message. A field of an element takes at most the bytes of
+// its text, padded, but for an IPv6 address (ipv6), which takes 16 for
+// as few as 2 characters.
+func batchSize(ops []Op, ipv6 bool) (n, msgs int) {
 	n, elems := 256, 0
+	extra := 0
+	if ipv6 {
+		extra = 16
+	}
 	for _, op := range ops {
 		if op.Obj == nil && op.Elems != nil {
+			// Headers and a 4-byte key, then the value.
 			for _, v := range op.Elems.Values {
-				n += 60 + len(v)
+				n += 24 + len(v) + extra
 			}
 			elems += len(op.Elems.Values)
 			continue
@@ -180,15 +187,17 @@ func batchSize(ops []Op) (n, msgs int) {
 		case *knftables.Element:
 			msgs--
 			elems++
-			// Headers, then each field's bytes, at most its text's
-			// but padded (an IPv6 address shorter than 16 characters
-			// is the exception: the buffer grows for it).
-			n += 16
+			n += 8
 			for _, s := range o.Key {
-				n += 12 + len(s)
+				n += 8 + max(len(s), 4) + extra
 			}
 			for _, s := range o.Value {
-				n += 28 + len(s)
+				if s != "" && (s[0] == 'g' || s[0] == 'j' || s[0] == 'd' || s[0] == 'a') {
+					// A verdict: its chain's name and headers.
+					n += 28 + len(s)
+				} else {
+					n += 8 + max(len(s), 8) + extra
+				}
 			}
 			if o.Comment != nil {
 				n += 12 + len(*o.Comment)
@@ -339,7 +348,7 @@ func (b *batch) named(msg, i int, tableAttr, nameAttr uint16, name string) {
 
 // encode writes the batch: begin, the ops' messages, end.
 func (b *batch) encode(ctx context.Context, ops []Op) error {
-	size, msgs := batchSize(ops)
+	size, msgs := batchSize(ops, b.c.fam == unix.NFPROTO_IPV6)
 	b.w.b = make([]byte, 0, size)
 	b.msgs = make([]msgInfo, 0, msgs)
 	var at int
