@@ -41,6 +41,8 @@ type batch struct {
 	// position in it of the op being encoded.
 	order []int
 	pos   int
+	// dnat holds the expressions of the last endpoint-map rule.
+	dnat dnatMap
 }
 
 // msgInfo says which ops a message carries, for naming the one the kernel
@@ -590,22 +592,26 @@ func (b *batch) chain(i int, v Verb, ch *knftables.Chain) error {
 func (b *batch) rule(i int, v Verb, r *knftables.Rule) error {
 	switch v {
 	case Add:
-		c, err := Compile(b.c.family, r.Rule)
-		if err != nil {
-			return err
-		}
 		if r.Index != nil || r.Handle != nil {
 			return errors.New("rules are only appended")
 		}
-		if c.Anon != nil {
-			b.anon(i, c)
+		exprs, ok := b.dnat.compile(b.c.fam == unix.NFPROTO_IPV6, r.Rule)
+		if !ok {
+			c, err := Compile(b.c.family, r.Rule)
+			if err != nil {
+				return err
+			}
+			if c.Anon != nil {
+				b.anon(i, c)
+			}
+			exprs = c.Exprs
 		}
 		at := b.begin(nftType(unix.NFT_MSG_NEWRULE), unix.NLM_F_CREATE|unix.NLM_F_APPEND, i)
 		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
 		b.w.str(unix.NFTA_RULE_CHAIN, r.Chain)
 		list := b.w.nest(unix.NFTA_RULE_EXPRESSIONS)
 		var prev expr.Any
-		for _, e := range c.Exprs {
+		for _, e := range exprs {
 			b.setIDOf(e)
 			n := b.w.nest(unix.NFTA_LIST_ELEM)
 			if err := b.w.marshalExpr(b.c.fam, e, prev); err != nil {
