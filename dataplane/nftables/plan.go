@@ -108,8 +108,7 @@ func (p *plan) next(start int, rest []op, max int) (ops []op, next int, left []o
 	n, end := 0, start
 	cut := func(o op) (head, tail op) {
 		k, e := max-n, o.Elems
-		return op{Verb: o.Verb, Elems: &nftnl.Elements{Map: e.Map, First: e.First, Values: e.Values[:k:k]}},
-			op{Verb: o.Verb, Elems: &nftnl.Elements{Map: e.Map, First: e.First + uint32(k), Values: e.Values[k:]}}
+		return op{Verb: o.Verb, Elems: e.Slice(0, k)}, op{Verb: o.Verb, Elems: e.Slice(k, e.Len())}
 	}
 	if rest != nil {
 		if c := rest[0].Count(); c > max {
@@ -138,7 +137,7 @@ func (d *Dataplane) suspectMaps(ops []op) {
 	for _, o := range ops {
 		var name string
 		if o.Elems != nil {
-			name = o.Elems.Map
+			name = o.Elems.Set
 		}
 		switch obj := o.Obj.(type) {
 		case *knftables.Element:
@@ -157,16 +156,28 @@ const sampledOps = 1000
 
 // inputSize is the size of the nft input of ops: exact up to sampledOps
 // operations; beyond, estimated from sampledOps of them spread evenly
-// over the plan (the static part, chains, rules and elements alike).
+// over the plan (the static part, chains, rules and elements alike, each
+// element of an nftnl.Elements one).
 func inputSize(nft knftables.Interface, ops []op) int {
-	if len(ops) <= sampledOps {
+	total := (&plan{ops: ops}).count()
+	if total <= sampledOps {
 		return len(transaction(nft, ops).String())
 	}
-	sample := make([]op, sampledOps)
-	for i := range sample {
-		sample[i] = ops[i*len(ops)/sampledOps]
+	sample := make([]op, 0, sampledOps)
+	k, at := 0, 0 // ops[k] holds the operations from at on
+	for i := range sampledOps {
+		pos := i * total / sampledOps
+		for at+ops[k].Count() <= pos {
+			at += ops[k].Count()
+			k++
+		}
+		o := ops[k]
+		if o.Obj == nil && o.Elems != nil {
+			o = op{Verb: o.Verb, Obj: o.Elems.Element(pos - at)}
+		}
+		sample = append(sample, o)
 	}
-	return int(int64(len(transaction(nft, sample).String())) * int64(len(ops)) / sampledOps)
+	return int(int64(len(transaction(nft, sample).String())) * int64(total) / sampledOps)
 }
 
 // TransactionError is a transaction nftables rejected: nothing of it was

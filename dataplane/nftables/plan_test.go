@@ -41,7 +41,7 @@ func TestPlanNext(t *testing.T) {
 		for i := range vals {
 			vals[i] = fmt.Sprintf("10.0.0.%d . 80", int(first)+i)
 		}
-		return op{Verb: verbAdd, Elems: &nftnl.Elements{Map: "m", First: first, Values: vals}}
+		return op{Verb: verbAdd, Elems: &nftnl.Elements{Set: "m", First: first, Values: vals}}
 	}
 	single := func(name string) op { return op{Verb: verbAdd, Obj: &knftables.Chain{Name: name}} }
 	p := &plan{ops: []op{single("a"), run(10, 5), single("b"), run(20, 3), run(30, 1)}}

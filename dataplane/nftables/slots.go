@@ -105,7 +105,7 @@ func appendElements(ops []op, v verb, n *dnatDef, from, to int) []op {
 
 // allElements is the op of v of all the map elements of n's endpoints.
 func allElements(v verb, n *dnatDef) op {
-	return op{Verb: v, Elems: &nftnl.Elements{Map: shardName(n.shard), First: uint32(n.offset()), Values: n.eps}}
+	return op{Verb: v, Elems: &nftnl.Elements{Set: shardName(n.shard), First: uint32(n.offset()), Values: n.eps}}
 }
 
 // shardMap is the endpoint map of shard i.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -316,25 +317,28 @@ func isMap(name string) bool {
 	return false
 }
 
-// appendClaimed appends the adds of the elements claims name, which share
-// their allocations: a cold start writes one or more per service port.
+// appendClaimed appends the adds of the elements claims name, an
+// nftnl.Elements per run of one set, which share their allocations: a
+// cold start writes one or more per service port.
 func appendClaimed(ops []op, claims []elemClaim) []op {
-	elems := make([]knftables.Element, len(claims))
-	strs := make([]string, 2*len(claims))
-	for i, ec := range claims {
-		e := &elems[i]
-		strs[2*i] = ec.key
-		e.Key = strs[2*i : 2*i+1 : 2*i+1]
-		if ec.comment != "" {
-			e.Comment = knftables.PtrTo(ec.comment)
+	n := len(claims)
+	strs := make([]string, 3*n)
+	keys, values, comments := strs[:n:n], strs[n:2*n:2*n], strs[2*n:]
+	for i := 0; i < n; {
+		set, j, commented := claims[i].set, i, false
+		for ; j < n && claims[j].set == set; j++ {
+			keys[j], values[j], comments[j] = claims[j].key, claims[j].value, claims[j].comment
+			commented = commented || claims[j].comment != ""
 		}
-		if isMap(ec.set) {
-			strs[2*i+1] = ec.value
-			e.Map, e.Value = ec.set, strs[2*i+1:2*i+2:2*i+2]
-		} else {
-			e.Set = ec.set
+		e := &nftnl.Elements{Set: set, Keys: keys[i:j:j]}
+		if isMap(set) {
+			e.Values = values[i:j:j]
 		}
-		ops = append(ops, op{Verb: verbAdd, Obj: e})
+		if commented {
+			e.Comments = comments[i:j:j]
+		}
+		ops = append(ops, op{Verb: verbAdd, Elems: e})
+		i = j
 	}
 	return ops
 }

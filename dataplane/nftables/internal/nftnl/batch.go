@@ -176,12 +176,18 @@ func batchSize(ops []Op, ipv6 bool) (n, msgs int) {
 		extra = 16
 	}
 	for _, op := range ops {
-		if op.Obj == nil && op.Elems != nil {
-			// Headers and a 4-byte key, then the value.
-			for _, v := range op.Elems.Values {
-				n += 24 + len(v) + extra
+		if e := op.Elems; op.Obj == nil && e != nil {
+			elems += e.Len()
+			if e.Keys == nil {
+				// Headers and a 4-byte key, then the value.
+				for _, v := range e.Values {
+					n += 24 + len(v) + extra
+				}
+				continue
 			}
-			elems += len(op.Elems.Values)
+			for i, k := range e.Keys {
+				n += elemSize(k, e.Values, e.Comments, i, extra)
+			}
 			continue
 		}
 		msgs++
@@ -189,21 +195,11 @@ func batchSize(ops []Op, ipv6 bool) (n, msgs int) {
 		case *knftables.Element:
 			msgs--
 			elems++
-			n += 8
-			for _, s := range o.Key {
-				n += 8 + max(len(s), 4) + extra
-			}
-			for _, s := range o.Value {
-				if s != "" && (s[0] == 'g' || s[0] == 'j' || s[0] == 'd' || s[0] == 'a') {
-					// A verdict: its chain's name and headers.
-					n += 28 + len(s)
-				} else {
-					n += 8 + max(len(s), 8) + extra
-				}
-			}
+			var comments []string
 			if o.Comment != nil {
-				n += 12 + len(*o.Comment)
+				comments = []string{*o.Comment}
 			}
+			n += elemSize(strings.Join(o.Key, " . "), o.Value, comments, 0, extra)
 		case *knftables.Rule:
 			n += 128 + len(o.Chain) + 3*len(o.Rule)
 			if o.Comment != nil {
@@ -222,6 +218,24 @@ func batchSize(ops []Op, ipv6 bool) (n, msgs int) {
 		}
 	}
 	return n, msgs + elems/512 + 16
+}
+
+// elemSize bounds the encoded size of an element of key text key and
+// values[i] and comments[i], if any.
+func elemSize(key string, values, comments []string, i, extra int) int {
+	n := 16 + max(len(key), 4) + extra
+	if i < len(values) {
+		if v := values[i]; v != "" && (v[0] == 'g' || v[0] == 'j' || v[0] == 'd' || v[0] == 'a') {
+			// A verdict: its chain's name and headers.
+			n += 28 + len(v)
+		} else {
+			n += 8 + max(len(v), 8) + extra
+		}
+	}
+	if i < len(comments) && comments[i] != "" {
+		n += 12 + len(comments[i])
+	}
+	return n
 }
 
 // describe names the first refused operation.
@@ -295,10 +309,10 @@ func (b *batch) elementAt(ops []Op, m msgInfo, j int) Op {
 			j--
 			continue
 		}
-		if from+j < len(op.Elems.Values) {
+		if from+j < op.Elems.Len() {
 			return Op{Verb: op.Verb, Obj: op.Elems.Element(from + j)}
 		}
-		j -= len(op.Elems.Values) - from
+		j -= op.Elems.Len() - from
 	}
 	return Op{}
 }
@@ -461,7 +475,7 @@ func groupBySet(ops []Op, idx []int) {
 
 func setOf(op Op) string {
 	if op.Obj == nil && op.Elems != nil {
-		return op.Elems.Map
+		return op.Elems.Set
 	}
 	e, _ := op.Obj.(*knftables.Element)
 	if e == nil {

@@ -144,24 +144,41 @@ func (b *batch) elements(ctx context.Context, i int, v Verb, e *Elements) error 
 	if v == Flush {
 		return errVerb
 	}
-	t, err := b.typeOf(ctx, e.Map)
+	t, err := b.typeOf(ctx, e.Set)
 	if err != nil {
 		return err
 	}
-	if len(t.key) != 1 || t.key[0] != kInteger {
-		return &ElementError{Set: e.Map, Text: "a numbered key"}
+	if e.Keys == nil && (len(t.key) != 1 || t.key[0] != kInteger) {
+		return &ElementError{Set: e.Set, Text: "a numbered key"}
 	}
-	for j, val := range e.Values {
-		n := b.elemStart(i, j, v, e.Map)
+	for j := range e.Len() {
+		n := b.elemStart(i, j, v, e.Set)
 		k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
 		d := b.w.start(unix.NFTA_DATA_VALUE)
-		b.w.b = binary.NativeEndian.AppendUint32(b.w.b, e.First+uint32(j))
+		if e.Keys == nil {
+			b.w.b = binary.NativeEndian.AppendUint32(b.w.b, e.First+uint32(j))
+		} else {
+			var ok bool
+			if b.w.b, ok = appendValue(b.w.b, t.key, e.Keys[j]); !ok {
+				return &ElementError{Set: e.Set, Text: e.Keys[j]}
+			}
+		}
 		_ = b.w.end(d)
 		_ = b.w.end(k)
 		if v == Add && t.isMap() {
-			if err := b.elemValue(t, e.Map, val); err != nil {
+			val := ""
+			if j < len(e.Values) {
+				val = e.Values[j]
+			}
+			if err := b.elemValue(t, e.Set, val); err != nil {
 				return err
 			}
+		}
+		if v == Add && j < len(e.Comments) && e.Comments[j] != "" {
+			if len(e.Comments[j]) > maxComment {
+				return fmt.Errorf("comment longer than nft's %d bytes", maxComment)
+			}
+			b.w.attr(unix.NFTA_SET_ELEM_USERDATA, udataString(nil, udElemComment, e.Comments[j]))
 		}
 		if err := b.w.end(n); err != nil {
 			return err

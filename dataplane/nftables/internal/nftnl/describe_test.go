@@ -17,9 +17,9 @@ func TestElementAt(t *testing.T) {
 		{Verb: Add, Obj: &knftables.Table{}},
 		{Verb: Add, Obj: &knftables.Map{Name: "m1", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
 		{Verb: Add, Obj: &knftables.Map{Name: "m2", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
-		{Verb: Add, Elems: &Elements{Map: "m1", First: 10, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 80"}}},
+		{Verb: Add, Elems: &Elements{Set: "m1", First: 10, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 80"}}},
 		{Verb: Add, Obj: &knftables.Element{Map: "m2", Key: []string{"5"}, Value: []string{"10.0.0.5 . 80"}}},
-		{Verb: Add, Elems: &Elements{Map: "m1", First: 20, Values: []string{"10.0.0.3 . 80"}}},
+		{Verb: Add, Elems: &Elements{Set: "m1", First: 20, Values: []string{"10.0.0.3 . 80"}}},
 	}
 	c := &Conn{family: knftables.IPv4Family, fam: 2, table: "t", types: map[string]*setType{}}
 	b := c.newBatch()
@@ -51,7 +51,7 @@ func TestElementOf(t *testing.T) {
 	ops := []Op{
 		{Verb: Add, Obj: &knftables.Table{}},
 		{Verb: Add, Obj: &knftables.Map{Name: "m1", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
-		{Verb: Add, Elems: &Elements{Map: "m1", First: 10, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 80", "10.0.0.3 . 80"}}},
+		{Verb: Add, Elems: &Elements{Set: "m1", First: 10, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 80", "10.0.0.3 . 80"}}},
 	}
 	c := &Conn{family: knftables.IPv4Family, fam: 2, table: "t", types: map[string]*setType{}}
 	b := c.newBatch()

@@ -26,28 +26,67 @@ type Op struct {
 	Elems *Elements
 }
 
-// Elements are elements of one map whose keys are consecutive numbers
-// (numgen values, as an endpoint map's), given together: one Op where a
-// knftables.Element each would take len(Values), which a cold sync
-// writes by the hundred thousand. They are added or deleted.
+// Elements are elements of one set or map given together: one Op where a
+// knftables.Element each would take one Op, a struct and its slices,
+// which a cold sync writes by the hundred thousand. Their keys are Keys
+// or, when Keys is nil, the numbers from First up (numgen values, as an
+// endpoint map's). They are added or deleted.
 type Elements struct {
-	Map string
-	// First is the key of Values[0], First+1 the next one's, and so on.
+	// Set is the set's or map's name.
+	Set   string
 	First uint32
-	// Values are the elements' values as nft text.
-	Values []string
+	// Keys, Values (a map's) and Comments (none, or one per element, ""
+	// for none) are the elements' as nft text.
+	Keys, Values, Comments []string
+}
+
+// Len is the number of elements.
+func (e *Elements) Len() int {
+	if e.Keys != nil {
+		return len(e.Keys)
+	}
+	return len(e.Values)
+}
+
+func (e *Elements) key(i int) string {
+	if e.Keys != nil {
+		return e.Keys[i]
+	}
+	return strconv.FormatUint(uint64(e.First)+uint64(i), 10)
 }
 
 // Element is element i of e.
 func (e *Elements) Element(i int) *knftables.Element {
-	return &knftables.Element{Map: e.Map, Key: []string{strconv.FormatUint(uint64(e.First)+uint64(i), 10)}, Value: []string{e.Values[i]}}
+	el := &knftables.Element{Key: []string{e.key(i)}}
+	if e.Values != nil {
+		el.Map, el.Value = e.Set, []string{e.Values[i]}
+	} else {
+		el.Set = e.Set
+	}
+	if e.Comments != nil && e.Comments[i] != "" {
+		el.Comment = &e.Comments[i]
+	}
+	return el
+}
+
+// Slice is elements i to j of e.
+func (e *Elements) Slice(i, j int) *Elements {
+	s := &Elements{Set: e.Set, First: e.First + uint32(i)}
+	sub := func(l []string) []string {
+		if l == nil {
+			return nil
+		}
+		return l[i:j:j]
+	}
+	s.Keys, s.Values, s.Comments = sub(e.Keys), sub(e.Values), sub(e.Comments)
+	return s
 }
 
 // Count is the number of operations o stands for: one, or one per
 // element of Elems.
 func (o Op) Count() int {
 	if o.Obj == nil && o.Elems != nil {
-		return len(o.Elems.Values)
+		return o.Elems.Len()
 	}
 	return 1
 }
@@ -55,7 +94,7 @@ func (o Op) Count() int {
 // AddTo adds o to tx, the text form of the same operation.
 func (o Op) AddTo(tx *knftables.Transaction) {
 	if o.Obj == nil && o.Elems != nil {
-		for i := range o.Elems.Values {
+		for i := range o.Elems.Len() {
 			Op{Verb: o.Verb, Obj: o.Elems.Element(i)}.AddTo(tx)
 		}
 		return

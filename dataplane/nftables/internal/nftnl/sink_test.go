@@ -72,11 +72,16 @@ func TestElements(t *testing.T) {
 		{Verb: nftnl.Add, Obj: &knftables.Table{}},
 		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "m1", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
 		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "m2", TypeOf: "numgen random mod 1 : ip daddr . tcp dport"}},
+		{Verb: nftnl.Add, Obj: &knftables.Set{Name: "s", Type: "ipv4_addr"}},
+		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "v", Type: "ipv4_addr . inet_proto . inet_service : verdict"}},
+		{Verb: nftnl.Add, Obj: &knftables.Chain{Name: "c"}},
 	}
 	runs := []*nftnl.Elements{
-		{Map: "m1", First: 65536, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 8080"}},
-		{Map: "m2", First: 0, Values: []string{"10.0.1.1 . 443"}},
-		{Map: "m1", First: 7, Values: []string{"10.0.2.1 . 53", "10.0.2.2 . 53", "10.0.2.3 . 53"}},
+		{Set: "m1", First: 65536, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 8080"}},
+		{Set: "m2", First: 0, Values: []string{"10.0.1.1 . 443"}},
+		{Set: "m1", First: 7, Values: []string{"10.0.2.1 . 53", "10.0.2.2 . 53", "10.0.2.3 . 53"}},
+		{Set: "s", Keys: []string{"10.0.3.1", "10.0.3.2"}},
+		{Set: "v", Keys: []string{"10.0.4.1 . tcp . 80", "10.0.4.2 . udp . 53"}, Values: []string{"drop", "goto c"}, Comments: []string{"ns/a", ""}},
 	}
 	for _, verb := range []nftnl.Verb{nftnl.Add, nftnl.Delete} {
 		compact, single := slices.Clone(declare), slices.Clone(declare)
@@ -88,7 +93,7 @@ func TestElements(t *testing.T) {
 				single = append(single, nftnl.Op{Verb: verb, Obj: e})
 			}
 			compact = append(compact, nftnl.Op{Verb: verb, Elems: r})
-			for i := range r.Values {
+			for i := range r.Len() {
 				single = append(single, nftnl.Op{Verb: verb, Obj: r.Element(i)})
 			}
 		}

@@ -14,7 +14,7 @@ func TestBatchSize(t *testing.T) {
 	var runs []Op
 	for _, o := range ops {
 		if e, ok := o.Obj.(*knftables.Element); ok && len(e.Map) > 4 && e.Map[:5] == "dnat-" {
-			runs = append(runs, Op{Verb: Add, Elems: &Elements{Map: e.Map, First: 7, Values: e.Value}})
+			runs = append(runs, Op{Verb: Add, Elems: &Elements{Set: e.Map, First: 7, Values: e.Value}})
 			continue
 		}
 		runs = append(runs, o)
