@@ -68,6 +68,9 @@ type childArgs struct {
 	FloorIn string
 	// CPUProfile, if set, receives the child's CPU profile.
 	CPUProfile string
+	// NFTText runs proxykit's nftables dataplane through its nft text
+	// path (-nft-text).
+	NFTText bool `json:",omitempty"`
 	// Check runs the correctness cross-check instead of measuring.
 	Check bool
 	// ParentNetNS is the parent's network namespace, which the child
@@ -149,6 +152,9 @@ func runSystem(a childArgs) (childResult, error) {
 	spec, err := lookupSystem(a.System)
 	if err != nil {
 		return childResult{}, err
+	}
+	if a.NFTText && spec.key == "proxykit-nftables" {
+		spec.new = newProxykitNFTablesText
 	}
 	c := newCluster(a.Workload)
 	sys, err := newSystem(spec, a.Backend, a.Workload.families())

@@ -30,7 +30,10 @@
 //
 // Compute-only runs hand the rules to a backend that discards them
 // (proxykit's xtables.Runner, upstream's utiliptables.Interface and
-// knftables.Interface alike), so the figures are the proxies' own cost;
+// knftables.Interface alike; proxykit's nftables dataplane runs its
+// default netlink path up to the encoded batches, which
+// nftables.NewEncodeOnly hands to a function, or with -nft-text its nft
+// text path), so the figures are the proxies' own cost;
 // the projects' fakes, which simulate a kernel, would add their own. IPVS
 // mode has no text to discard: both IPVS systems run on their project's
 // fakes of the IPVS table, the ipsets and the dummy link (upstream's

@@ -29,6 +29,7 @@ func main() {
 		kernSys = flag.String("kernel-systems", "", "comma-separated systems whose kernel rows run (default all that run): kube-proxy's nftables first sync at 100k takes many minutes through nft")
 		check   = flag.Bool("check", true, "cross-check the verdicts of kube-proxy's and proxykit's iptables rules (workloads of at most 100k endpoints)")
 		profile = flag.String("profile", "", "write a CPU profile of every child process into this directory")
+		nftText = flag.Bool("nft-text", false, "run proxykit nftables' compute rows through its nft text path (a discarding knftables.Interface), which its default netlink path never runs, instead of encoding netlink messages")
 		child   = flag.String("child", "", "internal: run one measurement (JSON childArgs) and print its result")
 	)
 	flag.Parse()
@@ -67,6 +68,7 @@ func main() {
 		cfg.kernelSystems = append(cfg.kernelSystems, k)
 	}
 	cfg.profileDir = *profile
+	cfg.nftText = *nftText
 	cfg.check = *check
 	rep, err := run(context.Background(), cfg)
 	if err != nil {
@@ -120,6 +122,8 @@ type runConfig struct {
 	// profileDir, if set, receives a CPU profile per child process.
 	profileDir string
 	check      bool
+	// nftText runs proxykit nftables' compute rows on its text path.
+	nftText bool
 }
 
 func (c runConfig) wants(key string) bool {
@@ -174,7 +178,7 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 					continue
 				}
 				fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s", w, r+1, cfg.runs, spec.key)
-				a := childArgs{System: spec.key, Backend: discard, Workload: w, Reps: reps}
+				a := childArgs{System: spec.key, Backend: discard, Workload: w, Reps: reps, NFTText: cfg.nftText}
 				if cfg.profileDir != "" {
 					a.CPUProfile = filepath.Join(cfg.profileDir, fmt.Sprintf("%s-%s-%d.pprof", spec.key, strings.NewReplacer(" ", "", "×", "x").Replace(w.String()), r))
 				}

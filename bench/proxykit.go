@@ -73,12 +73,13 @@ func (s *proxykitSystem) sync() error {
 // newProxykitNFTables is proxykit's nftables dataplane: for the kernel,
 // over netlink (Config.NFT nil) in the child's own network namespace,
 // which the whole process entered at its start, so the socket New opens
-// is there; compute-only, over an nftBackend that discards its text.
+// is there; compute-only, the same path up to the netlink messages, which
+// an encodeBackend discards (NewEncodeOnly).
 func newProxykitNFTables(be string, family v1.IPFamily) (system, error) {
 	switch be {
 	case discard:
-		b := newNFTBackendFor(nil, family, pknftables.DefaultTable)
-		d, err := pknftables.New(pknftables.Config{Family: family, NFT: b, Logger: logr.Discard()})
+		b := &encodeBackend{}
+		d, err := pknftables.NewEncodeOnly(pknftables.Config{Family: family, Logger: logr.Discard()}, b.send)
 		if err != nil {
 			return nil, err
 		}
@@ -95,6 +96,46 @@ func newProxykitNFTables(be string, family v1.IPFamily) (system, error) {
 		return nil, fmt.Errorf("proxykit nftables cannot run on %s", be)
 	}
 }
+
+// newProxykitNFTablesText is proxykit's nftables dataplane compute-only
+// through its nft text path (Config.NFT, an nftBackend that discards the
+// text), which the default path never runs: -nft-text compares the two.
+func newProxykitNFTablesText(be string, family v1.IPFamily) (system, error) {
+	if be != discard {
+		return nil, fmt.Errorf("proxykit nftables' text path runs compute-only")
+	}
+	b := newNFTBackendFor(nil, family, pknftables.DefaultTable)
+	d, err := pknftables.New(pknftables.Config{Family: family, NFT: b, Logger: logr.Discard()})
+	if err != nil {
+		return nil, err
+	}
+	return newProxykitSystem(d, family, b), nil
+}
+
+// encodeBackend takes the netlink batches of proxykit's nftables
+// dataplane, encoded as they would be sent, and keeps only their size.
+type encodeBackend struct {
+	fail  bool
+	bytes int
+}
+
+func (b *encodeBackend) send(batch []byte) error {
+	if b.fail {
+		b.fail = false
+		return errInjected
+	}
+	b.bytes += len(batch)
+	return nil
+}
+
+func (b *encodeBackend) failNext()  { b.fail = true }
+func (b *encodeBackend) beginSync() { b.bytes = 0 }
+
+// written is the size of the netlink batches of the last sync.
+func (b *encodeBackend) written() int { return b.bytes }
+
+// firstInput is never called: only kernel runs restore the first input.
+func (b *encodeBackend) firstInput() []byte { return nil }
 
 // netlinkBackend is the backend of proxykit's nftables dataplane over
 // netlink: the kernel itself, no nft process. Its floor input is the

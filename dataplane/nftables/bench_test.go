@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -155,6 +156,71 @@ func BenchmarkFullSync(b *testing.B) {
 			}
 			reportCPU(b, cpu)
 			b.ReportMetric(float64(ops), "nftops/op")
+		})
+	}
+}
+
+// BenchmarkEncodeOnly is the CPU cost of the default (netlink) path
+// without a kernel (NewEncodeOnly): a cold-start full sync, and the full
+// sync after a refused transaction, which rewrites every rule and element
+// (the table reads back without them).
+func BenchmarkEncodeOnly(b *testing.B) {
+	for _, size := range benchSizes[:2] {
+		b.Run("first/"+size.name, func(b *testing.B) {
+			_, st := benchBuilder(size.services, benchEndpoints)
+			b.ReportAllocs()
+			var bytes int
+			cpu := cpuTime()
+			for b.Loop() {
+				bytes = 0
+				d, err := NewEncodeOnly(Config{}, func(batch []byte) error { bytes += len(batch); return nil })
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Sync(context.Background(), st); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, cpu)
+			b.ReportMetric(float64(bytes), "bytes/op")
+		})
+		b.Run("resync/"+size.name, func(b *testing.B) {
+			c, st := benchBuilder(size.services, benchEndpoints)
+			refuse := errors.New("refused")
+			fail := false
+			d, err := NewEncodeOnly(Config{}, func([]byte) error {
+				if fail {
+					return refuse
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := d.Sync(ctx, st); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			cpu := cpuTime()
+			for b.Loop() {
+				b.StopTimer()
+				i++
+				fail = true
+				if err := d.Sync(ctx, changeOneEndpoint(c, i*7919%size.services, i%benchEndpoints)); !errors.Is(err, refuse) {
+					b.Fatalf("the sync meant to fail: %v", err)
+				}
+				fail = false
+				b.StartTimer()
+				if err := d.Sync(ctx, c.b.Build().States[0]); err != nil {
+					b.Fatal(err)
+				}
+				if !d.Stats().Full {
+					b.Fatal("not a full sync")
+				}
+			}
+			reportCPU(b, cpu)
 		})
 	}
 }

@@ -151,6 +151,29 @@ var (
 // New checks cfg and returns a Dataplane. Unless cfg.NFT is set it opens
 // a netlink socket to nftables; the error then says what is missing.
 func New(cfg Config) (*Dataplane, error) {
+	d, err := newDataplane(cfg)
+	if err != nil || d.kernel != nil {
+		return d, err
+	}
+	conn, err := nftnl.Open(d.family(), d.cfg.Table, nftnl.Options{Logger: d.log})
+	if err != nil {
+		return nil, &UnsupportedError{Err: err}
+	}
+	d.kernel = netlinkKernel{conn}
+	return d, nil
+}
+
+// family is the Dataplane's family as knftables names it.
+func (d *Dataplane) family() knftables.Family {
+	if d.ipv6 {
+		return knftables.IPv6Family
+	}
+	return knftables.IPv4Family
+}
+
+// newDataplane checks cfg and returns a Dataplane whose kernel is
+// Config.NFT's, or nil for the caller to set when cfg.NFT is nil.
+func newDataplane(cfg Config) (*Dataplane, error) {
 	family, err := backend.Family("nftables", cfg.Family)
 	if err != nil {
 		return nil, err
@@ -206,15 +229,7 @@ func New(cfg Config) (*Dataplane, error) {
 		d.kernel = textKernel{d.text}
 		return d, nil
 	}
-	kf := knftables.IPv4Family
-	if d.ipv6 {
-		kf = knftables.IPv6Family
-	}
-	conn, err := nftnl.Open(kf, cfg.Table, nftnl.Options{Logger: d.log})
-	if err != nil {
-		return nil, &UnsupportedError{Err: err}
-	}
-	d.kernel, d.text = netlinkKernel{conn}, knftables.NewFake(kf, cfg.Table)
+	d.text = knftables.NewFake(d.family(), cfg.Table)
 	return d, nil
 }
 

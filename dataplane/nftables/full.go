@@ -132,7 +132,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 		return err
 	}
 	d.prog, d.st, d.recreated, d.lastFull, d.suspect = prog, st, true, d.clock.Now(), [mapCount]bool{}
-	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: p.count(), Transactions: txs}
 	return nil
 }
 
@@ -196,7 +196,7 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *p
 // rewritten, and of the rest only what differs. Stale chains are flushed
 // and left for a later sync to delete.
 func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recreate bool) *plan {
-	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+prog.dnatElems+2*prog.chains+prog.rules)}
+	p := &plan{ops: make([]op, 0, 64+len(prog.winners)+3*prog.chains+prog.rules)}
 	d.writeStatic(p, st, recreate)
 	d.diffPlan(p, prog, k, nil)
 	return p
@@ -212,6 +212,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	}
 	slices.SortFunc(x.names, servicemodel.CompareNames)
 	x.want = make(map[string]bool, prog.chains)
+	x.chainOps = make([]op, 0, 2*prog.chains+prog.rules)
 	x.fresh = make(map[string]bool, max(0, prog.chains-len(k.chains)))
 	for i := range mapCount {
 		_, x.listed[i] = k.elems[shardName(i)]
@@ -259,6 +260,7 @@ type differ struct {
 	moved [][2]*dnatDef
 	// elemAdds are the endpoint map elements deleteElements found to add.
 	elemAdds []op
+	slab     slab
 }
 
 func (x *differ) note(format string, args ...any) {
@@ -306,12 +308,12 @@ func (x *differ) chain(c *chainDef, old *rendering) {
 		}
 	}
 	if exists && have.rules > 0 {
-		x.chainOps = append(x.chainOps, op{Verb: verbFlush, Obj: &knftables.Chain{Name: c.name}})
+		x.chainOps = append(x.chainOps, op{Verb: verbFlush, Obj: x.slab.chain(c.name)})
 		if x.tracking {
 			x.note("chain %s: %d rules, want %d", c.name, have.rules, len(c.rules))
 		}
 	} else {
-		x.chainOps = append(x.chainOps, op{Verb: verbAdd, Obj: &knftables.Chain{Name: c.name}})
+		x.chainOps = append(x.chainOps, op{Verb: verbAdd, Obj: x.slab.chain(c.name)})
 		switch {
 		case !x.tracking:
 		case !exists:
@@ -321,7 +323,7 @@ func (x *differ) chain(c *chainDef, old *rendering) {
 		}
 	}
 	delete(x.d.stale, c.name)
-	x.chainOps = appendRules(x.chainOps, *c)
+	x.chainOps = appendRules(x.chainOps, c, &x.slab)
 }
 
 // remembered judges the elements of a DNAT chain whose rule the table
@@ -447,6 +449,10 @@ func (x *differ) listedElements(i int, slots map[int32]*dnatDef) {
 	}
 	for _, s := range slices.Sorted(maps.Keys(slots)) {
 		n := slots[s]
+		if len(have) == 0 {
+			x.elemAdds = append(x.elemAdds, allElements(verbAdd, n))
+			continue
+		}
 		for j, ep := range n.eps {
 			if have[n.key(j)] != ep {
 				x.elemAdds = appendElements(x.elemAdds, verbAdd, n, j, j+1)
@@ -501,7 +507,7 @@ func (x *differ) addElements() {
 	}
 	slices.SortFunc(adds, func(a, b *dnatDef) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.slot, b.slot)) })
 	for _, n := range adds {
-		x.p.ops = appendElements(x.p.ops, verbAdd, n, 0, len(n.eps))
+		x.p.ops = append(x.p.ops, allElements(verbAdd, n))
 	}
 	x.p.ops = append(x.p.ops, x.elemAdds...)
 }

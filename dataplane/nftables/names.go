@@ -55,7 +55,10 @@ var nameEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 // stay unique when a long base is cut.
 func hashedName(base string) string {
 	sum := sha256.Sum256([]byte(base))
-	name := nameEncoding.EncodeToString(sum[:])[:8] + "-" + base
+	// Five bytes are the first eight characters.
+	var head [8]byte
+	nameEncoding.Encode(head[:], sum[:5])
+	name := string(head[:]) + "-" + base
 	if len(name) > maxNameBase {
 		name = name[:maxNameBase-3] + "..."
 	}

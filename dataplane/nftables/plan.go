@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"slices"
 
 	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"sigs.k8s.io/knftables"
@@ -17,6 +18,31 @@ const (
 	verbFlush  = nftnl.Flush
 	verbDelete = nftnl.Delete
 )
+
+// slab allocates the chains and rules of a plan a few hundred at a time:
+// a full sync writes tens of thousands.
+type slab struct {
+	chains []knftables.Chain
+	rules  []knftables.Rule
+}
+
+const slabSize = 256
+
+func (s *slab) chain(name string) *knftables.Chain {
+	if len(s.chains) == cap(s.chains) {
+		s.chains = make([]knftables.Chain, 0, slabSize)
+	}
+	s.chains = append(s.chains, knftables.Chain{Name: name})
+	return &s.chains[len(s.chains)-1]
+}
+
+func (s *slab) rule(chain, rule string) *knftables.Rule {
+	if len(s.rules) == cap(s.rules) {
+		s.rules = make([]knftables.Rule, 0, slabSize)
+	}
+	s.rules = append(s.rules, knftables.Rule{Chain: chain, Rule: rule})
+	return &s.rules[len(s.rules)-1]
+}
 
 // plan is the operations of one sync, in an order where each refers only to
 // objects created before it, so that it can be cut into several
@@ -39,33 +65,81 @@ func transaction(nft knftables.Interface, ops []op) *knftables.Transaction {
 	return tx
 }
 
+// count is the number of operations of the plan, each element of an
+// nftnl.Elements counted.
+func (p *plan) count() int {
+	n := 0
+	for _, o := range p.ops {
+		n += o.Count()
+	}
+	return n
+}
+
 // run runs the plan as transactions of at most max operations (max <= 0:
-// one), returning how many ran and the size of their nft input
+// all in one), returning how many ran and the size of their nft input
 // (inputSize).
 func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, err error) {
 	if len(p.ops) == 0 {
 		return 0, 0, nil
 	}
-	if max <= 0 {
-		max = len(p.ops)
-	}
 	unchanged := d.unchanged(ctx)
-	for start := 0; start < len(p.ops); start += max {
-		ops := p.ops[start:min(start+max, len(p.ops))]
+	for start, rest := 0, []op(nil); start < len(p.ops) || rest != nil; txs++ {
+		var ops []op
+		ops, start, rest = p.next(start, rest, max)
 		if err := d.kernel.Run(ctx, ops); err != nil {
+			d.suspectMaps(ops)
+			d.suspectMaps(rest)
 			d.suspectMaps(p.ops[start:])
-			return txs, 0, &TransactionError{Operations: len(ops), Err: err}
+			return txs, 0, &TransactionError{Operations: (&plan{ops: ops}).count(), Err: err}
 		}
-		txs++
 	}
 	d.noteGeneration(ctx, unchanged)
 	return txs, inputSize(d.text, p.ops), nil
+}
+
+// next is the transaction of at most max operations (max <= 0: all) that
+// starts with rest, the part of an nftnl.Elements the last one left, then
+// p.ops[start:]; it returns where the following one starts. It cuts an
+// nftnl.Elements that does not fit whole, so that every transaction but
+// the last has max operations.
+func (p *plan) next(start int, rest []op, max int) (ops []op, next int, left []op) {
+	if max <= 0 && rest == nil {
+		return p.ops[start:], len(p.ops), nil
+	}
+	n, end := 0, start
+	cut := func(o op) (head, tail op) {
+		k, e := max-n, o.Elems
+		return op{Verb: o.Verb, Elems: e.Slice(0, k)}, op{Verb: o.Verb, Elems: e.Slice(k, e.Len())}
+	}
+	if rest != nil {
+		if c := rest[0].Count(); c > max {
+			head, tail := cut(rest[0])
+			return []op{head}, start, []op{tail}
+		}
+		n = rest[0].Count()
+	}
+	for end < len(p.ops) && n+p.ops[end].Count() <= max {
+		n += p.ops[end].Count()
+		end++
+	}
+	ops = p.ops[start:end]
+	if rest != nil {
+		ops = append(rest, ops...)
+	}
+	if end < len(p.ops) && n < max && p.ops[end].Elems != nil {
+		head, tail := cut(p.ops[end])
+		return append(slices.Clip(ops), head), end + 1, []op{tail}
+	}
+	return ops, end, nil
 }
 
 // suspectMaps marks the endpoint maps ops write to as suspect.
 func (d *Dataplane) suspectMaps(ops []op) {
 	for _, o := range ops {
 		var name string
+		if o.Elems != nil {
+			name = o.Elems.Set
+		}
 		switch obj := o.Obj.(type) {
 		case *knftables.Element:
 			name = obj.Map
@@ -83,16 +157,28 @@ const sampledOps = 1000
 
 // inputSize is the size of the nft input of ops: exact up to sampledOps
 // operations; beyond, estimated from sampledOps of them spread evenly
-// over the plan (the static part, chains, rules and elements alike).
+// over the plan (the static part, chains, rules and elements alike, each
+// element of an nftnl.Elements one).
 func inputSize(nft knftables.Interface, ops []op) int {
-	if len(ops) <= sampledOps {
+	total := (&plan{ops: ops}).count()
+	if total <= sampledOps {
 		return len(transaction(nft, ops).String())
 	}
-	sample := make([]op, sampledOps)
-	for i := range sample {
-		sample[i] = ops[i*len(ops)/sampledOps]
+	sample := make([]op, 0, sampledOps)
+	k, at := 0, 0 // ops[k] holds the operations from at on
+	for i := range sampledOps {
+		pos := i * total / sampledOps
+		for at+ops[k].Count() <= pos {
+			at += ops[k].Count()
+			k++
+		}
+		o := ops[k]
+		if o.Obj == nil && o.Elems != nil {
+			o = op{Verb: o.Verb, Obj: o.Elems.Element(pos - at)}
+		}
+		sample = append(sample, o)
 	}
-	return int(int64(len(transaction(nft, sample).String())) * int64(len(ops)) / sampledOps)
+	return int(int64(len(transaction(nft, sample).String())) * int64(total) / sampledOps)
 }
 
 // TransactionError is a transaction nftables rejected: nothing of it was

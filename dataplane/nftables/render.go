@@ -128,17 +128,16 @@ func (r *renderer) port(out *rendering, p *port) {
 
 	base := portBase(p)
 	hashed := hashedName(base)
-	svcChain, localChain := prefixService+hashed, prefixLocal+hashed
-	extChain, fwChain := prefixExternal+hashed, prefixFirewall+hashed
+	// The chains' names are made only for the chains there are: a
+	// ClusterIP port has one.
+	var svcChain, localChain string
 	if len(cluster) > 0 {
+		svcChain = prefixService + hashed
 		r.dnatChain(out, p, base, svcChain, cluster)
-	} else {
-		svcChain = ""
 	}
 	if len(local) > 0 {
+		localChain = prefixLocal + hashed
 		r.dnatChain(out, p, base, localChain, local)
-	} else {
-		localChain = ""
 	}
 	// As dataplane.Lookup: the port has endpoints for internal and external
 	// traffic unless its policy is Local and none is on this node.
@@ -173,7 +172,9 @@ func (r *renderer) port(out *rendering, p *port) {
 		add(mapServiceIPs, cip+dport, "goto "+internal)
 	}
 
+	var extChain string
 	if useExternal {
+		extChain = prefixExternal + hashed
 		r.externalChain(out, extChain, svcChain, localChain, pol.ExternalLocal)
 	}
 	externalDest := func(ip netip.Addr) {
@@ -192,6 +193,7 @@ func (r *renderer) port(out *rendering, p *port) {
 		externalDest(ip)
 	}
 	if len(p.LBVIPs) > 0 && len(p.SourceRanges) > 0 {
+		fwChain := prefixFirewall + hashed
 		r.firewallChain(out, fwChain, p)
 		for _, ip := range p.LBVIPs {
 			add(mapFirewallIPs, ip.String()+dport, "goto "+fwChain)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"sigs.k8s.io/knftables"
 )
 
@@ -100,6 +101,11 @@ func appendElements(ops []op, v verb, n *dnatDef, from, to int) []op {
 		ops = append(ops, op{Verb: v, Obj: &elems[i]})
 	}
 	return ops
+}
+
+// allElements is the op of v of all the map elements of n's endpoints.
+func allElements(v verb, n *dnatDef) op {
+	return op{Verb: v, Elems: &nftnl.Elements{Set: shardName(n.shard), First: uint32(n.offset()), Values: n.eps}}
 }
 
 // shardMap is the endpoint map of shard i.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -90,7 +91,7 @@ func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed
 	if err != nil {
 		return err
 	}
-	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Services: len(names), Bytes: bytes}, Operations: len(p.ops), Transactions: txs}
+	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Services: len(names), Bytes: bytes}, Operations: p.count(), Transactions: txs}
 	return nil
 }
 
@@ -109,6 +110,7 @@ type writer struct {
 	// touched holds the winner of every element key a service changed, as
 	// it was before.
 	touched map[elemKey]prior
+	slab    slab
 }
 
 type prior struct {
@@ -158,7 +160,7 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 				w.addSets = append(w.addSets, op{Verb: verbAdd, Obj: w.d.affinitySetObj(s)})
 			}
 		}
-		for _, c := range r.chains {
+		for i, c := range r.chains {
 			keep[c.name] = true
 			oc := oldChains[c.name]
 			if oc != nil && oc.sig == c.sig {
@@ -175,13 +177,13 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 			var oldDNAT *dnatDef
 			if oc != nil {
 				oldDNAT = oc.dnat
-				w.chains = append(w.chains, op{Verb: verbFlush, Obj: &knftables.Chain{Name: c.name}})
+				w.chains = append(w.chains, op{Verb: verbFlush, Obj: w.slab.chain(c.name)})
 			} else {
 				delete(w.d.stale, c.name)
-				w.chains = append(w.chains, op{Verb: verbAdd, Obj: &knftables.Chain{Name: c.name}})
+				w.chains = append(w.chains, op{Verb: verbAdd, Obj: w.slab.chain(c.name)})
 			}
 			w.dnatElems(oldDNAT, c.dnat)
-			w.chains = appendRules(w.chains, c)
+			w.chains = appendRules(w.chains, &r.chains[i], &w.slab)
 		}
 		for _, e := range r.elems {
 			w.touch(e.elemKey)
@@ -215,6 +217,15 @@ func (w *writer) dnatElems(old, new *dnatDef) {
 // at the same slot only the keys whose endpoint differs.
 func endpointChanges(dels, adds []op, old, new *dnatDef) ([]op, []op) {
 	same := old != nil && new != nil && old.shard == new.shard && old.slot == new.slot
+	if !same {
+		if old != nil && len(old.eps) > 0 {
+			dels = append(dels, allElements(verbDelete, old))
+		}
+		if new != nil && len(new.eps) > 0 {
+			adds = append(adds, allElements(verbAdd, new))
+		}
+		return dels, adds
+	}
 	if old != nil {
 		for i, ep := range old.eps {
 			if !same || i >= len(new.eps) || new.eps[i] != ep {
@@ -232,11 +243,13 @@ func endpointChanges(dels, adds []op, old, new *dnatDef) ([]op, []op) {
 	return dels, adds
 }
 
-func appendRules(ops []op, c chainDef) []op {
+// appendRules appends the adds of c's rules, the first commented with
+// c's signature (which it points to).
+func appendRules(ops []op, c *chainDef, s *slab) []op {
 	for i, rule := range c.rules {
-		r := &knftables.Rule{Chain: c.name, Rule: rule}
+		r := s.rule(c.name, rule)
 		if i == 0 {
-			r.Comment = knftables.PtrTo(c.sig)
+			r.Comment = &c.sig
 		}
 		ops = append(ops, op{Verb: verbAdd, Obj: r})
 	}
@@ -304,25 +317,28 @@ func isMap(name string) bool {
 	return false
 }
 
-// appendClaimed appends the adds of the elements claims name, which share
-// their allocations: a cold start writes one or more per service port.
+// appendClaimed appends the adds of the elements claims name, an
+// nftnl.Elements per run of one set, which share their allocations: a
+// cold start writes one or more per service port.
 func appendClaimed(ops []op, claims []elemClaim) []op {
-	elems := make([]knftables.Element, len(claims))
-	strs := make([]string, 2*len(claims))
-	for i, ec := range claims {
-		e := &elems[i]
-		strs[2*i] = ec.key
-		e.Key = strs[2*i : 2*i+1 : 2*i+1]
-		if ec.comment != "" {
-			e.Comment = knftables.PtrTo(ec.comment)
+	n := len(claims)
+	strs := make([]string, 3*n)
+	keys, values, comments := strs[:n:n], strs[n:2*n:2*n], strs[2*n:]
+	for i := 0; i < n; {
+		set, j, commented := claims[i].set, i, false
+		for ; j < n && claims[j].set == set; j++ {
+			keys[j], values[j], comments[j] = claims[j].key, claims[j].value, claims[j].comment
+			commented = commented || claims[j].comment != ""
 		}
-		if isMap(ec.set) {
-			strs[2*i+1] = ec.value
-			e.Map, e.Value = ec.set, strs[2*i+1:2*i+2:2*i+2]
-		} else {
-			e.Set = ec.set
+		e := &nftnl.Elements{Set: set, Keys: keys[i:j:j]}
+		if isMap(set) {
+			e.Values = values[i:j:j]
 		}
-		ops = append(ops, op{Verb: verbAdd, Obj: e})
+		if commented {
+			e.Comments = comments[i:j:j]
+		}
+		ops = append(ops, op{Verb: verbAdd, Elems: e})
+		i = j
 	}
 	return ops
 }

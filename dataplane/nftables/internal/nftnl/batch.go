@@ -2,9 +2,9 @@ package nftnl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -37,15 +37,22 @@ type batch struct {
 	ids map[string]uint32
 	// open is the element message being filled, nil when none.
 	open *elemMsg
+	// order is the order ops are encoded in (nil: theirs), pos the
+	// position in it of the op being encoded.
+	order []int
+	pos   int
+	// dnat holds the expressions of the last endpoint-map rule.
+	dnat dnatMap
 }
 
 // msgInfo says which ops a message carries, for naming the one the kernel
-// refused: ops[first:first+count]; for element messages elemAt holds each
-// element's offset in the message.
+// refused: count of them from ops[first], which is at position pos of the
+// encoding order; for an element message (elems), count elements from
+// element from of that op (0 but for Elements). start is the message's
+// offset in the batch. A cold sync writes tens of thousands.
 type msgInfo struct {
-	first, count int
-	start        int
-	elemAt       []int
+	first, pos, from, count, start int32
+	elems                          bool
 }
 
 // elemMsg is an element message still taking elements.
@@ -109,7 +116,7 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 		return err
 	}
 	start := time.Now()
-	b := &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
+	b := c.newBatch()
 	if err := b.encode(ctx, ops); err != nil {
 		return err
 	}
@@ -125,16 +132,7 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	c.opts.Logger.V(4).Info("nftables transaction", "operations", len(ops), "messages", len(b.msgs), "bytes", len(b.w.b),
 		"encode", encoded.Sub(start), "kernel", sent.Sub(encoded), "replies", time.Since(sent))
 	if len(refused) == 0 && err == nil {
-		if b.tableDeleted {
-			clear(c.types)
-		}
-		for n, t := range b.types {
-			if t == nil {
-				delete(c.types, n)
-			} else {
-				c.types[n] = t
-			}
-		}
+		b.commit()
 		return nil
 	}
 	c.reset()
@@ -146,25 +144,96 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	return oe
 }
 
+func (c *Conn) newBatch() *batch {
+	return &batch{c: c, types: map[string]*setType{}, ids: map[string]uint32{}}
+}
+
+// commit records, once the kernel committed the batch, the set types it
+// defined and deleted.
+func (b *batch) commit() {
+	if b.tableDeleted {
+		clear(b.c.types)
+	}
+	for n, t := range b.types {
+		if t == nil {
+			delete(b.c.types, n)
+		} else {
+			b.c.types[n] = t
+		}
+	}
+}
+
 // batchSize estimates the encoded size of ops from above, so that the
-// buffer of a large batch is allocated once and never copied.
-func batchSize(ops []Op) int {
-	n := 256
+// buffer of a large batch is allocated once and never copied, and the
+// number of its messages: one per op but elements, which go a thousand
+// or so to a message. A field of an element takes at most the bytes of
+// its text, padded, but for an IPv6 address (ipv6), which takes 16 for
+// as few as 2 characters.
+func batchSize(ops []Op, ipv6 bool) (n, msgs int) {
+	n, elems := 256, 0
+	extra := 0
+	if ipv6 {
+		extra = 16
+	}
 	for _, op := range ops {
+		if e := op.Elems; op.Obj == nil && e != nil {
+			elems += e.Len()
+			if e.Keys == nil {
+				// Headers and a 4-byte key, then the value.
+				for _, v := range e.Values {
+					n += 24 + len(v) + extra
+				}
+				continue
+			}
+			for i, k := range e.Keys {
+				n += elemSize(k, e.Values, e.Comments, i, extra)
+			}
+			continue
+		}
+		msgs++
 		switch o := op.Obj.(type) {
 		case *knftables.Element:
-			n += 48
-			for _, s := range o.Key {
-				n += len(s) + 16
+			msgs--
+			elems++
+			var comments []string
+			if o.Comment != nil {
+				comments = []string{*o.Comment}
 			}
-			for _, s := range o.Value {
-				n += len(s) + 16
-			}
+			n += elemSize(strings.Join(o.Key, " . "), o.Value, comments, 0, extra)
 		case *knftables.Rule:
-			n += 128 + 2*len(o.Chain) + 4*len(o.Rule)
+			n += 128 + len(o.Chain) + 3*len(o.Rule)
+			if o.Comment != nil {
+				n += 12 + len(*o.Comment)
+			}
+		case *knftables.Chain:
+			n += 64 + len(o.Name)
+			if o.Comment != nil {
+				n += 12 + len(*o.Comment)
+			}
+			if o.Type != nil {
+				n += 64
+			}
 		default:
 			n += 512
 		}
+	}
+	return n, msgs + elems/512 + 16
+}
+
+// elemSize bounds the encoded size of an element of key text key and
+// values[i] and comments[i], if any.
+func elemSize(key string, values, comments []string, i, extra int) int {
+	n := 16 + max(len(key), 4) + extra
+	if i < len(values) {
+		if v := values[i]; v != "" && (v[0] == 'g' || v[0] == 'j' || v[0] == 'd' || v[0] == 'a') {
+			// A verdict: its chain's name and headers.
+			n += 28 + len(v)
+		} else {
+			n += 8 + max(len(v), 8) + extra
+		}
+	}
+	if i < len(comments) && comments[i] != "" {
+		n += 12 + len(comments[i])
 	}
 	return n
 }
@@ -178,18 +247,74 @@ func (b *batch) describe(ops []Op, refused []reply) *OpError {
 		return oe
 	}
 	m := b.msgs[i]
-	first, count := m.first, m.count
-	if len(m.elemAt) > 0 && ke.offset >= 0 {
-		j := sort.SearchInts(m.elemAt, ke.offset+1) - 1
-		if j >= 0 {
-			first, count = m.first+j, 1
+	op, count := ops[m.first], m.count
+	if m.elems {
+		j := -1
+		if ke.offset >= 0 {
+			j = b.elementOf(m, ke.offset)
 		}
+		if j >= 0 {
+			count = 1
+		}
+		op = b.elementAt(ops, m, max(j, 0))
 	}
-	oe.Op = opText(b.c.family, b.c.table, ops[first])
+	oe.Op = opText(b.c.family, b.c.table, op)
 	if count > 1 {
 		oe.Op += fmt.Sprintf(" (one of %d elements from there)", count)
 	}
 	return oe
+}
+
+// elementOf is the index in element message m of the element at offset
+// off of the message, -1 if none is there.
+func (b *batch) elementOf(m msgInfo, off int) int {
+	msg := b.w.b[m.start:]
+	if len(msg) < nlmsgHdrLen {
+		return -1
+	}
+	msg = msg[:min(int(binary.NativeEndian.Uint32(msg)), len(msg))]
+	for pos := nlmsgHdrLen + nfgenLen; pos+4 <= len(msg); {
+		n := int(binary.NativeEndian.Uint16(msg[pos:]))
+		if n < 4 || pos+n > len(msg) {
+			return -1
+		}
+		if binary.NativeEndian.Uint16(msg[pos+2:])&^nlaFNested == unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+			// The last entry starting at or before off.
+			j := -1
+			for at := pos + 4; at+4 <= pos+n && at <= off; j++ {
+				l := int(binary.NativeEndian.Uint16(msg[at:]))
+				if l < 4 {
+					return -1
+				}
+				at += nlaAlign(l)
+			}
+			return j
+		}
+		pos += nlaAlign(n)
+	}
+	return -1
+}
+
+// elementAt is element j of element message m, as an Op of its own.
+func (b *batch) elementAt(ops []Op, m msgInfo, j int) Op {
+	for pos, from := int(m.pos), int(m.from); pos < len(ops); pos, from = pos+1, 0 {
+		op := ops[pos]
+		if b.order != nil {
+			op = ops[b.order[pos]]
+		}
+		if op.Obj != nil || op.Elems == nil {
+			if j == 0 {
+				return op
+			}
+			j--
+			continue
+		}
+		if from+j < op.Elems.Len() {
+			return Op{Verb: op.Verb, Obj: op.Elems.Element(from + j)}
+		}
+		j -= op.Elems.Len() - from
+	}
+	return Op{}
 }
 
 // opText is op as nft text.
@@ -207,7 +332,7 @@ func (b *batch) begin(typ uint16, flags uint16, op int) int {
 	}
 	var at int
 	b.w.b, at = msgHeader(b.w.b, typ, unix.NLM_F_REQUEST|flags, seq, b.c.fam, 0)
-	b.msgs = append(b.msgs, msgInfo{first: op, count: 1, start: at})
+	b.msgs = append(b.msgs, msgInfo{first: int32(op), pos: int32(b.pos), count: 1, start: int32(at)})
 	return at
 }
 
@@ -239,14 +364,28 @@ func (b *batch) named(msg, i int, tableAttr, nameAttr uint16, name string) {
 
 // encode writes the batch: begin, the ops' messages, end.
 func (b *batch) encode(ctx context.Context, ops []Op) error {
-	b.w.b = make([]byte, 0, batchSize(ops))
+	size, msgs := batchSize(ops, b.c.fam == unix.NFPROTO_IPV6)
+	b.w.b = make([]byte, 0, size)
+	b.msgs = make([]msgInfo, 0, msgs)
 	var at int
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	finish(b.w.b, at)
-	for _, i := range elementOrder(ops) {
+	b.order = elementOrder(ops)
+	for k := range ops {
+		i := k
+		if b.order != nil {
+			i = b.order[k]
+		}
 		op := ops[i]
+		b.pos = k
 		if err := b.op(ctx, i, op); err != nil {
-			return fmt.Errorf("nftnl: %s: %w", opText(b.c.family, b.c.table, op), err)
+			var text string
+			if op.Obj != nil {
+				text = opText(b.c.family, b.c.table, op)
+			} else {
+				text = fmt.Sprintf("%d elements of map %s", op.Count(), setOf(op))
+			}
+			return fmt.Errorf("nftnl: %s: %w", text, err)
 		}
 	}
 	b.closeElems()
@@ -260,31 +399,57 @@ func (b *batch) encode(ctx context.Context, ops []Op) error {
 // that the operations of one set keep their order). Element additions to
 // different sets commute, as do deletions, and grouping puts thousands of
 // elements in a message instead of one: the kernel looks a message's set
-// up by name among all the table's sets.
+// up by name among all the table's sets. It is nil when that is ops'
+// own order, as the dataplane's plans are.
 func elementOrder(ops []Op) []int {
-	idx := make([]int, len(ops))
-	for i := range idx {
-		idx[i] = i
-	}
-	elem := func(i int) (*knftables.Element, bool) {
-		e, ok := ops[i].Obj.(*knftables.Element)
-		return e, ok && ops[i].Verb != Flush
+	var idx []int
+	elem := func(i int) bool {
+		_, ok := ops[i].Obj.(*knftables.Element)
+		return (ok || ops[i].Obj == nil && ops[i].Elems != nil) && ops[i].Verb != Flush
 	}
 	for i := 0; i < len(ops); {
-		_, ok := elem(i)
+		ok := elem(i)
 		j := i + 1
 		for ok && j < len(ops) {
-			if _, ok2 := elem(j); !ok2 || ops[j].Verb != ops[i].Verb {
+			if !elem(j) || ops[j].Verb != ops[i].Verb {
 				break
 			}
 			j++
 		}
-		if ok && j-i > 1 {
+		if ok && j-i > 1 && !grouped(ops[i:j]) {
+			if idx == nil {
+				idx = make([]int, len(ops))
+				for k := range idx {
+					idx[k] = k
+				}
+			}
 			groupBySet(ops, idx[i:j])
 		}
 		i = j
 	}
 	return idx
+}
+
+// grouped reports whether the element operations ops hold each set's
+// elements together.
+func grouped(ops []Op) bool {
+	var seen map[string]bool
+	last := setOf(ops[0])
+	for _, op := range ops[1:] {
+		s := setOf(op)
+		if s == last {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[last] = true
+		if seen[s] {
+			return false
+		}
+		last = s
+	}
+	return true
 }
 
 // groupBySet reorders idx by set, each set's in their order, the sets in
@@ -309,7 +474,13 @@ func groupBySet(ops []Op, idx []int) {
 }
 
 func setOf(op Op) string {
-	e := op.Obj.(*knftables.Element)
+	if op.Obj == nil && op.Elems != nil {
+		return op.Elems.Set
+	}
+	e, _ := op.Obj.(*knftables.Element)
+	if e == nil {
+		return ""
+	}
 	if e.Set != "" {
 		return e.Set
 	}
@@ -341,6 +512,9 @@ func comment(o knftables.Object) *string {
 }
 
 func (b *batch) op(ctx context.Context, i int, op Op) error {
+	if op.Obj == nil && op.Elems != nil {
+		return b.elements(ctx, i, op.Verb, op.Elems)
+	}
 	if c := comment(op.Obj); c != nil && len(*c) > maxComment {
 		return fmt.Errorf("comment longer than nft's %d bytes", maxComment)
 	}
@@ -432,22 +606,26 @@ func (b *batch) chain(i int, v Verb, ch *knftables.Chain) error {
 func (b *batch) rule(i int, v Verb, r *knftables.Rule) error {
 	switch v {
 	case Add:
-		c, err := Compile(b.c.family, r.Rule)
-		if err != nil {
-			return err
-		}
 		if r.Index != nil || r.Handle != nil {
 			return errors.New("rules are only appended")
 		}
-		if c.Anon != nil {
-			b.anon(i, c)
+		exprs, ok := b.dnat.compile(b.c.fam == unix.NFPROTO_IPV6, r.Rule)
+		if !ok {
+			c, err := Compile(b.c.family, r.Rule)
+			if err != nil {
+				return err
+			}
+			if c.Anon != nil {
+				b.anon(i, c)
+			}
+			exprs = c.Exprs
 		}
 		at := b.begin(nftType(unix.NFT_MSG_NEWRULE), unix.NLM_F_CREATE|unix.NLM_F_APPEND, i)
 		b.w.str(unix.NFTA_RULE_TABLE, b.c.table)
 		b.w.str(unix.NFTA_RULE_CHAIN, r.Chain)
 		list := b.w.nest(unix.NFTA_RULE_EXPRESSIONS)
 		var prev expr.Any
-		for _, e := range c.Exprs {
+		for _, e := range exprs {
 			b.setIDOf(e)
 			n := b.w.nest(unix.NFTA_LIST_ELEM)
 			if err := b.w.marshalExpr(b.c.fam, e, prev); err != nil {

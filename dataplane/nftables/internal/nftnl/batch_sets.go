@@ -2,6 +2,7 @@ package nftnl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -118,29 +119,7 @@ func (b *batch) element(ctx context.Context, i int, v Verb, e *knftables.Element
 	if err != nil {
 		return err
 	}
-	if o := b.open; o == nil || o.verb != v || o.set != name || len(b.w.b)-o.nested > maxElemBytes {
-		b.closeElems()
-		typ := nftType(unix.NFT_MSG_NEWSETELEM)
-		flags := uint16(unix.NLM_F_CREATE)
-		if v == Delete {
-			typ, flags = nftType(unix.NFT_MSG_DELSETELEM), 0
-		}
-		at := b.begin(typ, flags, i)
-		b.w.str(unix.NFTA_SET_ELEM_LIST_TABLE, b.c.table)
-		b.w.str(unix.NFTA_SET_ELEM_LIST_SET, name)
-		if id, ok := b.ids[name]; ok {
-			b.w.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
-		}
-		b.open = &elemMsg{verb: v, set: name, at: at, info: len(b.msgs) - 1}
-		b.open.list = b.w.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
-		b.open.nested = len(b.w.b)
-		b.msgs[b.open.info].count = 0
-	}
-	m := &b.msgs[b.open.info]
-	m.count++
-	m.elemAt = append(m.elemAt, len(b.w.b)-b.open.at)
-	// libnftnl numbers the elements of a list from 1.
-	n := b.w.nest(uint16(m.count))
+	n := b.elemStart(i, 0, v, name)
 	k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
 	d := b.w.start(unix.NFTA_DATA_VALUE)
 	var ok bool
@@ -150,7 +129,7 @@ func (b *batch) element(ctx context.Context, i int, v Verb, e *knftables.Element
 	_ = b.w.end(d)
 	_ = b.w.end(k)
 	if v == Add && t.isMap() {
-		if err := b.elemValue(t, name, e.Value); err != nil {
+		if err := b.elemValue(t, name, strings.Join(e.Value, " . ")); err != nil {
 			return err
 		}
 	}
@@ -160,8 +139,84 @@ func (b *batch) element(ctx context.Context, i int, v Verb, e *knftables.Element
 	return b.w.end(n)
 }
 
-func (b *batch) elemValue(t *setType, set string, value []string) error {
-	text := strings.Join(value, " . ")
+// elements adds the elements of op i, e, as element does one each.
+func (b *batch) elements(ctx context.Context, i int, v Verb, e *Elements) error {
+	if v == Flush {
+		return errVerb
+	}
+	t, err := b.typeOf(ctx, e.Set)
+	if err != nil {
+		return err
+	}
+	if e.Keys == nil && (len(t.key) != 1 || t.key[0] != kInteger) {
+		return &ElementError{Set: e.Set, Text: "a numbered key"}
+	}
+	for j := range e.Len() {
+		n := b.elemStart(i, j, v, e.Set)
+		k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
+		d := b.w.start(unix.NFTA_DATA_VALUE)
+		if e.Keys == nil {
+			b.w.b = binary.NativeEndian.AppendUint32(b.w.b, e.First+uint32(j))
+		} else {
+			var ok bool
+			if b.w.b, ok = appendValue(b.w.b, t.key, e.Keys[j]); !ok {
+				return &ElementError{Set: e.Set, Text: e.Keys[j]}
+			}
+		}
+		_ = b.w.end(d)
+		_ = b.w.end(k)
+		if v == Add && t.isMap() {
+			val := ""
+			if j < len(e.Values) {
+				val = e.Values[j]
+			}
+			if err := b.elemValue(t, e.Set, val); err != nil {
+				return err
+			}
+		}
+		if v == Add && j < len(e.Comments) && e.Comments[j] != "" {
+			if len(e.Comments[j]) > maxComment {
+				return fmt.Errorf("comment longer than nft's %d bytes", maxComment)
+			}
+			b.w.attr(unix.NFTA_SET_ELEM_USERDATA, udataString(nil, udElemComment, e.Comments[j]))
+		}
+		if err := b.w.end(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// elemStart opens the list entry of an element of set, element j of op
+// i, in the open element message or in a new one, and returns it for
+// end.
+func (b *batch) elemStart(i, j int, v Verb, set string) int {
+	if o := b.open; o == nil || o.verb != v || o.set != set || len(b.w.b)-o.nested > maxElemBytes {
+		b.closeElems()
+		typ := nftType(unix.NFT_MSG_NEWSETELEM)
+		flags := uint16(unix.NLM_F_CREATE)
+		if v == Delete {
+			typ, flags = nftType(unix.NFT_MSG_DELSETELEM), 0
+		}
+		at := b.begin(typ, flags, i)
+		b.w.str(unix.NFTA_SET_ELEM_LIST_TABLE, b.c.table)
+		b.w.str(unix.NFTA_SET_ELEM_LIST_SET, set)
+		if id, ok := b.ids[set]; ok {
+			b.w.u32(unix.NFTA_SET_ELEM_LIST_SET_ID, id)
+		}
+		b.open = &elemMsg{verb: v, set: set, at: at, info: len(b.msgs) - 1}
+		b.open.list = b.w.nest(unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		b.open.nested = len(b.w.b)
+		m := &b.msgs[b.open.info]
+		m.count, m.from, m.elems = 0, int32(j), true
+	}
+	m := &b.msgs[b.open.info]
+	m.count++
+	// libnftnl numbers the elements of a list from 1.
+	return b.w.nest(uint16(m.count))
+}
+
+func (b *batch) elemValue(t *setType, set string, text string) error {
 	if t.vmap() {
 		v, ok := parseVerdict(text)
 		if !ok {

@@ -1,6 +1,10 @@
 package nftnl
 
-import "sigs.k8s.io/knftables"
+import (
+	"strconv"
+
+	"sigs.k8s.io/knftables"
+)
 
 // Verb is what an Op does to its object, as the nft command of that name.
 type Verb uint8
@@ -14,14 +18,87 @@ const (
 	Delete
 )
 
-// Op is one operation of a transaction.
+// Op is one operation of a transaction: Verb on Obj or, when Obj is nil,
+// on each of Elems.
 type Op struct {
-	Verb Verb
-	Obj  knftables.Object
+	Verb  Verb
+	Obj   knftables.Object
+	Elems *Elements
+}
+
+// Elements are elements of one set or map given together: one Op where a
+// knftables.Element each would take one Op, a struct and its slices,
+// which a cold sync writes by the hundred thousand. Their keys are Keys
+// or, when Keys is nil, the numbers from First up (numgen values, as an
+// endpoint map's). They are added or deleted.
+type Elements struct {
+	// Set is the set's or map's name.
+	Set   string
+	First uint32
+	// Keys, Values (a map's) and Comments (none, or one per element, ""
+	// for none) are the elements' as nft text.
+	Keys, Values, Comments []string
+}
+
+// Len is the number of elements.
+func (e *Elements) Len() int {
+	if e.Keys != nil {
+		return len(e.Keys)
+	}
+	return len(e.Values)
+}
+
+func (e *Elements) key(i int) string {
+	if e.Keys != nil {
+		return e.Keys[i]
+	}
+	return strconv.FormatUint(uint64(e.First)+uint64(i), 10)
+}
+
+// Element is element i of e.
+func (e *Elements) Element(i int) *knftables.Element {
+	el := &knftables.Element{Key: []string{e.key(i)}}
+	if e.Values != nil {
+		el.Map, el.Value = e.Set, []string{e.Values[i]}
+	} else {
+		el.Set = e.Set
+	}
+	if e.Comments != nil && e.Comments[i] != "" {
+		el.Comment = &e.Comments[i]
+	}
+	return el
+}
+
+// Slice is elements i to j of e.
+func (e *Elements) Slice(i, j int) *Elements {
+	s := &Elements{Set: e.Set, First: e.First + uint32(i)}
+	sub := func(l []string) []string {
+		if l == nil {
+			return nil
+		}
+		return l[i:j:j]
+	}
+	s.Keys, s.Values, s.Comments = sub(e.Keys), sub(e.Values), sub(e.Comments)
+	return s
+}
+
+// Count is the number of operations o stands for: one, or one per
+// element of Elems.
+func (o Op) Count() int {
+	if o.Obj == nil && o.Elems != nil {
+		return o.Elems.Len()
+	}
+	return 1
 }
 
 // AddTo adds o to tx, the text form of the same operation.
 func (o Op) AddTo(tx *knftables.Transaction) {
+	if o.Obj == nil && o.Elems != nil {
+		for i := range o.Elems.Len() {
+			Op{Verb: o.Verb, Obj: o.Elems.Element(i)}.AddTo(tx)
+		}
+		return
+	}
 	switch o.Verb {
 	case Add:
 		tx.Add(o.Obj)

@@ -231,8 +231,9 @@ func appendValue(b []byte, ks []kind, text string) ([]byte, bool) {
 	for i, k := range ks {
 		f := text
 		if i < len(ks)-1 {
-			j := strings.Index(text, " . ")
-			if j < 0 {
+			// Fields hold no space: the first one ends this one.
+			j := strings.IndexByte(text, ' ')
+			if j < 0 || !strings.HasPrefix(text[j:], " . ") {
 				return b, false
 			}
 			f, text = text[:j], text[j+3:]
@@ -254,6 +255,11 @@ func appendValue(b []byte, ks []kind, text string) ([]byte, bool) {
 func appendField(b []byte, k kind, f string) ([]byte, bool) {
 	switch k {
 	case kIPv4, kIPv6:
+		if k == kIPv4 {
+			if a, ok := parseIPv4(f); ok {
+				return append(b, a[:]...), true
+			}
+		}
 		a, err := netip.ParseAddr(f)
 		if err != nil || a.Is4() != (k == kIPv4) || a.Zone() != "" {
 			return b, false
@@ -275,6 +281,31 @@ func appendField(b []byte, k kind, f string) ([]byte, bool) {
 		return binary.NativeEndian.AppendUint32(b, uint32(n)), err == nil
 	}
 	return b, false
+}
+
+// parseIPv4 reads a dotted-quad address as netip.ParseAddr does (no
+// leading zeros), without its generality; ok is false for anything else,
+// which ParseAddr then judges.
+func parseIPv4(s string) (a [4]byte, ok bool) {
+	i := 0
+	for k := range 4 {
+		if k > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return a, false
+			}
+			i++
+		}
+		n, start := 0, i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
+			n = n*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || n > 255 || i-start > 1 && s[start] == '0' {
+			return a, false
+		}
+		a[k] = byte(n)
+	}
+	return a, i == len(s)
 }
 
 func protoNumber(s string) (byte, bool) {
