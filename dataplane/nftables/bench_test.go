@@ -353,6 +353,57 @@ func BenchmarkKernelFullSync(b *testing.B) {
 	}
 }
 
+// BenchmarkKernelOneEndpointChange is a sync after one endpoint of one
+// service changed, into a real kernel (in a namespace,
+// PROXYKIT_BENCH_KERNEL=1 for 1k and 10k services, =all for 100k too),
+// after a few such syncs that let the kernel finish its work of the first
+// sync. Its floor is the kernel's commit, which visits every chain of the
+// table (nftnl's BenchmarkKernelCommit).
+func BenchmarkKernelOneEndpointChange(b *testing.B) {
+	sizes := benchSizes[:2]
+	switch os.Getenv("PROXYKIT_BENCH_KERNEL") {
+	case "":
+		b.Skip("set PROXYKIT_BENCH_KERNEL=1 (or all) to run kernel benchmarks")
+	case "all":
+		sizes = benchSizes
+	}
+	netns.Require(b, "nft")
+	const warmup = 20
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			c, st := benchBuilder(size.services, benchEndpoints)
+			ns := netns.New(b, "bench")
+			ctx := context.Background()
+			var d *Dataplane
+			if err := ns.Do(func() (err error) {
+				if d, err = New(Config{}); err != nil {
+					return err
+				}
+				return d.Sync(ctx, st)
+			}); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			change := func() {
+				i++
+				if err := d.Sync(ctx, changeOneEndpoint(c, i*7919%size.services, i%benchEndpoints)); err != nil {
+					b.Fatal(err)
+				}
+				if d.Stats().Full {
+					b.Fatal("a full sync")
+				}
+			}
+			for range warmup {
+				change()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				change()
+			}
+		})
+	}
+}
+
 // BenchmarkKernelChanged is one poll of the canary on a real kernel (in a
 // namespace, PROXYKIT_BENCH_KERNEL=1): "untouched" when nothing committed
 // since the last poll (one read of the ruleset generation), "moved" when
