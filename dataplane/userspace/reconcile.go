@@ -32,14 +32,41 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		r.valid = false
 		return dataplane.Drift{}, fmt.Errorf("userspace: reconcile: %w", err)
 	}
+	if len(repaired) > 0 {
+		if _, err := d.redirectSync(ctx, nil, true); err != nil {
+			return dataplane.Drift{}, fmt.Errorf("userspace: repair redirect rules: %w", err)
+		}
+	}
+	repaired = append(repaired, r.repaired...)
+	r.repaired = nil
 	if len(repaired) == 0 {
 		return dataplane.Drift{}, nil
 	}
 	slices.Sort(repaired)
-	if _, err := d.redirectSync(ctx, nil, true); err != nil {
-		return dataplane.Drift{}, fmt.Errorf("userspace: repair redirect rules: %w", err)
+	return dataplane.Drift{Repaired: slices.Compact(repaired)}, nil
+}
+
+// foreignChange reports whether the rules must be written whole rather
+// than in part: when someone else may have changed them since they were
+// last seen as written (always, with a backend that numbers no changes)
+// and a listing finds that they did, or cannot tell. A partial write would
+// leave such a change in place, and the listing after it, which drift is
+// measured against, would take it for the dataplane's own.
+func (r *redirector) foreignChange(ctx context.Context) bool {
+	if r.listed == nil {
+		return true
 	}
-	return dataplane.Drift{Repaired: repaired}, nil
+	if r.gen != nil && r.seen {
+		if g, err := r.gen(ctx); err == nil && g == r.seenGen {
+			return false
+		}
+	}
+	drift, err := r.drift(ctx)
+	if err != nil {
+		return true
+	}
+	r.repaired = append(r.repaired, drift...)
+	return len(drift) > 0
 }
 
 // drift describes how the kernel differs from the last write.
@@ -72,6 +99,9 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	r := d.redir
 	if r == nil || r.listed == nil {
 		return false, nil
+	}
+	if len(r.repaired) > 0 {
+		return true, nil
 	}
 	if r.gen != nil {
 		g, err := r.gen(ctx)
@@ -109,8 +139,10 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 }
 
 // noteGeneration records the rules' generation after a write, so that the
-// canary lists nothing for it. A change of someone else's committed while
-// the rules were written is missed until the next Reconcile.
+// canary lists nothing for it: the write started from rules seen as
+// written (foreignChange) or wrote them whole. A change of someone else's
+// committed while the rules were written is missed until the next
+// Reconcile.
 func (r *redirector) noteGeneration(ctx context.Context) {
 	r.seen = false
 	if r.gen == nil {

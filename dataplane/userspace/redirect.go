@@ -112,6 +112,10 @@ type redirector struct {
 	gen     func(context.Context) (uint32, error)
 	seenGen uint32
 	seen    bool
+	// repaired is what a write found changed by someone else and undid
+	// (by writing everything): the next Reconcile reports it, so that it
+	// is counted and seen in health as the canary's findings are.
+	repaired []string
 }
 
 type rule struct {
@@ -354,6 +358,9 @@ func host(a netip.Addr) string { return netip.PrefixFrom(a, a.BitLen()).String()
 // hooks the chains in and makes sure of the policy route.
 func (r *redirector) sync(ctx context.Context, fwds map[destKey]*forwarder, keys []destKey, rt *routes, full bool) (int, error) {
 	full = full || !r.valid
+	if !full {
+		full = r.foreignChange(ctx)
+	}
 	want := map[destKey][]rule{}
 	if full {
 		keys = slices.Collect(maps.Keys(fwds))
