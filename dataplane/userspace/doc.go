@@ -67,7 +67,11 @@
 // the nft backend of iptables it reads the nftables ruleset generation and
 // compares every chain and jump as Reconcile does only when someone else
 // moved it; with the legacy backend the chains PKU-SERVICES and
-// PKU-TPROXY are its canary; the policy route is checked every time.
+// PKU-TPROXY are its canary; the policy route is checked every time. A
+// write of a few rules first makes sure nobody else changed the chains
+// since they were last seen (the same generation, or a listing): if
+// someone did, it writes them whole, so that the listing after it never
+// takes a foreign change for the Dataplane's own.
 // Cleanup removes the chains, the jumps, the routing rule and the route,
 // and nothing else. The kernel keeps for a minute the TIME_WAIT state of
 // the connections a forwarder closed first, under the service address the
