@@ -62,6 +62,9 @@ type childArgs struct {
 	Backend  string
 	Workload workload
 	Reps     int
+	// Warmup, for a kernel run, is how many one-endpoint changes go
+	// unmeasured between the first sync and the measured ones.
+	Warmup int `json:",omitempty"`
 	// InputOut, for a kernel run, receives what the first sync restored.
 	InputOut string
 	// FloorIn, for a floor run, is the input to restore bare.
@@ -163,7 +166,7 @@ func runSystem(a childArgs) (childResult, error) {
 	}
 	r := &childRun{c: c, sys: sys, be: sys.backend()}
 	if a.Backend != discard {
-		err = r.kernel(a.InputOut, a.Reps)
+		err = r.kernel(a.InputOut, a.Warmup, a.Reps)
 	} else {
 		err = r.syncs(a.Reps)
 	}
@@ -204,9 +207,11 @@ func (r *childRun) feed() {
 
 // kernel measures the first sync alone, the objects given beforehand, to
 // set it beside the floor: a bare restore of its input, which it writes
-// to inputOut. Then reps one-endpoint changes, each written to the
-// kernel before it returns.
-func (r *childRun) kernel(inputOut string, reps int) error {
+// to inputOut. Then warmup one-endpoint changes unmeasured, and reps
+// measured, each written to the kernel before it returns: the first few
+// changes after a cold load pay for the kernel's deferred work of the
+// load's transaction and for cold caches, which later ones do not.
+func (r *childRun) kernel(inputOut string, warmup, reps int) error {
 	r.feed()
 	if err := r.add(opKernelFirst, r.sys.sync); err != nil {
 		return err
@@ -217,6 +222,11 @@ func (r *childRun) kernel(inputOut string, reps int) error {
 	}
 	if err := os.WriteFile(inputOut, input, 0o600); err != nil {
 		return err
+	}
+	for w := range warmup {
+		if err := r.changeEndpoint(reps + w); err != nil {
+			return err
+		}
 	}
 	for rep := range reps {
 		if err := r.endpointChange(opKernelEndpoint, rep); err != nil {
@@ -287,13 +297,15 @@ func changedService(c *cluster, rep int) int { return (rep*7919 + 13) % len(c.se
 // endpointChange measures, as op, the rep-th round's endpoint change and
 // the sync after it.
 func (r *childRun) endpointChange(op string, rep int) error {
-	i := changedService(r.c, rep)
-	return r.add(op, func() error {
-		for _, u := range r.c.changeEndpoint(i, rep%r.c.w.Endpoints) {
-			r.sys.updateSlice(u.old, u.new)
-		}
-		return r.sys.sync()
-	})
+	return r.add(op, func() error { return r.changeEndpoint(rep) })
+}
+
+// changeEndpoint makes the rep-th round's endpoint change and syncs.
+func (r *childRun) changeEndpoint(rep int) error {
+	for _, u := range r.c.changeEndpoint(changedService(r.c, rep), rep%r.c.w.Endpoints) {
+		r.sys.updateSlice(u.old, u.new)
+	}
+	return r.sys.sync()
 }
 
 // restoreFloor times one bare restore of the input in file, by the

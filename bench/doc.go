@@ -43,7 +43,9 @@
 // Kernel runs program the real kernel (iptables-legacy, iptables-nft or
 // nftables): the first sync, set beside a bare restore of the same input,
 // the kernel's floor, then one-endpoint changes, each computed and
-// written before it returns. kube-proxy's nftables proxier writes through
+// written before it returns, after -kernel-warmup (3) unmeasured ones: the
+// first changes after a cold load pay for the load's deferred kernel work
+// (at 100k the first two take 20 and 6 ms in the kernel, later ones 2 ms). kube-proxy's nftables proxier writes through
 // an nft process; proxykit's nftables dataplane over netlink (Config.NFT
 // nil, no nft process), and its floor is nft -f of the same ruleset as
 // the script the dataplane renders for the State (Dataplane.Render). They

@@ -29,6 +29,7 @@ func main() {
 		kernSys = flag.String("kernel-systems", "", "comma-separated systems whose kernel rows run (default all that run): kube-proxy's nftables first sync at 100k takes many minutes through nft")
 		check   = flag.Bool("check", true, "cross-check the verdicts of kube-proxy's and proxykit's iptables rules (workloads of at most 100k endpoints)")
 		profile = flag.String("profile", "", "write a CPU profile of every child process into this directory")
+		warmup  = flag.Int("kernel-warmup", 3, "one-endpoint changes made unmeasured after a kernel row's first sync, before its measured ones: the first changes after a cold load pay for the load's deferred kernel work and cold caches")
 		nftText = flag.Bool("nft-text", false, "run proxykit nftables' compute rows through its nft text path (a discarding knftables.Interface), which its default netlink path never runs, instead of encoding netlink messages")
 		child   = flag.String("child", "", "internal: run one measurement (JSON childArgs) and print its result")
 	)
@@ -69,6 +70,7 @@ func main() {
 	}
 	cfg.profileDir = *profile
 	cfg.nftText = *nftText
+	cfg.kernelWarmup = max(*warmup, 0)
 	cfg.check = *check
 	rep, err := run(context.Background(), cfg)
 	if err != nil {
@@ -122,6 +124,9 @@ type runConfig struct {
 	// profileDir, if set, receives a CPU profile per child process.
 	profileDir string
 	check      bool
+	// kernelWarmup is how many one-endpoint changes each kernel row makes
+	// unmeasured before its measured ones.
+	kernelWarmup int
 	// nftText runs proxykit nftables' compute rows on its text path.
 	nftText bool
 }
@@ -192,7 +197,7 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 						continue
 					}
 					fmt.Fprintf(os.Stderr, "\r%-14s run %d/%d: %-18s on %s", w, r+1, cfg.runs, spec.key, k)
-					if err := runKernel(ctx, self, tmp, spec.key, k, w, reps, rep); err != nil {
+					if err := runKernel(ctx, self, tmp, spec.key, k, w, reps, cfg.kernelWarmup, rep); err != nil {
 						return nil, fmt.Errorf("%s, %s on %s: %w", w, spec.key, k, err)
 					}
 				}
@@ -204,15 +209,16 @@ func run(ctx context.Context, cfg runConfig) (*report, error) {
 }
 
 // runKernel measures one first sync into a fresh namespace's kernel and
-// reps one-endpoint changes after it, then one bare restore of the first
-// sync's input into another fresh namespace.
-func runKernel(ctx context.Context, self, tmp, key, be string, w workload, reps int, rep *report) error {
+// reps one-endpoint changes after it (warmup more unmeasured before
+// them), then one bare restore of the first sync's input into another
+// fresh namespace.
+func runKernel(ctx context.Context, self, tmp, key, be string, w workload, reps, warmup int, rep *report) error {
 	env, err := kernelEnv(tmp, be)
 	if err != nil {
 		return err
 	}
 	input := filepath.Join(tmp, "input")
-	a := childArgs{System: key, Backend: be, Workload: w, Reps: reps, InputOut: input}
+	a := childArgs{System: key, Backend: be, Workload: w, Reps: reps, Warmup: warmup, InputOut: input}
 	res, err := runChildProcess(ctx, self, a, env)
 	if err != nil {
 		return err

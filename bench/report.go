@@ -258,8 +258,8 @@ func restoreName(be string) string {
 // upstream and proxykit figures side by side, and their ratio.
 func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.machine)
-	fmt.Fprintf(w, "Medians of %d child processes per system and workload (first syncs, peak RSS, kernel runs) and %d repetitions in each (other operations; fewer at the largest workloads, as their n says); (min–max, number of samples). Ratios are kube-proxy's figure over proxykit's, from the same run.\n\n",
-		r.cfg.runs, r.cfg.reps)
+	fmt.Fprintf(w, "Medians of %d child processes per system and workload (first syncs, peak RSS, kernel runs) and %d repetitions in each (other operations; fewer at the largest workloads, as their n says); (min–max, number of samples). Kernel rows' one-endpoint changes follow %d unmeasured ones. Ratios are kube-proxy's figure over proxykit's, from the same run.\n\n",
+		r.cfg.runs, r.cfg.reps, r.cfg.kernelWarmup)
 	pairs := r.pairs()
 	for _, wl := range r.cfg.workloads {
 		fmt.Fprintf(w, "### %s\n\n", wl.title())
