@@ -101,6 +101,14 @@ type Config struct {
 	// (kube-proxy's default is 127.0.0.1:10249). It needs a Registerer
 	// that is also a prometheus.Gatherer, such as *prometheus.Registry.
 	MetricsBindAddress string
+	// BindRetryPeriod, if positive, is how often Run tries again to listen
+	// on HealthzBindAddress or MetricsBindAddress when it could not at
+	// start (a port another process still holds, as while kube-proxy is
+	// being replaced), logging each failure; it then serves as soon as it
+	// can. kube-proxy retries every 5s unless --bind-address-hard-fail.
+	// Zero makes such a failure an error that Run returns before it
+	// starts anything.
+	BindRetryPeriod time.Duration
 
 	// DisableHealthCheckNodePorts stops the proxy from serving the
 	// health-check node ports of externalTrafficPolicy: Local services.

@@ -148,8 +148,9 @@ func New(cfg Config) (*Proxy, error) {
 // /metrics when their bind addresses are set and the health-check node
 // ports unless disabled. It returns nil when ctx ends, or the error that
 // stopped it: a bind address that cannot be listened on (checked before
-// anything starts) or a failed source. A failed sync does not stop Run: it
-// is retried with backoff, and the previous rules stay in force.
+// anything starts; retried instead with a Config.BindRetryPeriod) or a
+// failed source. A failed sync does not stop Run: it is retried with
+// backoff, and the previous rules stay in force.
 func (p *Proxy) Run(ctx context.Context) error {
 	if p.started.Swap(true) {
 		return ErrStarted
@@ -175,8 +176,8 @@ func (p *Proxy) Run(ctx context.Context) error {
 	}()
 	for _, s := range servers {
 		wg.Go(func() {
-			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errs <- fmt.Errorf("serving %s: %w", s.name, err)
+			if err := p.serve(ctx, s); err != nil {
+				errs <- err
 			}
 		})
 	}
@@ -285,27 +286,42 @@ func (p *Proxy) Cleanup(ctx context.Context) error {
 }
 
 type namedServer struct {
-	name string
-	ln   net.Listener
-	srv  *http.Server
+	name, addr string
+	// ln is nil when addr could not be listened on at start and is
+	// retried (Config.BindRetryPeriod).
+	ln  net.Listener
+	srv *http.Server
 }
 
-// listen binds the configured HTTP endpoints. Unlike kube-proxy, which
-// retries every 5s unless --bind-address-hard-fail, a bind failure is an
-// error: an embedder decides whether to retry.
+// listen binds the configured HTTP endpoints. A bind failure is an error,
+// unless Config.BindRetryPeriod asks for retries (as kube-proxy without
+// --bind-address-hard-fail): serve then retries.
 func (p *Proxy) listen() ([]namedServer, error) {
 	var out []namedServer
 	add := func(name, addr string, h http.Handler) error {
+		s := namedServer{name: name, addr: addr, srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			// Scrapers and load balancers that keep connections open
+			// and go away must not hold them for ever.
+			IdleTimeout: 2 * time.Minute,
+		}}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listening for %s on %s: %w", name, addr, err)
+			if p.cfg.BindRetryPeriod <= 0 {
+				return fmt.Errorf("listening for %s on %s: %w", name, addr, err)
+			}
+			p.log.Error(err, "Cannot listen yet, retrying", "server", name, "address", addr, "every", p.cfg.BindRetryPeriod)
 		}
-		out = append(out, namedServer{name: name, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}})
+		s.ln = ln
+		out = append(out, s)
 		return nil
 	}
 	closeAll := func() {
 		for _, s := range out {
-			_ = s.ln.Close()
+			if s.ln != nil {
+				_ = s.ln.Close()
+			}
 		}
 	}
 	if a := p.cfg.HealthzBindAddress; a != "" {
@@ -325,6 +341,32 @@ func (p *Proxy) listen() ([]namedServer, error) {
 		}
 	}
 	return out, nil
+}
+
+// serve serves s until its server is closed, first listening every
+// Config.BindRetryPeriod until it can when it could not at start, or
+// until ctx ends.
+func (p *Proxy) serve(ctx context.Context, s namedServer) error {
+	for s.ln == nil {
+		t := p.cfg.Clock.NewTimer(p.cfg.BindRetryPeriod)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
+		}
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			p.log.Error(err, "Cannot listen yet, retrying", "server", s.name, "address", s.addr, "every", p.cfg.BindRetryPeriod)
+			continue
+		}
+		p.log.Info("Listening", "server", s.name, "address", s.addr)
+		s.ln = ln
+	}
+	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving %s: %w", s.name, err)
+	}
+	return nil
 }
 
 // startSources runs every source in its own goroutine (tracked by wg); the

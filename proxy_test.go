@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -436,6 +437,36 @@ func TestProxyBindFailure(t *testing.T) {
 	})
 	if err := h.p.Run(context.Background()); err == nil {
 		t.Error("Run with an unusable bind address succeeded")
+	}
+}
+
+// TestProxyBindRetry: with a BindRetryPeriod, a healthz port another
+// process holds at start does not stop Run, and is served once it is free.
+func TestProxyBindRetry(t *testing.T) {
+	busy, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := busy.Addr().String()
+	h := newProxyHarness(t, Config{
+		Dataplanes:         []DataplaneConfig{{Dataplane: dataplanetest.NewRecorder("rec")}},
+		HealthzBindAddress: addr,
+		BindRetryPeriod:    time.Second,
+	}).start()
+	h.settle()
+	if err := busy.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if i == 200 {
+			t.Fatalf("%s not served after %d retry periods", addr, i)
+		}
+		h.clock.Step(time.Second)
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -435,7 +435,7 @@ func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *in
 		defer stop()
 	}
 	if addr := o.cfg.MetricsBindAddress; addr != "" && (!o.dryRun || o.set["metrics-bind-address"]) {
-		stop, err := serve(addr, o.metricsHandler(p, o.gatherer(reg, planes), planes), log)
+		stop, err := serve(addr, o.metricsHandler(p, o.gatherer(reg, planes), planes), o.cfg.BindAddressHardFail, log)
 		if err != nil {
 			return err
 		}
@@ -473,6 +473,9 @@ func (o *options) proxyConfig() proxykit.Config {
 	// unprivileged, next to a real kube-proxy.
 	if !o.dryRun || o.set["healthz-bind-address"] {
 		cfg.HealthzBindAddress = o.cfg.HealthzBindAddress
+	}
+	if !o.cfg.BindAddressHardFail {
+		cfg.BindRetryPeriod = bindRetryPeriod
 	}
 	// Nothing was programmed by a dry run, so nothing is stale, and
 	// health-check node ports would bind ports of the machine.

@@ -123,6 +123,7 @@ func kubeadmDefault() effective {
 			MinSyncPeriod:      time.Second,
 			SyncPeriod:         30 * time.Second,
 			HealthzBindAddress: "0.0.0.0:10256",
+			BindRetryPeriod:    5 * time.Second,
 		},
 		MasqueradeBit: 14,
 		Metrics:       "127.0.0.1:10249",

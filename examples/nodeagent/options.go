@@ -186,7 +186,7 @@ func newFlagSet(o *options, from *string, out io.Writer) *pflag.FlagSet {
 	_ = fs.MarkDeprecated("healthz-port", "use --healthz-bind-address instead")
 	fs.Int32Var(&o.metricsPort, "metrics-port", kpconfig.MetricsPort, "the port of --metrics-bind-address; 0 disables")
 	_ = fs.MarkDeprecated("metrics-port", "use --metrics-bind-address instead")
-	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", false, "kube-proxy's choice to exit when a server cannot bind; the agent always does (ignored with --config)")
+	fs.BoolVar(&c.BindAddressHardFail, "bind-address-hard-fail", false, "exit when the healthz or metrics server cannot bind, instead of retrying every 5s (ignored with --config)")
 	fs.BoolVar(&c.EnableProfiling, "profiling", false, "serve /debug/pprof on the metrics server (ignored with --config)")
 	fs.StringVar(&c.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", "", "accepted and ignored: the agent hides no metrics (ignored with --config)")
 	fs.Int32Var(c.OOMScoreAdj, "oom-score-adj", *c.OOMScoreAdj, "the OOM score adjustment of the agent's process, -1000 to 1000 (ignored with --config)")

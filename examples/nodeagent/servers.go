@@ -78,22 +78,43 @@ func (o *options) metricsHandler(p *proxykit.Proxy, g prometheus.Gatherer, plane
 	return mux
 }
 
-// serve listens on addr now, so that a port in use is an error at start
-// (as with --bind-address-hard-fail), and serves h until stop.
-func serve(addr string, h http.Handler, log logr.Logger) (stop func(), err error) {
+// bindRetryPeriod is how often a server whose port is taken tries again
+// without --bind-address-hard-fail: kube-proxy's period.
+const bindRetryPeriod = 5 * time.Second
+
+// serve serves h on addr until stop. A port that cannot be listened on
+// is an error now with hardFail (--bind-address-hard-fail); without it, as
+// kube-proxy does, the failure is logged and the listen retried every
+// bindRetryPeriod until it succeeds or stop.
+func serve(addr string, h http.Handler, hardFail bool, log logr.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listening for metrics on %s: %w", addr, err)
+		if hardFail {
+			return nil, fmt.Errorf("listening for metrics on %s: %w", addr, err)
+		}
+		log.Error(err, "Cannot listen for metrics yet, retrying", "address", addr, "every", bindRetryPeriod)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		for ln == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(bindRetryPeriod):
+			}
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				log.Error(err, "Cannot listen for metrics yet, retrying", "address", addr, "every", bindRetryPeriod)
+			}
+		}
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error(err, "Serving metrics failed", "address", addr)
 		}
 	}()
 	return func() {
+		cancel()
 		_ = srv.Close()
 		<-done
 	}, nil

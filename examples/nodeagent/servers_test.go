@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
@@ -248,5 +249,25 @@ kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.004"} 
 	// What the view serves is valid beside the registry it reads.
 	if _, err := (prometheus.Gatherers{reg, &kubeProxyView{from: reg, ns: "proxykit"}}).Gather(); err != nil {
 		t.Errorf("gathered together: %v", err)
+	}
+}
+
+// TestServeTakenPort: a port another process holds is an error at once
+// with --bind-address-hard-fail, and otherwise no error (the server is
+// retried) that stop ends at once.
+func TestServeTakenPort(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, hardFail := range []bool{true, false} {
+		stop, err := serve(busy.Addr().String(), http.NotFoundHandler(), hardFail, logr.Discard())
+		if hardFail != (err != nil) {
+			t.Errorf("hardFail %v: serve = %v", hardFail, err)
+		}
+		if stop != nil {
+			stop()
+		}
 	}
 }

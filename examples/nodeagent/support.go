@@ -27,7 +27,7 @@ type support struct {
 // and that README.md shows this table.
 var kubeProxyFlags = []support{
 	{"bind-address", differs, "only picks the family of the servers' default addresses; the node's IPs come from its Node object (warned when set to a specific IP)"},
-	{"bind-address-hard-fail", differs, "the agent always exits when a server cannot bind"},
+	{"bind-address-hard-fail", supported, ""},
 	{"cleanup", supported, "removes what every mode of the agent created, whichever --proxy-mode is given, as kube-proxy's removes every mode's: chains `PK-`, `PKU-` and `PKV-`, tables ip and ip6 proxykit, mode ipvs's virtual servers, addresses, link and ipsets, mode userspace's policy route; not kube-proxy's"},
 	{"cluster-cidr", supported, ""},
 	{"config", supported, "see the fields below"},
@@ -88,7 +88,7 @@ var kubeProxyFlags = []support{
 // path in the file. A test checks the list against the Go type.
 var configFields = []support{
 	{"bindAddress", differs, "as --bind-address"},
-	{"bindAddressHardFail", differs, "as --bind-address-hard-fail"},
+	{"bindAddressHardFail", supported, ""},
 	{"clientConnection.acceptContentTypes", supported, ""},
 	{"clientConnection.burst", supported, ""},
 	{"clientConnection.contentType", supported, ""},
