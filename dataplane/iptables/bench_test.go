@@ -468,9 +468,9 @@ func modelDataplane(b testing.TB, st *dataplane.State) *Dataplane {
 // BenchmarkKernelChanged is one poll of the canary on a real kernel (in a
 // namespace): "untouched" when nobody changed any rule since the last
 // poll (with the nft backend one read of the ruleset generation; with
-// PROXYKIT_IPTABLES_VARIANT=legacy a listing of the two canary chains),
+// PROXYKIT_IPTABLES_VARIANT=legacy one getsockopt per loaded table),
 // "moved" when someone else committed an unrelated change before each
-// poll (the nft backend then lists and compares the tables).
+// poll (the canary then lists and compares the tables).
 func BenchmarkKernelChanged(b *testing.B) {
 	for _, size := range benchSizes {
 		for _, moved := range []bool{false, true} {

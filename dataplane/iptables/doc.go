@@ -93,15 +93,20 @@
 // --set-xmark, the kernel's rounding of probabilities, default options).
 // Only what differs is written: the changed or missing chains, deletion of
 // unknown chains of the prefix, the missing jumps; an untouched kernel
-// costs two listings and no restore. KernelChanged, with the nft backend,
-// reads the nftables ruleset generation (one netlink round trip, package
+// costs two listings and no restore. KernelChanged reads a number every
+// change moves (xtables.GenerationOf): with the nft backend the nftables
+// ruleset generation (one netlink round trip, package
 // dataplane/internal/nfgen), which every iptables-nft commit in the
-// namespace moves, and only when someone else moved it since the kernel
-// was last seen as programmed compares the tables as Reconcile does: a
-// flush, a deleted or changed rule, a foreign rule in an owned chain or a
-// missing jump is noticed at the next poll. With the legacy backend it
-// lists the two canary chains: a missing chain or rule means a flush or a
-// firewall reload, and lesser changes wait for the periodic Reconcile.
+// namespace moves; with the legacy backend a fingerprint of the kernel's
+// summary of each loaded table (its rule count, size and hook offsets,
+// one getsockopt per table), which a rule added, deleted or flushed
+// moves. Only when someone else moved it since the kernel was last seen
+// as programmed does it compare the tables as Reconcile does: a flush, a
+// deleted or changed rule, a foreign rule in an owned chain or a missing
+// jump is noticed at the next poll (with legacy, a rule replaced by one
+// of the same size waits for the periodic Reconcile). With a Runner that
+// has neither, it lists the two canary chains: a missing chain or rule
+// means a flush or a firewall reload.
 // The proxykit package calls Reconcile every sync period and whenever
 // KernelChanged says so; there is no periodic blind rewrite.
 //

@@ -7,24 +7,25 @@ import (
 	"github.com/proxykit/proxykit/dataplane/xtables"
 )
 
-// generations follows the nftables ruleset generation for the canary, when
-// the iptables backend is nft: the generation at which the kernel was last
-// seen holding what the dataplane programmed. Its zero value, and any
-// generation for the legacy backend, is disabled.
+// generations follows the rules' generation for the canary (the nftables
+// ruleset generation with the nft backend, a fingerprint of the tables'
+// summaries with legacy): the generation at which the kernel was last
+// seen holding what the dataplane programmed. Its zero value, and a
+// Runner without a generation, is disabled.
 type generations struct {
-	// readGen reads the generation; nil when the backend is not nft.
+	// readGen reads the generation; nil when the Runner has none.
 	readGen func(context.Context) (uint32, error)
 	seen    bool
 	gen     uint32
 }
 
 // newGenerations enables the generation when r has one
-// (xtables.GenerationOf): with the nft backend.
+// (xtables.GenerationOf).
 func newGenerations(r xtables.Runner) generations {
 	return generations{readGen: xtables.GenerationOf(r)}
 }
 
-var errNoGenerations = errors.New("the legacy backend has no ruleset generation")
+var errNoGenerations = errors.New("the iptables runner has no generation")
 
 func (g *generations) enabled() bool { return g.readGen != nil }
 

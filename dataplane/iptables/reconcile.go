@@ -256,18 +256,20 @@ func writeRepair(b *writer, table string, want *wanted, fix, stale []string, jum
 
 // KernelChanged implements dataplane.KernelWatcher. With the nft backend
 // of iptables, every change to any rule commits an nftables transaction,
-// which moves the namespace's ruleset generation: the canary reads the
-// generation (one netlink round trip) and, only when it moved since the
-// kernel was last seen as programmed (by someone else: the dataplane's
-// own restores are noted), lists the tables and compares every chain the
-// dataplane owns, as Reconcile does, without repairing. A deleted rule, a
-// flushed chain or a foreign rule in any of its chains is seen at the
-// next poll. With the legacy backend, whose tables have no such number
-// and whose every listing reads the whole table, it lists the canary
-// chain of the nat and filter tables, which the last full sync or repair
-// created with one rule: a missing chain or rule means someone flushed or
-// replaced the table (a firewall reload, "iptables -F", a restore without
-// --noflush); lesser changes wait for the periodic Reconcile.
+// which moves the namespace's ruleset generation; with the legacy
+// backend, every rule added, deleted or flushed moves the kernel's
+// summary of its table (xtables.GenerationOf). The canary reads that
+// (one netlink round trip, or one getsockopt per table) and, only when it
+// moved since the kernel was last seen as programmed (by someone else:
+// the dataplane's own restores are noted), lists the tables and compares
+// every chain the dataplane owns, as Reconcile does, without repairing. A
+// deleted rule, a flushed chain or a foreign rule in any of its chains is
+// seen at the next poll. With a Runner that has no generation, it lists
+// the canary chain of the nat and filter tables, which the last full sync
+// or repair created with one rule: a missing chain or rule means someone
+// flushed or replaced the table (a firewall reload, "iptables -F", a
+// restore without --noflush); lesser changes wait for the periodic
+// Reconcile.
 func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

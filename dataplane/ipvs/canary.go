@@ -37,11 +37,11 @@ type canary struct {
 //     real server deleted, added or changed, "ipvsadm -C");
 //   - the sets: one listing of each of the dataplane's ipsets, compared
 //     with the members it programmed;
-//   - the iptables rules: with a backend that numbers its changes (nft),
-//     only when the number moved since they were last seen as
+//   - the iptables rules: only when their generation
+//     (xtables.GenerationOf) moved since they were last seen as
 //     programmed, a fingerprint of the owned chains and of the jumps
-//     into them, read over netlink (xtables.SumOf: no iptables-save);
-//     with the legacy backend, not here but by the periodic Reconcile.
+//     into them (xtables.SumOf: over netlink with the nft backend, no
+//     iptables-save; from a listing with legacy).
 //
 // A change another program made while the dataplane was writing is taken
 // into the fingerprints and found by the next Reconcile instead; one made

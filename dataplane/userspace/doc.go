@@ -63,11 +63,13 @@
 //
 // The Dataplane is then a dataplane.Reconciler (it lists its chains,
 // compares them with their listing right after its last write and looks
-// for the jumps and the policy route) and a dataplane.KernelWatcher: with
-// the nft backend of iptables it reads the nftables ruleset generation and
-// compares every chain and jump as Reconcile does only when someone else
-// moved it; with the legacy backend the chains PKU-SERVICES and
-// PKU-TPROXY are its canary; the policy route is checked every time. A
+// for the jumps and the policy route) and a dataplane.KernelWatcher: it
+// reads the rules' generation (xtables.GenerationOf: the nftables ruleset
+// generation with the nft backend of iptables, a fingerprint of the
+// tables' summaries with legacy) and compares every chain and jump as
+// Reconcile does only when someone else moved it; with a Runner that has
+// none, the chains PKU-SERVICES and PKU-TPROXY are its canary; the policy
+// route is checked every time. A
 // write of a few rules first makes sure nobody else changed the chains
 // since they were last seen (the same generation, or a listing): if
 // someone did, it writes them whole, so that the listing after it never

@@ -85,14 +85,13 @@ func (r *redirector) drift(ctx context.Context) ([]string, error) {
 	return append(append(out, jumps...), missing...), nil
 }
 
-// KernelChanged implements dataplane.KernelWatcher. In redirect mode,
-// with an iptables backend that numbers its changes (nft), it reads the
-// number and, only when it moved since the rules were last seen as
-// written, lists every chain and jump as Reconcile does: a flush, a
-// deleted redirect rule or a foreign rule in any chain is seen at the next
-// poll. With the legacy backend the chains the node's own traffic and the
-// traffic entering it meet first are listed. The policy route is checked
-// every time.
+// KernelChanged implements dataplane.KernelWatcher. In redirect mode it
+// reads the rules' generation (xtables.GenerationOf) and, only when it
+// moved since the rules were last seen as written, lists every chain and
+// jump as Reconcile does: a flush, a deleted redirect rule or a foreign
+// rule in any chain is seen at the next poll. With a Runner that has no
+// generation the chains the node's own traffic and the traffic entering
+// it meet first are listed. The policy route is checked every time.
 func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

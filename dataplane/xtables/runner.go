@@ -284,14 +284,19 @@ func (r *ExecRunner) ListChain(ctx context.Context, table, chain string) ([]stri
 // GenerationOf returns how to read a number that every change to r's
 // rules moves, or nil when r has none: the nftables ruleset generation
 // for the nft backend (every iptables-nft commit moves it, as does any
-// other nftables transaction in the namespace), the fake's own count for
-// a Runner that keeps one (FakeRunner), nothing for the legacy backend.
-// A canary reads it and lists rules only when it moved.
+// other nftables transaction in the namespace), a fingerprint of the
+// kernel's summary of every loaded table for the legacy backend (a rule
+// added, deleted or flushed moves it; a rule replaced by one of the same
+// size does not), the fake's own count for a Runner that keeps one
+// (FakeRunner). A canary reads it and lists rules only when it moved.
 func GenerationOf(r Runner) func(context.Context) (uint32, error) {
 	if n, ok := r.(interface {
 		Generation(context.Context) (uint32, error)
 	}); ok {
 		return n.Generation
+	}
+	if e, ok := r.(*ExecRunner); ok && e.backend == "legacy" {
+		return legacyGeneration(e.cfg.Family)
 	}
 	if b, ok := r.(interface{ Backend() string }); ok && b.Backend() == "nft" {
 		return nfgen.Read

@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/proxykit/proxykit/internal/netns"
+	v1 "k8s.io/api/core/v1"
 )
 
 // TestKernelSumOf: the fingerprint over netlink (nft backend) and the one
@@ -99,5 +101,76 @@ func TestKernelSumOf(t *testing.T) {
 		if d := cmp.Diff(want, moved); d != "" {
 			t.Errorf("%s: fingerprint moved (-want +got):\n%s", step.name, d)
 		}
+	}
+}
+
+// TestKernelLegacyGeneration: the legacy backend's fingerprint moves with
+// a chain created, a rule added, inserted, deleted or flushed, and not with
+// counters zeroed; a rule replaced by one of the same size is the one
+// change it misses (the periodic Reconcile finds that).
+func TestKernelLegacyGeneration(t *testing.T) {
+	netns.Require(t, "iptables-legacy", "ip6tables-legacy")
+	ns := netns.New(t, "xtlegacy")
+	ctx := context.Background()
+	gens := map[string]func(context.Context) (uint32, error){}
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		if err := ns.Do(func() error {
+			r, err := NewExecRunner(ExecConfig{Variant: "legacy", Family: family})
+			if err != nil {
+				return err
+			}
+			if r.Backend() != "legacy" {
+				t.Skipf("iptables-legacy reports backend %q", r.Backend())
+			}
+			gens[string(family)] = GenerationOf(r)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() map[string]uint32 {
+		t.Helper()
+		out := map[string]uint32{}
+		if err := ns.Do(func() error {
+			for name, gen := range gens {
+				g, err := gen(ctx)
+				if err != nil {
+					return err
+				}
+				out[name] = g
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	last := read()
+	for _, step := range []struct {
+		name  string
+		cmd   []string
+		moves map[string]bool
+	}{
+		{"nat table loaded, chain created", []string{"iptables-legacy", "-t", "nat", "-N", "DEMO"}, map[string]bool{"IPv4": true}},
+		{"rule added", []string{"iptables-legacy", "-t", "nat", "-A", "DEMO", "-d", "10.96.0.10/32", "-j", "RETURN"}, map[string]bool{"IPv4": true}},
+		{"counters zeroed", []string{"iptables-legacy", "-t", "nat", "-Z"}, nil},
+		{"foreign rule atop", []string{"iptables-legacy", "-t", "nat", "-I", "DEMO", "1", "-j", "RETURN"}, map[string]bool{"IPv4": true}},
+		{"rule deleted", []string{"iptables-legacy", "-t", "nat", "-D", "DEMO", "1"}, map[string]bool{"IPv4": true}},
+		{"rule replaced by one of the same size", []string{"iptables-legacy", "-t", "nat", "-R", "DEMO", "1", "-d", "10.96.0.11/32", "-j", "RETURN"}, nil},
+		{"chain flushed", []string{"iptables-legacy", "-t", "nat", "-F", "DEMO"}, map[string]bool{"IPv4": true}},
+		{"IPv6 chain created", []string{"ip6tables-legacy", "-t", "filter", "-N", "DEMO"}, map[string]bool{"IPv6": true}},
+	} {
+		ns.MustRun(step.cmd[0], step.cmd[1:]...)
+		got := read()
+		moved := map[string]bool{}
+		for name := range gens {
+			if got[name] != last[name] {
+				moved[name] = true
+			}
+		}
+		if d := cmp.Diff(step.moves, moved, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("%s: fingerprint moved (-want +got):\n%s", step.name, d)
+		}
+		last = got
 	}
 }
