@@ -254,12 +254,21 @@ func restoreName(be string) string {
 	}
 }
 
+// warmupNote says how many unmeasured changes the kernel rows' measured
+// ones follow, when there are kernel rows.
+func (r *report) warmupNote() string {
+	if len(r.cfg.kernels) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Kernel rows' one-endpoint changes follow %d unmeasured ones. ", r.cfg.kernelWarmup)
+}
+
 // write prints the machine and one table per workload: each pair's
 // upstream and proxykit figures side by side, and their ratio.
 func (r *report) write(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.machine)
-	fmt.Fprintf(w, "Medians of %d child processes per system and workload (first syncs, peak RSS, kernel runs) and %d repetitions in each (other operations; fewer at the largest workloads, as their n says); (min–max, number of samples). Kernel rows' one-endpoint changes follow %d unmeasured ones. Ratios are kube-proxy's figure over proxykit's, from the same run.\n\n",
-		r.cfg.runs, r.cfg.reps, r.cfg.kernelWarmup)
+	fmt.Fprintf(w, "Medians of %d child processes per system and workload (first syncs, peak RSS, kernel runs) and %d repetitions in each (other operations; fewer at the largest workloads, as their n says); (min–max, number of samples). %sRatios are kube-proxy's figure over proxykit's, from the same run.\n\n",
+		r.cfg.runs, r.cfg.reps, r.warmupNote())
 	pairs := r.pairs()
 	for _, wl := range r.cfg.workloads {
 		fmt.Fprintf(w, "### %s\n\n", wl.title())

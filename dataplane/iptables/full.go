@@ -365,7 +365,7 @@ func (d *Dataplane) staleChains(nat *listing, prog *programmed) []string {
 func writeJumps(b interface{ line(...string) }, table string, jumps []xtables.Jump) {
 	for _, j := range jumps {
 		if j.Table == table {
-			b.line("-I ", j.Chain, " 1 ", joinRule(j.Rule))
+			b.line("-I ", j.Chain, " 1 ", xtables.JoinRule(j.Rule))
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"slices"
-	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/xtables"
@@ -53,22 +52,6 @@ func (w *writer) line(parts ...string) {
 		w.WriteString(p)
 	}
 	w.WriteByte('\n')
-}
-
-// joinRule renders argv as restore syntax, quoting words with spaces.
-func joinRule(args []string) string {
-	var b strings.Builder
-	for i, a := range args {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		if strings.ContainsAny(a, " \t") || a == "" {
-			b.WriteString(`"` + a + `"`)
-		} else {
-			b.WriteString(a)
-		}
-	}
-	return b.String()
 }
 
 // jumps are the rules in built-in chains that hook the dataplane in, in

@@ -118,10 +118,14 @@ func (d *Dataplane) noteCanary(ctx context.Context, keep moved) {
 // matches.
 type moved struct{ table, gen bool }
 
-// canaryMoved compares the IPVS table's fingerprint and the rules'
-// generation with the canary's, before a sync that repairs neither
-// writes (one read of /proc/net/ip_vs and one netlink round trip): what
-// moved is someone else's doing, and stays for the canary to report.
+// canaryMoved compares the IPVS table's fingerprint and the rules' with
+// the canary's, before a sync that repairs neither writes (one read of
+// /proc/net/ip_vs and one netlink round trip, plus the rules' fingerprint
+// when their generation moved): what moved is someone else's doing, and
+// stays for the canary to report. The generation alone would not do:
+// any nftables commit in the namespace moves it (the other family's
+// dataplane, a container runtime's), and keeping the old fingerprint for
+// that would report the sync's own rewrite of its chains as a change.
 func (d *Dataplane) canaryMoved(ctx context.Context) moved {
 	var m moved
 	if d.canary.table != 0 {
@@ -129,8 +133,10 @@ func (d *Dataplane) canaryMoved(ctx context.Context) moved {
 		m.table = err == nil && ok && sum != d.canary.table
 	}
 	if d.gen != nil && d.canary.seen {
-		g, err := d.gen(ctx)
-		m.gen = err == nil && g != d.canary.gen
+		if g, err := d.gen(ctx); err == nil && g != d.canary.gen {
+			sum, err := d.rulesSum(ctx, d.owned())
+			m.gen = err != nil || sum != d.canary.rules
+		}
 	}
 	return m
 }

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 )
 
 // procTable is /proc/net/ip_vs as the kernel lists n IPv4 virtual servers
@@ -128,5 +130,37 @@ func TestCanarySurvivesPartialSync(t *testing.T) {
 				t.Errorf("KernelChanged after Reconcile = %v, %v; want false", changed, err)
 			}
 		})
+	}
+}
+
+// TestCanaryQuietAfterUnrelatedCommit: a partial sync that rewrites the
+// dataplane's own chains after someone else committed something unrelated
+// (which moves the namespace's generation) leaves the canary quiet: only
+// a change to what the dataplane owns is reported.
+func TestCanaryQuietAfterUnrelatedCommit(t *testing.T) {
+	ctx := context.Background()
+	d, f := newFakeDataplane(t, Config{Family: v1.IPv4Protocol})
+	c, st := newCluster(4, 2, v1.ProtocolTCP)
+	if err := d.Sync(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.runner.Restore(ctx, xtables.RestoreBytes("*filter\n:UNRELATED - [0:0]\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	c.b.UpdateService(nil, dataplanetest.MakeService("ns9", "local", func(s *v1.Service) {
+		s.Spec.ClusterIP = "172.30.9.9"
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort("p80", v1.ProtocolTCP, 80, 31999, 8080)}
+	}))
+	c.b.UpdateEndpointSlice(nil, dataplanetest.MakeSlice("ns9", "local", 0, func(sl *discovery.EndpointSlice) {
+		sl.Ports = []discovery.EndpointPort{dataplanetest.SlicePort("p80", v1.ProtocolTCP, 8080)}
+		sl.Endpoints = append(sl.Endpoints, dataplanetest.ReadyEndpoint("10.9.9.9", dataplanetest.NodeName))
+	}))
+	if err := d.Sync(ctx, c.b.Build().States[0]); err != nil {
+		t.Fatal(err)
+	}
+	if ch, err := d.KernelChanged(ctx); err != nil || ch {
+		t.Errorf("KernelChanged after partial sync = %v, %v; want false", ch, err)
 	}
 }

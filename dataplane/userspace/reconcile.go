@@ -63,6 +63,7 @@ func (r *redirector) foreignChange(ctx context.Context) bool {
 	}
 	drift, err := r.drift(ctx)
 	if err != nil {
+		r.log.Error(err, "Cannot tell whether someone else changed the redirect rules; writing them whole")
 		return true
 	}
 	r.repaired = append(r.repaired, drift...)
@@ -96,10 +97,14 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r := d.redir
-	if r == nil || r.listed == nil {
+	// After a failed write the next one writes everything whatever the
+	// kernel holds, and Reconcile waits for it.
+	if r == nil || r.listed == nil || !r.valid {
 		return false, nil
 	}
 	if len(r.repaired) > 0 {
+		// What a write found and undid, for the Reconcile this
+		// answer calls for to report.
 		return true, nil
 	}
 	if r.gen != nil {

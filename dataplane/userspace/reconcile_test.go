@@ -1,6 +1,7 @@
 package userspace
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,4 +80,44 @@ func saveAll(t *testing.T, fake *xtables.FakeRunner) map[string]string {
 		out[table] = sortRuleLines(redirectPort.ReplaceAllString(string(save), "${1}P"))
 	}
 	return out
+}
+
+// TestForeignChangeFoundByAFailedWrite: a write that found someone else's
+// change and then failed does not make the canary report it at every poll
+// (each calling for a Reconcile that cannot run before a good write); the
+// next good write repairs it, and one Reconcile reports it then.
+func TestForeignChangeFoundByAFailedWrite(t *testing.T) {
+	requireTransparent(t)
+	fake := xtables.NewFakeRunner()
+	c := newCluster()
+	c.service("web", "10.96.0.10", nil, "http/TCP/80")
+	c.endpoints("web", []string{"10.0.0.1"}, "http/TCP/8080")
+	c.service("dns", "10.96.0.11", nil, "dns/UDP/53")
+	c.endpoints("dns", []string{"10.0.0.1"}, "dns/UDP/53")
+	d := newDataplane(t, newBackends(t), Config{Redirect: &RedirectConfig{Runner: fake, Routing: &FakePolicyRouting{}}})
+	mustSync(t, d, c.build())
+	if err := fake.Restore(t.Context(), xtables.RestoreBytes("*nat\n-I PKU-SERVICES 1 -j RETURN\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	fake.Fail = func([]byte) error { return errors.New("injected") }
+	c.endpoints("dns", nil, "dns/UDP/53")
+	if err := d.Sync(t.Context(), c.build()); err == nil {
+		t.Fatal("Sync with a failing restore succeeded")
+	}
+	for range 3 {
+		if changed, err := d.KernelChanged(t.Context()); err != nil || changed {
+			t.Errorf("after a failed write, KernelChanged = %v, %v; want false until a good one", changed, err)
+		}
+	}
+	fake.Fail = nil
+	mustSync(t, d, c.build())
+	if changed, err := d.KernelChanged(t.Context()); err != nil || !changed {
+		t.Errorf("after the good write, KernelChanged = %v, %v; want true", changed, err)
+	}
+	if drift, err := d.Reconcile(t.Context()); err != nil || len(drift.Repaired) == 0 {
+		t.Errorf("Reconcile = %+v, %v; want what the write repaired", drift, err)
+	}
+	if changed, err := d.KernelChanged(t.Context()); err != nil || changed {
+		t.Errorf("after Reconcile, KernelChanged = %v, %v; want false", changed, err)
+	}
 }

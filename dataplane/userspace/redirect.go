@@ -116,6 +116,7 @@ type redirector struct {
 	// (by writing everything): the next Reconcile reports it, so that it
 	// is counted and seen in health as the canary's findings are.
 	repaired []string
+	log      logr.Logger
 }
 
 type rule struct {
@@ -145,7 +146,6 @@ func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redir
 		return nil, fmt.Errorf("userspace: RedirectConfig.RulePriority %d: want 1 to 32765, ahead of the main table's rule", policy.Priority)
 	}
 	r := &redirector{
-		gen:          xtables.GenerationOf(cfg.Runner),
 		runner:       cfg.Runner,
 		routing:      cfg.Routing,
 		policy:       policy,
@@ -157,6 +157,7 @@ func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redir
 		reject:       prefix + "REJECT",
 		programmed:   map[destKey][]rule{},
 		closeRouting: func() {},
+		log:          log,
 	}
 	if r.runner == nil {
 		er, err := xtables.NewExecRunner(xtables.ExecConfig{Family: fam})
@@ -166,6 +167,7 @@ func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redir
 		log.V(2).Info("Found iptables", "version", er.Version())
 		r.runner = er
 	}
+	r.gen = xtables.GenerationOf(r.runner)
 	if r.routing == nil {
 		nr, err := OpenNetlinkRouting()
 		if err != nil {

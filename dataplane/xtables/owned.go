@@ -101,7 +101,7 @@ func (o *OwnedChains) HookInput(l Listing) string {
 				fmt.Fprintf(&b, "*%s\n", table)
 				head = true
 			}
-			fmt.Fprintf(&b, "-I %s 1 %s\n", j.Chain, restoreWords(j.Rule))
+			fmt.Fprintf(&b, "-I %s 1 %s\n", j.Chain, JoinRule(j.Rule))
 		}
 		if head {
 			b.WriteString("COMMIT\n")
@@ -110,17 +110,24 @@ func (o *OwnedChains) HookInput(l Listing) string {
 	return b.String()
 }
 
-// restoreWords joins a rule's arguments as a restore line spells them:
-// an argument with blanks, or none, in double quotes.
-func restoreWords(words []string) string {
-	out := make([]string, len(words))
-	for i, w := range words {
-		if w == "" || strings.ContainsAny(w, " \t") {
-			w = `"` + w + `"`
+// JoinRule spells a rule's arguments as a restore line does: an argument
+// with blanks, or an empty one, in double quotes. The arguments hold no
+// quotes or backslashes (the rules the dataplanes write never do), which
+// would need escapes that the FakeRunner's parser, like the dataplanes'
+// readers, does not take.
+func JoinRule(args []string) string {
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
 		}
-		out[i] = w
+		if a == "" || strings.ContainsAny(a, " \t") {
+			b.WriteString(`"` + a + `"`)
+		} else {
+			b.WriteString(a)
+		}
 	}
-	return strings.Join(out, " ")
+	return b.String()
 }
 
 // MissingJumps describes each jump the built-in chains do not hold in l

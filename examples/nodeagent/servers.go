@@ -86,7 +86,7 @@ const bindRetryPeriod = 5 * time.Second
 // is an error now with hardFail (--bind-address-hard-fail); without it, as
 // kube-proxy does, the failure is logged and the listen retried every
 // bindRetryPeriod until it succeeds or stop.
-func serve(addr string, h http.Handler, hardFail bool, log logr.Logger) (stop func(), err error) {
+func serve(addr string, h http.Handler, hardFail bool, log logr.Logger) (stop func(), _ error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if hardFail {
@@ -105,6 +105,7 @@ func serve(addr string, h http.Handler, hardFail bool, log logr.Logger) (stop fu
 				return
 			case <-time.After(bindRetryPeriod):
 			}
+			var err error
 			if ln, err = net.Listen("tcp", addr); err != nil {
 				log.Error(err, "Cannot listen for metrics yet, retrying", "address", addr, "every", bindRetryPeriod)
 			}

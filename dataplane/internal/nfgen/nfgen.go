@@ -62,30 +62,51 @@ var errNoID = errors.New("nfgen: generation reply without an id")
 // parse reads the messages of one datagram, looking for the answer to
 // seq: done is set when it was found (an error reply included).
 func parse(b []byte, seq uint32) (gen uint32, done bool, err error) {
-	for len(b) >= nlmsgHdrLen {
-		l := int(binary.NativeEndian.Uint32(b))
-		if l < nlmsgHdrLen || l > len(b) {
-			return 0, true, errors.New("nfgen: truncated netlink message")
-		}
-		typ := binary.NativeEndian.Uint16(b[4:])
-		s := binary.NativeEndian.Uint32(b[8:])
-		data := b[nlmsgHdrLen:l]
-		b = b[min(len(b), (l+3)&^3):]
-		if s != seq {
-			continue
-		}
-		switch typ {
-		case unix.NLMSG_ERROR:
-			if len(data) < 4 {
+	for m := range messages(b, seq) {
+		switch {
+		case m.err != nil:
+			return 0, true, m.err
+		case m.typ == unix.NLMSG_ERROR:
+			if len(m.data) < 4 {
 				return 0, true, errors.New("nfgen: short error reply")
 			}
-			return 0, true, fmt.Errorf("nfgen: %w", unix.Errno(-int32(binary.NativeEndian.Uint32(data))))
-		case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWGEN:
-			gen, err := genID(data)
+			return 0, true, fmt.Errorf("nfgen: %w", unix.Errno(-int32(binary.NativeEndian.Uint32(m.data))))
+		case m.typ == unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN:
+			gen, err := genID(m.data)
 			return gen, true, err
 		}
 	}
 	return 0, false, nil
+}
+
+// message is one netlink message of a reply: its type, flags and payload,
+// or the error that ends the reply.
+type message struct {
+	typ, flags uint16
+	data       []byte
+	err        error
+}
+
+var errTruncated = errors.New("nfgen: truncated netlink message")
+
+// messages yields the messages of b that answer request seq; a truncated
+// one ends them with errTruncated.
+func messages(b []byte, seq uint32) func(yield func(message) bool) {
+	return func(yield func(message) bool) {
+		for len(b) >= nlmsgHdrLen {
+			l := int(binary.NativeEndian.Uint32(b))
+			if l < nlmsgHdrLen || l > len(b) {
+				yield(message{err: errTruncated})
+				return
+			}
+			m := message{typ: binary.NativeEndian.Uint16(b[4:]), flags: binary.NativeEndian.Uint16(b[6:]), data: b[nlmsgHdrLen:l]}
+			s := binary.NativeEndian.Uint32(b[8:])
+			b = b[min(len(b), (l+3)&^3):]
+			if s == seq && !yield(m) {
+				return
+			}
+		}
+	}
 }
 
 // genID finds NFTA_GEN_ID in a NEWGEN message's payload.

@@ -58,6 +58,22 @@ func (t Table) Jumps(chain, target string) bool {
 // dump, no process, however the rules were written (iptables-nft, nft).
 // A table that does not exist has no rules.
 func ReadTable(ctx context.Context, family uint8, table string) (Table, error) {
+	// A dump the kernel interrupted (a commit came in between its
+	// parts) mixes two generations: read it again.
+	var err error
+	for range 3 {
+		var t Table
+		if t, err = readTable(ctx, family, table); !errors.Is(err, errInterrupted) {
+			return t, err
+		}
+	}
+	return nil, err
+}
+
+// errInterrupted is a dump the kernel marked NLM_F_DUMP_INTR.
+var errInterrupted = errors.New("nfgen: dump interrupted by a concurrent change")
+
+func readTable(ctx context.Context, family uint8, table string) (Table, error) {
 	fd, err := open(ctx)
 	if err != nil {
 		return nil, err
@@ -150,34 +166,27 @@ func ruleDump(seq uint32, family uint8, table string) []byte {
 // parseRules adds the rules of one datagram of the dump answering seq to
 // t; done is set by the dump's end.
 func parseRules(b []byte, seq uint32, t Table) (done bool, err error) {
-	for len(b) >= nlmsgHdrLen {
-		l := int(binary.NativeEndian.Uint32(b))
-		if l < nlmsgHdrLen || l > len(b) {
-			return true, errors.New("nfgen: truncated netlink message")
-		}
-		typ := binary.NativeEndian.Uint16(b[4:])
-		s := binary.NativeEndian.Uint32(b[8:])
-		data := b[nlmsgHdrLen:l]
-		b = b[min(len(b), (l+3)&^3):]
-		if s != seq {
-			continue
-		}
-		switch typ {
-		case unix.NLMSG_DONE:
+	for m := range messages(b, seq) {
+		switch {
+		case m.err != nil:
+			return true, m.err
+		case m.flags&unix.NLM_F_DUMP_INTR != 0:
+			return true, errInterrupted
+		case m.typ == unix.NLMSG_DONE:
 			return true, nil
-		case unix.NLMSG_ERROR:
-			if len(data) < 4 {
+		case m.typ == unix.NLMSG_ERROR:
+			if len(m.data) < 4 {
 				return true, errors.New("nfgen: short error reply")
 			}
-			if code := int32(binary.NativeEndian.Uint32(data)); code != 0 {
+			if code := int32(binary.NativeEndian.Uint32(m.data)); code != 0 {
 				return true, fmt.Errorf("nfgen: %w", unix.Errno(-code))
 			}
 			return true, nil
-		case unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE:
-			if len(data) < nfgenLen {
+		case m.typ == unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWRULE:
+			if len(m.data) < nfgenLen {
 				return true, errors.New("nfgen: short rule message")
 			}
-			chain, r := parseRule(data[nfgenLen:])
+			chain, r := parseRule(m.data[nfgenLen:])
 			t[chain] = append(t[chain], r)
 		}
 	}
