@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,13 +143,28 @@ func TestKernelDriftRepaired(t *testing.T) {
 	case os.Getenv(netns.RequireKernelEnv) == "1" && vmtest.Inside():
 		t.Fatalf("no IPVS in the VM: %v", ipvsMissing(t))
 	}
-	for _, mode := range modes {
-		t.Run(mode, func(t *testing.T) {
+	if !vmtest.Inside() {
+		// The iptables-based modes again with the legacy backend, whose
+		// canary reads the tables' summaries instead of the nftables
+		// generation.
+		modes = append(modes, "iptables/legacy", "userspace/legacy")
+	}
+	for _, run := range modes {
+		t.Run(run, func(t *testing.T) {
+			mode, variant, _ := strings.Cut(run, "/")
+			if variant != "" {
+				useIptablesVariant(t, variant)
+			}
 			l := newSwitchLab(t)
 			_, output := startAgent(t, l.node, "--proxy-mode", mode, "--manifests", l.dir, "--hostname-override", "n1", noConntrackMax,
 				"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
 			waitSynced(t, output, mode, 60*time.Second)
 			l.waitServed(t, mode)
+			if variant != "" {
+				if out := l.node.MustRun("iptables-"+variant+"-save", "-t", "nat"); !strings.Contains(out, ":PK") {
+					t.Fatalf("the agent's rules are not in iptables-%s's tables:\n%s", variant, out)
+				}
+			}
 			for _, dist := range driftDisturbances(mode) {
 				before := l.kernelChanges(t, mode)
 				start := time.Now()
@@ -156,14 +173,34 @@ func TestKernelDriftRepaired(t *testing.T) {
 				noticed := agentLogAfter(output(), start, "Rules changed by someone else")
 				repaired := agentLogAfter(output(), start, "Repaired rules someone else changed")
 				t.Logf("drift: %s | %s | noticed after %v, repaired after %v (agent's log) | served and /healthz 200 at the %v probe | /healthz 503 seen: %v",
-					mode, dist.name, noticed, repaired, took.Round(10*time.Millisecond), saw503)
+					run, dist.name, noticed, repaired, took.Round(10*time.Millisecond), saw503)
 				if !ok {
 					t.Fatalf("%s: %s: not repaired within %v (traffic, /healthz 200 and the count of kernel changes)\nagent output:\n%s",
-						mode, dist.name, driftRepairWithin, output())
+						run, dist.name, driftRepairWithin, output())
 				}
 			}
 		})
 	}
+}
+
+// useIptablesVariant puts first on PATH, for the rest of t, iptables
+// commands of variant ("legacy" or "nft"): the agent, like kube-proxy,
+// runs the iptables it finds, and the disturbances run the same.
+func useIptablesVariant(t *testing.T, variant string) {
+	t.Helper()
+	multi, err := exec.LookPath("xtables-" + variant + "-multi")
+	if err != nil {
+		netns.Require(t, "xtables-"+variant+"-multi")
+	}
+	dir := t.TempDir()
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		for _, suffix := range []string{"", "-save", "-restore"} {
+			if err := os.Symlink(multi, filepath.Join(dir, fam+suffix)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
 // agentLogAfter is how long after start the agent first logged a line
