@@ -113,6 +113,9 @@ type Dataplane struct {
 	prog *programmed
 	// st is the fixed part of the table as programmed with prog.
 	st *static
+	// cache holds the renderings of the services of the State last
+	// synced; its services are prog's while prog is set.
+	cache *renderCache
 	// last is the State last programmed, lastGen its generation.
 	last     *dataplane.State
 	lastGen  uint64

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/internal/fanout"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
@@ -121,7 +120,8 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 		d.log.Error(err, "Reading the table back failed; rewriting it from scratch")
 		k = &kernelTable{}
 	}
-	prog := d.renderAll(s, st, k)
+	prog, reskip := d.renderAll(s, st, k, d.reusable(s, st))
+	d.remember(s, st, prog.services, reskip)
 	p := d.fullPlan(prog, st, k, !d.recreated)
 	if !k.exists && err != nil {
 		p.ops = append([]op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}, p.ops...)
@@ -145,51 +145,66 @@ const parallelMin = 256
 // after partial ones moves nothing; the others take the lowest free slots
 // in the order of their services' names, so that equal States render
 // equal tables.
-func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *programmed {
+func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, reuse func(types.NamespacedName) (*rendering, bool)) (*programmed, map[types.NamespacedName]bool) {
 	prog := newProgrammed(s.Services.Len())
 	prog.static = st.sig
-	type service struct {
-		nn    types.NamespacedName
-		ports []*servicemodel.ServicePort
-	}
-	all := make([]service, 0, s.Services.Len())
+	all := make([]namedPorts, 0, s.Services.Len())
 	for nn, ports := range s.Services.Services() {
-		all = append(all, service{nn, ports})
+		all = append(all, namedPorts{nn, ports})
 	}
-	slices.SortFunc(all, func(a, b service) int { return servicemodel.CompareNames(a.nn, b.nn) })
-	rendered := make([]*rendering, len(all))
-	fanout.Map(d.workers, parallelMin, all, rendered, d.skip, func(skip fanout.Skip) func(service) *rendering {
-		r := d.newRenderer(s, skip)
-		return func(sv service) *rendering { return r.service(sv.ports) }
-	})
-	type renderedService struct {
-		nn types.NamespacedName
-		r  *rendering
-	}
-	list := make([]renderedService, 0, len(all))
-	for i, sv := range all {
-		if rendered[i] != nil {
-			list = append(list, renderedService{sv.nn, rendered[i]})
+	slices.SortFunc(all, func(a, b namedPorts) int { return servicemodel.CompareNames(a.nn, b.nn) })
+	rendered := d.renderServices(s, all, reuse)
+	// The slots the table has the chains at, in chain order: a reused
+	// rendering is placed without changing it.
+	var slots []int32
+	var reskip map[types.NamespacedName]bool
+	for i, sv := range rendered {
+		if sv.reskip {
+			if reskip == nil {
+				reskip = map[types.NamespacedName]bool{}
+			}
+			reskip[all[i].nn] = true
 		}
-	}
-	for _, sv := range list {
-		for i := range sv.r.chains {
-			c := &sv.r.chains[i]
+		if sv.r == nil {
+			continue
+		}
+		for j := range sv.r.chains {
+			c := &sv.r.chains[j]
 			if c.dnat == nil {
 				continue
 			}
+			slot := int32(-1)
 			if have, ok := k.chains[c.name]; ok {
-				if slot, ok := slotOfSig(have.comment); ok && prog.slots.take(c.dnat.shard, slot) {
-					c.dnat.slot = slot
+				if s, ok := slotOfSig(have.comment); ok && prog.slots.take(c.dnat.shard, s) {
+					slot = s
 				}
+			}
+			if sv.reused {
+				slots = append(slots, slot)
+			} else {
+				c.dnat.slot = slot
 			}
 		}
 	}
-	for _, sv := range list {
-		d.place(prog, sv.r, nil)
-		prog.setService(sv.nn, sv.r)
+	for i, sv := range rendered {
+		r := sv.r
+		if r == nil {
+			continue
+		}
+		if sv.reused {
+			n := 0
+			for _, c := range r.chains {
+				if c.dnat != nil {
+					n++
+				}
+			}
+			r, slots = d.placeReused(prog, r, slots[:n]), slots[n:]
+		} else {
+			d.place(prog, r, nil)
+		}
+		prog.setService(all[i].nn, r)
 	}
-	return prog
+	return prog, reskip
 }
 
 // fullPlan is the operations that turn table k into prog: the fixed part
@@ -571,7 +586,8 @@ func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 		return nil, err
 	}
 	st := d.static(s)
-	p := d.fullPlan(d.renderAll(s, st, &kernelTable{}), st, &kernelTable{}, false)
+	prog, _ := d.renderAll(s, st, &kernelTable{}, nil)
+	p := d.fullPlan(prog, st, &kernelTable{}, false)
 	return []byte(transaction(d.text, p.ops).String()), nil
 }
 

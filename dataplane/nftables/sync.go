@@ -47,7 +47,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if full {
 		err = d.syncFull(ctx, s, st)
 	} else {
-		err = d.syncPartial(ctx, s, changed)
+		err = d.syncPartial(ctx, s, st, changed)
 	}
 	if err != nil {
 		if full {
@@ -75,17 +75,37 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 }
 
 // syncPartial writes the differences of the changed services.
-func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed sets.Set[types.NamespacedName]) error {
-	r := d.newRenderer(s, d.skip)
+func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, st *static, changed sets.Set[types.NamespacedName]) error {
+	skipped := false
+	r := d.newRenderer(s, func(reason string, kv ...any) {
+		skipped = true
+		d.skip(reason, kv...)
+	})
 	w := newWriter(d)
 	names := make([]types.NamespacedName, 0, len(changed))
 	for nn := range changed {
 		names = append(names, nn)
 	}
 	slices.SortFunc(names, servicemodel.CompareNames)
-	for _, nn := range names {
-		w.service(nn, r.service(s.Services.Service(nn)))
+	var reskip map[types.NamespacedName]bool
+	if d.cache != nil {
+		reskip = d.cache.reskip
 	}
+	for _, nn := range names {
+		skipped = false
+		w.service(nn, r.service(s.Services.Service(nn)))
+		if skipped {
+			if reskip == nil {
+				reskip = map[types.NamespacedName]bool{}
+			}
+			reskip[nn] = true
+		} else {
+			delete(reskip, nn)
+		}
+	}
+	// What the writer rendered is what the table would hold after s
+	// whether or not the kernel takes it.
+	d.remember(s, st, d.prog.services, reskip)
 	p := w.plan()
 	txs, bytes, err := d.run(ctx, p, -1)
 	if err != nil {
