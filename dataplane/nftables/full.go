@@ -204,6 +204,12 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, re
 		}
 		prog.setService(all[i].nn, r)
 	}
+	prog.names = make([]types.NamespacedName, 0, len(prog.services))
+	for i, sv := range rendered {
+		if sv.r != nil {
+			prog.names = append(prog.names, all[i].nn)
+		}
+	}
 	return prog, reskip
 }
 
@@ -221,11 +227,14 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 // table k those of prog, describing each in drift when it is not nil.
 func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[]string) {
 	x := &differ{d: d, p: p, prog: prog, k: k, drift: drift, tracking: drift != nil}
-	x.names = make([]types.NamespacedName, 0, len(prog.services))
-	for nn := range prog.services {
-		x.names = append(x.names, nn)
+	x.names = prog.names
+	if x.names == nil {
+		x.names = make([]types.NamespacedName, 0, len(prog.services))
+		for nn := range prog.services {
+			x.names = append(x.names, nn)
+		}
+		slices.SortFunc(x.names, servicemodel.CompareNames)
 	}
-	slices.SortFunc(x.names, servicemodel.CompareNames)
 	x.want = make(map[string]bool, prog.chains)
 	x.chainOps = make([]op, 0, 2*prog.chains+prog.rules)
 	x.fresh = make(map[string]bool, max(0, prog.chains-len(k.chains)))
@@ -494,22 +503,18 @@ func slotOfKey(slots map[int32]*dnatDef, key string) (*dnatDef, int) {
 // addElements adds the claimed elements the table lacks, and the
 // elements of the endpoint maps rewritten whole and of the new chains.
 func (x *differ) addElements() {
-	keys := make([]elemKey, 0, len(x.prog.winners))
-	for ek := range x.prog.winners {
-		keys = append(keys, ek)
-	}
-	slices.SortFunc(keys, compareElemKeys)
-	missing := make([]elemClaim, 0, len(keys))
-	for _, ek := range keys {
-		c := x.prog.winners[ek]
-		if v, ok := x.k.elems[ek.set][ek.key]; !ok || v != c.value {
-			missing = append(missing, elemClaim{ek, c})
+	missing := x.prog.sortedWinners()
+	n := 0
+	for _, e := range missing {
+		if v, ok := x.k.elems[e.set][e.key]; !ok || v != e.value {
+			missing[n] = e
+			n++
 			if x.tracking && !ok {
-				x.note("%s: element %s missing", ek.set, ek.key)
+				x.note("%s: element %s missing", e.set, e.key)
 			}
 		}
 	}
-	x.p.ops = appendClaimed(x.p.ops, missing)
+	x.p.ops = appendClaimed(x.p.ops, missing[:n])
 	// By map and key: the kernel handles a run of elements of one map as
 	// one, which makes loading a third faster.
 	var adds []*dnatDef
@@ -538,10 +543,14 @@ func (x *differ) removeStale() {
 		}
 	}
 	now := x.d.clock.Now()
-	for _, name := range sortedKeys(x.k.chains) {
-		if !isServiceChain(name) || x.want[name] {
-			continue
+	var unwanted []string
+	for name := range x.k.chains {
+		if isServiceChain(name) && !x.want[name] {
+			unwanted = append(unwanted, name)
 		}
+	}
+	slices.Sort(unwanted)
+	for _, name := range unwanted {
 		if x.k.chains[name].rules > 0 {
 			x.p.flush(&knftables.Chain{Name: name})
 			if x.tracking {

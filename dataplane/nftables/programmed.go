@@ -26,6 +26,9 @@ type programmed struct {
 	// which endpoint maps the table has.
 	slots    slotTable
 	declared [mapCount]bool
+	// names are the services, sorted, when the full sync that built
+	// the programmed knows them; nil once a service came or went.
+	names []types.NamespacedName
 }
 
 // newProgrammed returns an empty programmed sized for services.
@@ -73,6 +76,35 @@ func (p *programmed) removeClaim(k elemKey, c claim) {
 	}
 }
 
+// sortedWinners is the winning claims by set and key, as the table lists
+// them: bucketed by set first, a full sync's tens of thousands of keys
+// are sorted as plain strings.
+func (p *programmed) sortedWinners() []elemClaim {
+	type bucket struct {
+		set  string
+		keys []string
+	}
+	var buckets []bucket
+	for k := range p.winners {
+		i := slices.IndexFunc(buckets, func(b bucket) bool { return b.set == k.set })
+		if i < 0 {
+			i = len(buckets)
+			buckets = append(buckets, bucket{set: k.set})
+		}
+		buckets[i].keys = append(buckets[i].keys, k.key)
+	}
+	slices.SortFunc(buckets, func(a, b bucket) int { return strings.Compare(a.set, b.set) })
+	out := make([]elemClaim, 0, len(p.winners))
+	for _, b := range buckets {
+		slices.Sort(b.keys)
+		for _, key := range b.keys {
+			k := elemKey{b.set, key}
+			out = append(out, elemClaim{k, p.winners[k]})
+		}
+	}
+	return out
+}
+
 func compareClaims(a, b claim) int {
 	if c := strings.Compare(a.order, b.order); c != 0 {
 		return c
@@ -82,7 +114,8 @@ func compareClaims(a, b claim) int {
 
 // setService replaces the rendering of nn.
 func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
-	if old := p.services[nn]; old != nil {
+	old := p.services[nn]
+	if old != nil {
 		p.rules -= countRules(old)
 		p.chains -= len(old.chains)
 		for _, e := range old.elems {
@@ -96,6 +129,9 @@ func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 				}
 			}
 		}
+	}
+	if (old == nil) != (r == nil) {
+		p.names = nil
 	}
 	if r == nil {
 		delete(p.services, nn)
