@@ -241,6 +241,14 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	for i := range mapCount {
 		_, x.listed[i] = k.elems[shardName(i)]
 	}
+	// Sorting the fixed sets' elements takes as long as the rest up to
+	// adding them, which only reads prog: it runs beside, when it may.
+	winners := make(chan []elemClaim, 1)
+	if d.workers > 1 {
+		go func() { winners <- prog.sortedWinners() }()
+	} else {
+		winners <- prog.sortedWinners()
+	}
 	for _, nn := range x.names {
 		var old *rendering
 		if d.prog != nil {
@@ -250,7 +258,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	}
 	x.maps()
 	x.deleteElements()
-	x.addElements()
+	x.addElements(<-winners)
 	x.removeStale()
 }
 
@@ -439,21 +447,37 @@ func (x *differ) deleteElements() {
 			x.p.ops, x.elemAdds = endpointChanges(x.p.ops, x.elemAdds, m[0], m[1])
 		}
 	}
-	var slots [mapCount]map[int32]*dnatDef
+	// The chains of the listed maps by map and slot; a map listed empty
+	// (after a failure, every map) takes all its chains' elements.
+	var placed []*dnatDef
 	for _, nn := range x.names {
 		for _, c := range x.prog.services[nn].chains {
 			if n := c.dnat; n != nil && x.listed[n.shard] {
-				if slots[n.shard] == nil {
-					slots[n.shard] = map[int32]*dnatDef{}
-				}
-				slots[n.shard][n.slot] = n
+				placed = append(placed, n)
 			}
 		}
 	}
+	slices.SortFunc(placed, func(a, b *dnatDef) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.slot, b.slot)) })
 	for i := range mapCount {
-		if x.listed[i] {
-			x.listedElements(i, slots[i])
+		if !x.listed[i] {
+			continue
 		}
+		j := 0
+		for j < len(placed) && placed[j].shard == i {
+			j++
+		}
+		if len(x.k.elems[shardName(i)]) == 0 {
+			for _, n := range placed[:j] {
+				x.elemAdds = append(x.elemAdds, allElements(verbAdd, n))
+			}
+		} else {
+			slots := make(map[int32]*dnatDef, j)
+			for _, n := range placed[:j] {
+				slots[n.slot] = n
+			}
+			x.listedElements(i, slots)
+		}
+		placed = placed[j:]
 	}
 }
 
@@ -502,8 +526,7 @@ func slotOfKey(slots map[int32]*dnatDef, key string) (*dnatDef, int) {
 
 // addElements adds the claimed elements the table lacks, and the
 // elements of the endpoint maps rewritten whole and of the new chains.
-func (x *differ) addElements() {
-	missing := x.prog.sortedWinners()
+func (x *differ) addElements(missing []elemClaim) {
 	n := 0
 	for _, e := range missing {
 		if v, ok := x.k.elems[e.set][e.key]; !ok || v != e.value {

@@ -85,13 +85,25 @@ func (p *programmed) sortedWinners() []elemClaim {
 		keys []string
 	}
 	var buckets []bucket
-	for k := range p.winners {
-		i := slices.IndexFunc(buckets, func(b bucket) bool { return b.set == k.set })
+	find := func(set string) *bucket {
+		i := slices.IndexFunc(buckets, func(b bucket) bool { return b.set == set })
 		if i < 0 {
 			i = len(buckets)
-			buckets = append(buckets, bucket{set: k.set})
+			buckets = append(buckets, bucket{set: set})
 		}
-		buckets[i].keys = append(buckets[i].keys, k.key)
+		return &buckets[i]
+	}
+	// Counted first, so that each bucket is allocated once.
+	counts := map[string]int{}
+	for k := range p.winners {
+		counts[k.set]++
+	}
+	for set, n := range counts {
+		find(set).keys = make([]string, 0, n)
+	}
+	for k := range p.winners {
+		b := find(k.set)
+		b.keys = append(b.keys, k.key)
 	}
 	slices.SortFunc(buckets, func(a, b bucket) int { return strings.Compare(a.set, b.set) })
 	out := make([]elemClaim, 0, len(p.winners))
