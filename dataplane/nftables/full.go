@@ -121,7 +121,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 		k = &kernelTable{}
 	}
 	prog, reskip := d.renderAll(s, st, k, d.reusable(s, st))
-	d.remember(s, st, prog.services, reskip)
+	d.remember(s, st, prog, reskip)
 	p := d.fullPlan(prog, st, k, !d.recreated)
 	if !k.exists && err != nil {
 		p.ops = append([]op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}, p.ops...)
@@ -145,8 +145,8 @@ const parallelMin = 256
 // after partial ones moves nothing; the others take the lowest free slots
 // in the order of their services' names, so that equal States render
 // equal tables.
-func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, reuse func(types.NamespacedName) (*rendering, bool)) (*programmed, map[types.NamespacedName]bool) {
-	prog := newProgrammed(s.Services.Len())
+func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, reuse *reuse) (*programmed, map[types.NamespacedName]bool) {
+	prog, base := programmedOn(reuse, s.Services.Len())
 	prog.static = st.sig
 	all := make([]namedPorts, 0, s.Services.Len())
 	for nn, ports := range s.Services.Services() {
@@ -198,11 +198,16 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, re
 					n++
 				}
 			}
-			r, slots = d.placeReused(prog, r, slots[:n]), slots[n:]
+			rendered[i].r, slots = d.placeReused(prog, r, slots[:n]), slots[n:]
 		} else {
 			d.place(prog, r, nil)
 		}
-		prog.setService(all[i].nn, r)
+		if base == nil {
+			prog.setService(all[i].nn, rendered[i].r)
+		}
+	}
+	if base != nil {
+		reuse.account(prog, s, all, rendered)
 	}
 	prog.names = make([]types.NamespacedName, 0, len(prog.services))
 	for i, sv := range rendered {

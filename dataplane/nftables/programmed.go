@@ -126,6 +126,19 @@ func compareClaims(a, b claim) int {
 
 // setService replaces the rendering of nn.
 func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
+	if old := p.services[nn]; old != nil {
+		for _, c := range old.chains {
+			if n := c.dnat; n != nil && !r.holds(n.shard, n.slot) {
+				p.slots.release(n.shard, n.slot)
+			}
+		}
+	}
+	p.account(nn, r)
+}
+
+// account replaces the rendering of nn, its claims and counts, leaving the
+// slots as they are.
+func (p *programmed) account(nn types.NamespacedName, r *rendering) {
 	old := p.services[nn]
 	if old != nil {
 		p.rules -= countRules(old)
@@ -136,9 +149,6 @@ func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 		for _, c := range old.chains {
 			if n := c.dnat; n != nil {
 				p.dnatElems -= len(n.eps)
-				if !r.holds(n.shard, n.slot) {
-					p.slots.release(n.shard, n.slot)
-				}
 			}
 		}
 	}

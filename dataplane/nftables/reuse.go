@@ -24,43 +24,90 @@ type renderCache struct {
 	static  string
 	ifLocal string
 	nodeIPs []netip.Addr
-	// services maps every service with a rendering to it (a service
-	// without one renders nil); it is the map of the programmed
-	// renderings the sync built, shared.
-	services map[types.NamespacedName]*rendering
+	// prog holds the renderings of every service with one (a service
+	// without one renders nil): the programmed the sync built, shared.
+	prog *programmed
 	// reskip holds the services whose rendering reported an input left
 	// out: they are rendered again, so that every full sync reports them
 	// as it always did.
 	reskip map[types.NamespacedName]bool
 }
 
-// reusable returns the renderings of d's cache that hold for the services
-// of s that changed in none of the ways above; nil when none do.
-func (d *Dataplane) reusable(s *dataplane.State, st *static) func(types.NamespacedName) (*rendering, bool) {
+// reuse is what a full sync may take from the cache.
+type reuse struct {
+	c *renderCache
+	// changed are the services that changed since the cache's State;
+	// nil when it is the State synced.
+	changed sets.Set[types.NamespacedName]
+	// base is the cache's programmed, which the full sync may build its
+	// own on instead of claiming every element again: set only while no
+	// programmed is the table's (d.prog, which later syncs compare with).
+	base *programmed
+}
+
+// reusable returns what d's cache has for the services of s that changed
+// in none of the ways above; nil when nothing.
+func (d *Dataplane) reusable(s *dataplane.State, st *static) *reuse {
 	c := d.cache
 	if c == nil || c.static != st.sig || c.ifLocal != d.localMatch(s, false) || !slices.Equal(c.nodeIPs, s.Node.IPs) {
 		return nil
 	}
-	var changed sets.Set[types.NamespacedName]
+	u := &reuse{c: c}
 	if s != c.state {
 		ch, ok := s.ChangedSince(c.state.Generation)
 		if !ok {
 			return nil
 		}
-		changed = ch
+		u.changed = ch
 	}
-	return func(nn types.NamespacedName) (*rendering, bool) {
-		if _, ok := changed[nn]; ok || c.reskip[nn] {
-			return nil, false
-		}
-		return c.services[nn], true
+	if d.prog == nil {
+		u.base = c.prog
 	}
+	return u
 }
 
-// remember makes the renderings of services, those of every service of s
+// get returns the cached rendering of service nn; ok is false when it
+// must be rendered again.
+func (u *reuse) get(nn types.NamespacedName) (r *rendering, ok bool) {
+	if _, ok := u.changed[nn]; ok || u.c.reskip[nn] {
+		return nil, false
+	}
+	return u.c.prog.services[nn], true
+}
+
+// remember makes prog, which holds the renderings of every service of s
 // (reskip: those that reported an input left out), d's cache.
-func (d *Dataplane) remember(s *dataplane.State, st *static, services map[types.NamespacedName]*rendering, reskip map[types.NamespacedName]bool) {
-	d.cache = &renderCache{state: s, static: st.sig, ifLocal: d.localMatch(s, false), nodeIPs: s.Node.IPs, services: services, reskip: reskip}
+func (d *Dataplane) remember(s *dataplane.State, st *static, prog *programmed, reskip map[types.NamespacedName]bool) {
+	d.cache = &renderCache{state: s, static: st.sig, ifLocal: d.localMatch(s, false), nodeIPs: s.Node.IPs, prog: prog, reskip: reskip}
+}
+
+// programmedOn returns the programmed a full sync builds: on the claims of
+// u's base, when there is one (its slots start empty all the same: the
+// full sync places every chain), else a new one for services.
+func programmedOn(u *reuse, services int) (prog, base *programmed) {
+	if u == nil || u.base == nil {
+		return newProgrammed(services), nil
+	}
+	b := u.base
+	return &programmed{services: b.services, winners: b.winners, others: b.others,
+		chains: b.chains, rules: b.rules, dnatElems: b.dnatElems}, b
+}
+
+// account makes prog, built on a base, hold the renderings rendered of
+// all: only the services whose rendering is not the base's change their
+// claims.
+func (u *reuse) account(prog *programmed, s *dataplane.State, all []namedPorts, rendered []rendered) {
+	for i, sv := range rendered {
+		if sv.r != prog.services[all[i].nn] {
+			prog.account(all[i].nn, sv.r)
+		}
+	}
+	// Services gone since the cache's State.
+	for nn := range u.changed {
+		if prog.services[nn] != nil && s.Services.Service(nn) == nil {
+			prog.account(nn, nil)
+		}
+	}
 }
 
 // namedPorts is a service and its ports.
@@ -78,8 +125,8 @@ type rendered struct {
 }
 
 // renderServices renders all, or takes their renderings from the cache
-// where reuse (if not nil) has them.
-func (d *Dataplane) renderServices(s *dataplane.State, all []namedPorts, reuse func(types.NamespacedName) (*rendering, bool)) []rendered {
+// where u (if not nil) has them.
+func (d *Dataplane) renderServices(s *dataplane.State, all []namedPorts, u *reuse) []rendered {
 	out := make([]rendered, len(all))
 	fanout.Map(d.workers, parallelMin, all, out, d.skip, func(skip fanout.Skip) func(namedPorts) rendered {
 		skipped := false
@@ -88,8 +135,8 @@ func (d *Dataplane) renderServices(s *dataplane.State, all []namedPorts, reuse f
 			skip(reason, kv...)
 		})
 		return func(sv namedPorts) rendered {
-			if reuse != nil {
-				if c, ok := reuse(sv.nn); ok {
+			if u != nil {
+				if c, ok := u.get(sv.nn); ok {
 					return rendered{r: c, reused: true}
 				}
 			}

@@ -90,9 +90,11 @@ func TestFullSyncReusesRenderings(t *testing.T) {
 		}
 		add(b.Build().States[0], true, time.Second)
 		add(b.Build().States[0], false, time.Second)
-		for _, svc := range sc.Services {
+		// The first deletion fails: the next is a full sync of a
+		// State where a service is gone since the last one rendered.
+		for i, svc := range sc.Services {
 			b.UpdateService(svc, nil)
-			add(b.Build().States[0], false, time.Minute)
+			add(b.Build().States[0], i == 0, time.Minute)
 		}
 	}
 	c, st := benchBuilder(300, 10)
@@ -173,6 +175,10 @@ func TestFullSyncReusesRenderings(t *testing.T) {
 				t.Fatalf("step %d: %v", i, err)
 			}
 			txs = append(txs, "stats "+strings.Join([]string{itoa(d.Stats().Operations), itoa(d.Stats().Services)}, " "))
+			if p := d.prog; p != nil {
+				txs = append(txs, "programmed "+strings.Join([]string{itoa(len(p.services)), itoa(len(p.winners)), itoa(len(p.others)),
+					itoa(p.chains), itoa(p.rules), itoa(p.dnatElems)}, " "))
+			}
 		}
 		return txs, skips
 	}

@@ -105,7 +105,7 @@ func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, st *sta
 	}
 	// What the writer rendered is what the table would hold after s
 	// whether or not the kernel takes it.
-	d.remember(s, st, d.prog.services, reskip)
+	d.remember(s, st, d.prog, reskip)
 	p := w.plan()
 	txs, bytes, err := d.run(ctx, p, -1)
 	if err != nil {
