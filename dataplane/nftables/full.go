@@ -152,7 +152,7 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, re
 	for nn, ports := range s.Services.Services() {
 		all = append(all, namedPorts{nn, ports})
 	}
-	slices.SortFunc(all, func(a, b namedPorts) int { return servicemodel.CompareNames(a.nn, b.nn) })
+	sortServices(all, d.workers)
 	rendered := d.renderServices(s, all, reuse)
 	// The slots the table has the chains at, in chain order: a reused
 	// rendering is placed without changing it.

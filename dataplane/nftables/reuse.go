@@ -3,6 +3,7 @@ package nftables
 import (
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/internal/fanout"
@@ -185,4 +186,34 @@ func (d *Dataplane) placeReused(p *programmed, r *rendering, slots []int32) *ren
 		return r
 	}
 	return out
+}
+
+// sortServices sorts all by name, in two halves on two goroutines (then
+// merged) when workers allow and there are enough: sorting a big
+// cluster's names is a few percent of a full sync.
+func sortServices(all []namedPorts, workers int) {
+	compare := func(a, b namedPorts) int { return servicemodel.CompareNames(a.nn, b.nn) }
+	if workers < 2 || len(all) < 4*parallelMin {
+		slices.SortFunc(all, compare)
+		return
+	}
+	half := len(all) / 2
+	var wg sync.WaitGroup
+	wg.Go(func() { slices.SortFunc(all[:half], compare) })
+	slices.SortFunc(all[half:], compare)
+	wg.Wait()
+	merged := make([]namedPorts, 0, len(all))
+	i, j := 0, half
+	for i < half && j < len(all) {
+		if compare(all[j], all[i]) < 0 {
+			merged = append(merged, all[j])
+			j++
+		} else {
+			merged = append(merged, all[i])
+			i++
+		}
+	}
+	merged = append(merged, all[i:half]...)
+	merged = append(merged, all[j:]...)
+	copy(all, merged)
 }

@@ -18,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"net/netip"
 	"sigs.k8s.io/knftables"
+	"slices"
 )
 
 // recordingNFT is a fake that records the text of every transaction and
@@ -193,6 +194,22 @@ func TestFullSyncReusesRenderings(t *testing.T) {
 		}
 		if d := cmp.Diff(wantSkips, gotSkips); d != "" {
 			t.Errorf("text %v: skipped (-rendering everything +reusing):\n%s", text, d)
+		}
+	}
+}
+
+// TestSortServices: sorting in two halves merged is sorting.
+func TestSortServices(t *testing.T) {
+	for _, n := range []int{0, 1, 5, 4*parallelMin - 1, 4 * parallelMin, 3001} {
+		var all []namedPorts
+		for i := range n {
+			all = append(all, namedPorts{nn: types.NamespacedName{Namespace: "ns" + itoa(i*7919%13), Name: "svc" + itoa(i*104729%n)}})
+		}
+		want := slices.Clone(all)
+		slices.SortFunc(want, func(a, b namedPorts) int { return servicemodel.CompareNames(a.nn, b.nn) })
+		sortServices(all, 2)
+		if d := cmp.Diff(want, all, cmp.AllowUnexported(namedPorts{})); d != "" {
+			t.Errorf("%d services (-want +got):\n%s", n, d)
 		}
 	}
 }
