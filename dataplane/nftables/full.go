@@ -248,7 +248,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	}
 	// Sorting the fixed sets' elements takes as long as the rest up to
 	// adding them, which only reads prog: it runs beside, when it may.
-	winners := make(chan []elemClaim, 1)
+	winners := make(chan []setKeys, 1)
 	if d.workers > 1 {
 		go func() { winners <- prog.sortedWinners() }()
 	} else {
@@ -531,18 +531,10 @@ func slotOfKey(slots map[int32]*dnatDef, key string) (*dnatDef, int) {
 
 // addElements adds the claimed elements the table lacks, and the
 // elements of the endpoint maps rewritten whole and of the new chains.
-func (x *differ) addElements(missing []elemClaim) {
-	n := 0
-	for _, e := range missing {
-		if v, ok := x.k.elems[e.set][e.key]; !ok || v != e.value {
-			missing[n] = e
-			n++
-			if x.tracking && !ok {
-				x.note("%s: element %s missing", e.set, e.key)
-			}
-		}
+func (x *differ) addElements(sorted []setKeys) {
+	for _, b := range sorted {
+		x.p.ops = x.appendMissing(x.p.ops, b.set, b.keys)
 	}
-	x.p.ops = appendClaimed(x.p.ops, missing[:n])
 	// By map and key: the kernel handles a run of elements of one map as
 	// one, which makes loading a third faster.
 	var adds []*dnatDef

@@ -76,20 +76,22 @@ func (p *programmed) removeClaim(k elemKey, c claim) {
 	}
 }
 
-// sortedWinners is the winning claims by set and key, as the table lists
-// them: bucketed by set first, a full sync's tens of thousands of keys
-// are sorted as plain strings.
-func (p *programmed) sortedWinners() []elemClaim {
-	type bucket struct {
-		set  string
-		keys []string
-	}
-	var buckets []bucket
-	find := func(set string) *bucket {
-		i := slices.IndexFunc(buckets, func(b bucket) bool { return b.set == set })
+// setKeys are the keys of a set's elements.
+type setKeys struct {
+	set  string
+	keys []string
+}
+
+// sortedWinners is the keys of the winning claims by set, sets and keys
+// sorted as the table lists them: bucketed by set first, a full sync's
+// tens of thousands of keys are sorted as plain strings.
+func (p *programmed) sortedWinners() []setKeys {
+	var buckets []setKeys
+	find := func(set string) *setKeys {
+		i := slices.IndexFunc(buckets, func(b setKeys) bool { return b.set == set })
 		if i < 0 {
 			i = len(buckets)
-			buckets = append(buckets, bucket{set: set})
+			buckets = append(buckets, setKeys{set: set})
 		}
 		return &buckets[i]
 	}
@@ -105,16 +107,11 @@ func (p *programmed) sortedWinners() []elemClaim {
 		b := find(k.set)
 		b.keys = append(b.keys, k.key)
 	}
-	slices.SortFunc(buckets, func(a, b bucket) int { return strings.Compare(a.set, b.set) })
-	out := make([]elemClaim, 0, len(p.winners))
+	slices.SortFunc(buckets, func(a, b setKeys) int { return strings.Compare(a.set, b.set) })
 	for _, b := range buckets {
 		slices.Sort(b.keys)
-		for _, key := range b.keys {
-			k := elemKey{b.set, key}
-			out = append(out, elemClaim{k, p.winners[k]})
-		}
 	}
-	return out
+	return buckets
 }
 
 func compareClaims(a, b claim) int {
