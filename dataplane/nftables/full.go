@@ -175,8 +175,8 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, re
 			}
 			slot := int32(-1)
 			if have, ok := k.chains[c.name]; ok {
-				if s, ok := slotOfSig(have.comment); ok && prog.slots.take(c.dnat.shard, s) {
-					slot = s
+				if at, ok := slotOfSig(have.comment); ok && prog.slots.take(c.dnat.shard, at) {
+					slot = at
 				}
 			}
 			if sv.reused {
