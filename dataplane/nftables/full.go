@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/servicemodel"
@@ -596,41 +595,4 @@ func (x *differ) removeStale() {
 			x.p.delete(&knftables.Map{Name: name})
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// Render returns the nft -f script that the first full sync of s into an
-// empty table would run: deterministic, byte-identical for equal States.
-// It needs no privileges and changes nothing.
-func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
-	if err := d.checkState(s); err != nil {
-		return nil, err
-	}
-	st := d.static(s)
-	prog, _ := d.renderAll(s, st, &kernelTable{}, nil)
-	p := d.fullPlan(prog, st, &kernelTable{}, false)
-	return []byte(transaction(d.text, p.ops).String()), nil
-}
-
-// Cleanup implements dataplane.Dataplane: it deletes the dataplane's table
-// (only its own), and succeeds when there is none.
-func (d *Dataplane) Cleanup(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.prog, d.stale = nil, map[string]time.Time{}
-	if err := d.kernel.Run(ctx, []op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}); err != nil {
-		return fmt.Errorf("nftables: delete table %s %s: %w", d.ipX, d.cfg.Table, err)
-	}
-	d.metrics.elements.Set(0)
-	d.metrics.chains.Set(0)
-	d.metrics.rules.Set(0)
-	return nil
 }

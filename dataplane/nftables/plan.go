@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"sigs.k8s.io/knftables"
 )
@@ -208,3 +209,16 @@ func (e *TransactionError) Error() string {
 }
 
 func (e *TransactionError) Unwrap() error { return e.Err }
+
+// Render returns the nft -f script that the first full sync of s into an
+// empty table would run: deterministic, byte-identical for equal States.
+// It needs no privileges and changes nothing.
+func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
+	if err := d.checkState(s); err != nil {
+		return nil, err
+	}
+	st := d.static(s)
+	prog, _ := d.renderAll(s, st, &kernelTable{}, nil)
+	p := d.fullPlan(prog, st, &kernelTable{}, false)
+	return []byte(transaction(d.text, p.ops).String()), nil
+}
