@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -113,6 +114,9 @@ type Dataplane struct {
 	prog *programmed
 	// st is the fixed part of the table as programmed with prog.
 	st *static
+	// cache holds the renderings of the services of the State last
+	// synced; its services are prog's while prog is set.
+	cache *renderCache
 	// last is the State last programmed, lastGen its generation.
 	last     *dataplane.State
 	lastGen  uint64
@@ -285,4 +289,19 @@ func (d *Dataplane) LastSync() dataplane.SyncReport { return d.Stats().SyncRepor
 // checkState refuses States the dataplane cannot program at all.
 func (d *Dataplane) checkState(s *dataplane.State) error {
 	return backend.CheckState("nftables", d.cfg.Family, s)
+}
+
+// Cleanup implements dataplane.Dataplane: it deletes the dataplane's table
+// (only its own), and succeeds when there is none.
+func (d *Dataplane) Cleanup(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.prog, d.stale = nil, map[string]time.Time{}
+	if err := d.kernel.Run(ctx, []op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}); err != nil {
+		return fmt.Errorf("nftables: delete table %s %s: %w", d.ipX, d.cfg.Table, err)
+	}
+	d.metrics.elements.Set(0)
+	d.metrics.chains.Set(0)
+	d.metrics.rules.Set(0)
+	return nil
 }

@@ -87,9 +87,11 @@
 //
 // The first Sync, the first after any failure, one after a change of the
 // fixed part (node addresses, settings) and one per Config.FullSyncPeriod
-// are full: every service is rendered, the table is read back (through
-// netlink by default: names, the
-// rule count and first comment of every chain, the elements of the fixed
+// are full: every service is rendered (but those that did not change since
+// the last sync, taken or not, whose renderings are reused: a forced full
+// resync after a failure renders only what changed), the table is read
+// back (through netlink by default: names, the rule count and first
+// comment of every chain, the elements of the fixed
 // sets and maps) and only what differs is written, besides the small fixed
 // part. The first rule of every per-service chain carries its signature
 // as a comment, which is how a listing (which shows comments, not rules)

@@ -10,10 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
-	"github.com/proxykit/proxykit/internal/fanout"
 	"github.com/proxykit/proxykit/servicemodel"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
@@ -121,7 +119,8 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 		d.log.Error(err, "Reading the table back failed; rewriting it from scratch")
 		k = &kernelTable{}
 	}
-	prog := d.renderAll(s, st, k)
+	prog, reskip := d.renderAll(s, st, k, d.reusable(s, st))
+	d.remember(s, st, prog, reskip)
 	p := d.fullPlan(prog, st, k, !d.recreated)
 	if !k.exists && err != nil {
 		p.ops = append([]op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}, p.ops...)
@@ -145,51 +144,77 @@ const parallelMin = 256
 // after partial ones moves nothing; the others take the lowest free slots
 // in the order of their services' names, so that equal States render
 // equal tables.
-func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable) *programmed {
-	prog := newProgrammed(s.Services.Len())
+func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, reuse *reuse) (*programmed, map[types.NamespacedName]bool) {
+	prog, base := programmedOn(reuse, s.Services.Len())
 	prog.static = st.sig
-	type service struct {
-		nn    types.NamespacedName
-		ports []*servicemodel.ServicePort
-	}
-	all := make([]service, 0, s.Services.Len())
+	all := make([]namedPorts, 0, s.Services.Len())
 	for nn, ports := range s.Services.Services() {
-		all = append(all, service{nn, ports})
+		all = append(all, namedPorts{nn, ports})
 	}
-	slices.SortFunc(all, func(a, b service) int { return servicemodel.CompareNames(a.nn, b.nn) })
-	rendered := make([]*rendering, len(all))
-	fanout.Map(d.workers, parallelMin, all, rendered, d.skip, func(skip fanout.Skip) func(service) *rendering {
-		r := d.newRenderer(s, skip)
-		return func(sv service) *rendering { return r.service(sv.ports) }
-	})
-	type renderedService struct {
-		nn types.NamespacedName
-		r  *rendering
-	}
-	list := make([]renderedService, 0, len(all))
-	for i, sv := range all {
-		if rendered[i] != nil {
-			list = append(list, renderedService{sv.nn, rendered[i]})
+	sortServices(all, d.workers)
+	rendered := d.renderServices(s, all, reuse)
+	// The slots the table has the chains at, in chain order: a reused
+	// rendering is placed without changing it.
+	var slots []int32
+	var reskip map[types.NamespacedName]bool
+	for i, sv := range rendered {
+		if sv.reskip {
+			if reskip == nil {
+				reskip = map[types.NamespacedName]bool{}
+			}
+			reskip[all[i].nn] = true
 		}
-	}
-	for _, sv := range list {
-		for i := range sv.r.chains {
-			c := &sv.r.chains[i]
+		if sv.r == nil {
+			continue
+		}
+		for j := range sv.r.chains {
+			c := &sv.r.chains[j]
 			if c.dnat == nil {
 				continue
 			}
+			slot := int32(-1)
 			if have, ok := k.chains[c.name]; ok {
-				if slot, ok := slotOfSig(have.comment); ok && prog.slots.take(c.dnat.shard, slot) {
-					c.dnat.slot = slot
+				if at, ok := slotOfSig(have.comment); ok && prog.slots.take(c.dnat.shard, at) {
+					slot = at
 				}
+			}
+			if sv.reused {
+				slots = append(slots, slot)
+			} else {
+				c.dnat.slot = slot
 			}
 		}
 	}
-	for _, sv := range list {
-		d.place(prog, sv.r, nil)
-		prog.setService(sv.nn, sv.r)
+	for i, sv := range rendered {
+		r := sv.r
+		if r == nil {
+			continue
+		}
+		if sv.reused {
+			n := 0
+			for _, c := range r.chains {
+				if c.dnat != nil {
+					n++
+				}
+			}
+			rendered[i].r, slots = d.placeReused(prog, r, slots[:n]), slots[n:]
+		} else {
+			d.place(prog, r, nil)
+		}
+		if base == nil {
+			prog.setService(all[i].nn, rendered[i].r)
+		}
 	}
-	return prog
+	if base != nil {
+		reuse.account(prog, s, all, rendered)
+	}
+	prog.names = make([]types.NamespacedName, 0, len(prog.services))
+	for i, sv := range rendered {
+		if sv.r != nil {
+			prog.names = append(prog.names, all[i].nn)
+		}
+	}
+	return prog, reskip
 }
 
 // fullPlan is the operations that turn table k into prog: the fixed part
@@ -206,16 +231,27 @@ func (d *Dataplane) fullPlan(prog *programmed, st *static, k *kernelTable, recre
 // table k those of prog, describing each in drift when it is not nil.
 func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[]string) {
 	x := &differ{d: d, p: p, prog: prog, k: k, drift: drift, tracking: drift != nil}
-	x.names = make([]types.NamespacedName, 0, len(prog.services))
-	for nn := range prog.services {
-		x.names = append(x.names, nn)
+	x.names = prog.names
+	if x.names == nil {
+		x.names = make([]types.NamespacedName, 0, len(prog.services))
+		for nn := range prog.services {
+			x.names = append(x.names, nn)
+		}
+		slices.SortFunc(x.names, servicemodel.CompareNames)
 	}
-	slices.SortFunc(x.names, servicemodel.CompareNames)
 	x.want = make(map[string]bool, prog.chains)
 	x.chainOps = make([]op, 0, 2*prog.chains+prog.rules)
 	x.fresh = make(map[string]bool, max(0, prog.chains-len(k.chains)))
 	for i := range mapCount {
 		_, x.listed[i] = k.elems[shardName(i)]
+	}
+	// Sorting the fixed sets' elements takes as long as the rest up to
+	// adding them, which only reads prog: it runs beside, when it may.
+	winners := make(chan []setKeys, 1)
+	if d.workers > 1 {
+		go func() { winners <- prog.sortedWinners() }()
+	} else {
+		winners <- prog.sortedWinners()
 	}
 	for _, nn := range x.names {
 		var old *rendering
@@ -226,7 +262,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 	}
 	x.maps()
 	x.deleteElements()
-	x.addElements()
+	x.addElements(<-winners)
 	x.removeStale()
 }
 
@@ -415,21 +451,37 @@ func (x *differ) deleteElements() {
 			x.p.ops, x.elemAdds = endpointChanges(x.p.ops, x.elemAdds, m[0], m[1])
 		}
 	}
-	var slots [mapCount]map[int32]*dnatDef
+	// The chains of the listed maps by map and slot; a map listed empty
+	// (after a failure, every map) takes all its chains' elements.
+	var placed []*dnatDef
 	for _, nn := range x.names {
 		for _, c := range x.prog.services[nn].chains {
 			if n := c.dnat; n != nil && x.listed[n.shard] {
-				if slots[n.shard] == nil {
-					slots[n.shard] = map[int32]*dnatDef{}
-				}
-				slots[n.shard][n.slot] = n
+				placed = append(placed, n)
 			}
 		}
 	}
+	slices.SortFunc(placed, func(a, b *dnatDef) int { return cmp.Or(cmp.Compare(a.shard, b.shard), cmp.Compare(a.slot, b.slot)) })
 	for i := range mapCount {
-		if x.listed[i] {
-			x.listedElements(i, slots[i])
+		if !x.listed[i] {
+			continue
 		}
+		j := 0
+		for j < len(placed) && placed[j].shard == i {
+			j++
+		}
+		if len(x.k.elems[shardName(i)]) == 0 {
+			for _, n := range placed[:j] {
+				x.elemAdds = append(x.elemAdds, allElements(verbAdd, n))
+			}
+		} else {
+			slots := make(map[int32]*dnatDef, j)
+			for _, n := range placed[:j] {
+				slots[n.slot] = n
+			}
+			x.listedElements(i, slots)
+		}
+		placed = placed[j:]
 	}
 }
 
@@ -478,23 +530,10 @@ func slotOfKey(slots map[int32]*dnatDef, key string) (*dnatDef, int) {
 
 // addElements adds the claimed elements the table lacks, and the
 // elements of the endpoint maps rewritten whole and of the new chains.
-func (x *differ) addElements() {
-	keys := make([]elemKey, 0, len(x.prog.winners))
-	for ek := range x.prog.winners {
-		keys = append(keys, ek)
+func (x *differ) addElements(sorted []setKeys) {
+	for _, b := range sorted {
+		x.p.ops = x.appendMissing(x.p.ops, b.set, b.keys)
 	}
-	slices.SortFunc(keys, compareElemKeys)
-	missing := make([]elemClaim, 0, len(keys))
-	for _, ek := range keys {
-		c := x.prog.winners[ek]
-		if v, ok := x.k.elems[ek.set][ek.key]; !ok || v != c.value {
-			missing = append(missing, elemClaim{ek, c})
-			if x.tracking && !ok {
-				x.note("%s: element %s missing", ek.set, ek.key)
-			}
-		}
-	}
-	x.p.ops = appendClaimed(x.p.ops, missing)
 	// By map and key: the kernel handles a run of elements of one map as
 	// one, which makes loading a third faster.
 	var adds []*dnatDef
@@ -523,10 +562,14 @@ func (x *differ) removeStale() {
 		}
 	}
 	now := x.d.clock.Now()
-	for _, name := range sortedKeys(x.k.chains) {
-		if !isServiceChain(name) || x.want[name] {
-			continue
+	var unwanted []string
+	for name := range x.k.chains {
+		if isServiceChain(name) && !x.want[name] {
+			unwanted = append(unwanted, name)
 		}
+	}
+	slices.Sort(unwanted)
+	for _, name := range unwanted {
 		if x.k.chains[name].rules > 0 {
 			x.p.flush(&knftables.Chain{Name: name})
 			if x.tracking {
@@ -552,40 +595,4 @@ func (x *differ) removeStale() {
 			x.p.delete(&knftables.Map{Name: name})
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// Render returns the nft -f script that the first full sync of s into an
-// empty table would run: deterministic, byte-identical for equal States.
-// It needs no privileges and changes nothing.
-func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
-	if err := d.checkState(s); err != nil {
-		return nil, err
-	}
-	st := d.static(s)
-	p := d.fullPlan(d.renderAll(s, st, &kernelTable{}), st, &kernelTable{}, false)
-	return []byte(transaction(d.text, p.ops).String()), nil
-}
-
-// Cleanup implements dataplane.Dataplane: it deletes the dataplane's table
-// (only its own), and succeeds when there is none.
-func (d *Dataplane) Cleanup(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.prog, d.stale = nil, map[string]time.Time{}
-	if err := d.kernel.Run(ctx, []op{{Verb: verbAdd, Obj: &knftables.Table{}}, {Verb: verbDelete, Obj: &knftables.Table{}}}); err != nil {
-		return fmt.Errorf("nftables: delete table %s %s: %w", d.ipX, d.cfg.Table, err)
-	}
-	d.metrics.elements.Set(0)
-	d.metrics.chains.Set(0)
-	d.metrics.rules.Set(0)
-	return nil
 }

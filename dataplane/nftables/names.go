@@ -150,11 +150,18 @@ func shardOf(chain, proto string) (shard int, ok bool) {
 }
 
 // shardName is the name of endpoint map i: "dnat-<protocol>-<3 hex digits>".
-func shardName(i int) string {
+func shardName(i int) string { return shardNames[i] }
+
+// shardNames are the names of the endpoint maps, made once: a full sync
+// names each map and each of its chains' elements.
+var shardNames = func() (names [mapCount]string) {
 	const hex = "0123456789abcdef"
-	n := i % shardCount
-	return prefixDNAT + shardProto(i) + "-" + string([]byte{hex[n>>8&0xf], hex[n>>4&0xf], hex[n&0xf]})
-}
+	for i := range names {
+		n := i % shardCount
+		names[i] = prefixDNAT + shardProto(i) + "-" + string([]byte{hex[n>>8&0xf], hex[n>>4&0xf], hex[n&0xf]})
+	}
+	return names
+}()
 
 // shardIndex is the endpoint map a name is of; ok is false when it is
 // none's.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
 	"sigs.k8s.io/knftables"
 )
@@ -83,6 +84,7 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 		return 0, 0, nil
 	}
 	unchanged := d.unchanged(ctx)
+	size := d.inputSizeOf(p.ops)
 	for start, rest := 0, []op(nil); start < len(p.ops) || rest != nil; txs++ {
 		var ops []op
 		ops, start, rest = p.next(start, rest, max)
@@ -94,7 +96,21 @@ func (d *Dataplane) run(ctx context.Context, p *plan, max int) (txs, bytes int, 
 		}
 	}
 	d.noteGeneration(ctx, unchanged)
-	return txs, inputSize(d.text, p.ops), nil
+	return txs, size(), nil
+}
+
+// inputSizeOf returns a function that returns inputSize of ops. Formatting
+// the sample of a big plan's text takes milliseconds, which the
+// transactions need not wait for: it runs beside them when it may. Over
+// netlink the text's knftables.Interface is the Dataplane's own, which
+// nothing else uses meanwhile.
+func (d *Dataplane) inputSizeOf(ops []op) func() int {
+	if d.workers <= 1 || d.cfg.NFT != nil || (&plan{ops: ops}).count() <= sampledOps {
+		return func() int { return inputSize(d.text, ops) }
+	}
+	size := make(chan int, 1)
+	go func() { size <- inputSize(d.text, ops) }()
+	return func() int { return <-size }
 }
 
 // next is the transaction of at most max operations (max <= 0: all) that
@@ -193,3 +209,16 @@ func (e *TransactionError) Error() string {
 }
 
 func (e *TransactionError) Unwrap() error { return e.Err }
+
+// Render returns the nft -f script that the first full sync of s into an
+// empty table would run: deterministic, byte-identical for equal States.
+// It needs no privileges and changes nothing.
+func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
+	if err := d.checkState(s); err != nil {
+		return nil, err
+	}
+	st := d.static(s)
+	prog, _ := d.renderAll(s, st, &kernelTable{}, nil)
+	p := d.fullPlan(prog, st, &kernelTable{}, false)
+	return []byte(transaction(d.text, p.ops).String()), nil
+}

@@ -21,7 +21,8 @@ func TestInputSizeEstimate(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := d.static(st)
-		p := d.fullPlan(d.renderAll(st, s, &kernelTable{}), s, &kernelTable{}, false)
+		prog, _ := d.renderAll(st, s, &kernelTable{}, nil)
+		p := d.fullPlan(prog, s, &kernelTable{}, false)
 		exact := len(transaction(d.text, p.ops).String())
 		got := inputSize(d.text, p.ops)
 		if len(p.ops) <= sampledOps && got != exact {

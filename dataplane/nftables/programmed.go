@@ -26,6 +26,9 @@ type programmed struct {
 	// which endpoint maps the table has.
 	slots    slotTable
 	declared [mapCount]bool
+	// names are the services, sorted, when the full sync that built
+	// the programmed knows them; nil once a service came or went.
+	names []types.NamespacedName
 }
 
 // newProgrammed returns an empty programmed sized for services.
@@ -73,6 +76,44 @@ func (p *programmed) removeClaim(k elemKey, c claim) {
 	}
 }
 
+// setKeys are the keys of a set's elements.
+type setKeys struct {
+	set  string
+	keys []string
+}
+
+// sortedWinners is the keys of the winning claims by set, sets and keys
+// sorted as the table lists them: bucketed by set first, a full sync's
+// tens of thousands of keys are sorted as plain strings.
+func (p *programmed) sortedWinners() []setKeys {
+	var buckets []setKeys
+	find := func(set string) *setKeys {
+		i := slices.IndexFunc(buckets, func(b setKeys) bool { return b.set == set })
+		if i < 0 {
+			i = len(buckets)
+			buckets = append(buckets, setKeys{set: set})
+		}
+		return &buckets[i]
+	}
+	// Counted first, so that each bucket is allocated once.
+	counts := map[string]int{}
+	for k := range p.winners {
+		counts[k.set]++
+	}
+	for set, n := range counts {
+		find(set).keys = make([]string, 0, n)
+	}
+	for k := range p.winners {
+		b := find(k.set)
+		b.keys = append(b.keys, k.key)
+	}
+	slices.SortFunc(buckets, func(a, b setKeys) int { return strings.Compare(a.set, b.set) })
+	for _, b := range buckets {
+		slices.Sort(b.keys)
+	}
+	return buckets
+}
+
 func compareClaims(a, b claim) int {
 	if c := strings.Compare(a.order, b.order); c != 0 {
 		return c
@@ -83,6 +124,20 @@ func compareClaims(a, b claim) int {
 // setService replaces the rendering of nn.
 func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 	if old := p.services[nn]; old != nil {
+		for _, c := range old.chains {
+			if n := c.dnat; n != nil && !r.holds(n.shard, n.slot) {
+				p.slots.release(n.shard, n.slot)
+			}
+		}
+	}
+	p.account(nn, r)
+}
+
+// account replaces the rendering of nn, its claims and counts, leaving the
+// slots as they are.
+func (p *programmed) account(nn types.NamespacedName, r *rendering) {
+	old := p.services[nn]
+	if old != nil {
 		p.rules -= countRules(old)
 		p.chains -= len(old.chains)
 		for _, e := range old.elems {
@@ -91,11 +146,11 @@ func (p *programmed) setService(nn types.NamespacedName, r *rendering) {
 		for _, c := range old.chains {
 			if n := c.dnat; n != nil {
 				p.dnatElems -= len(n.eps)
-				if !r.holds(n.shard, n.slot) {
-					p.slots.release(n.shard, n.slot)
-				}
 			}
 		}
+	}
+	if (old == nil) != (r == nil) {
+		p.names = nil
 	}
 	if r == nil {
 		delete(p.services, nn)
@@ -148,4 +203,13 @@ func countRules(r *rendering) int {
 		n += len(c.rules)
 	}
 	return n
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

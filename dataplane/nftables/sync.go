@@ -47,7 +47,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if full {
 		err = d.syncFull(ctx, s, st)
 	} else {
-		err = d.syncPartial(ctx, s, changed)
+		err = d.syncPartial(ctx, s, st, changed)
 	}
 	if err != nil {
 		if full {
@@ -75,17 +75,37 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 }
 
 // syncPartial writes the differences of the changed services.
-func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, changed sets.Set[types.NamespacedName]) error {
-	r := d.newRenderer(s, d.skip)
+func (d *Dataplane) syncPartial(ctx context.Context, s *dataplane.State, st *static, changed sets.Set[types.NamespacedName]) error {
+	skipped := false
+	r := d.newRenderer(s, func(reason string, kv ...any) {
+		skipped = true
+		d.skip(reason, kv...)
+	})
 	w := newWriter(d)
 	names := make([]types.NamespacedName, 0, len(changed))
 	for nn := range changed {
 		names = append(names, nn)
 	}
 	slices.SortFunc(names, servicemodel.CompareNames)
-	for _, nn := range names {
-		w.service(nn, r.service(s.Services.Service(nn)))
+	var reskip map[types.NamespacedName]bool
+	if d.cache != nil {
+		reskip = d.cache.reskip
 	}
+	for _, nn := range names {
+		skipped = false
+		w.service(nn, r.service(s.Services.Service(nn)))
+		if skipped {
+			if reskip == nil {
+				reskip = map[types.NamespacedName]bool{}
+			}
+			reskip[nn] = true
+		} else {
+			delete(reskip, nn)
+		}
+	}
+	// What the writer rendered is what the table would hold after s
+	// whether or not the kernel takes it.
+	d.remember(s, st, d.prog, reskip)
 	p := w.plan()
 	txs, bytes, err := d.run(ctx, p, -1)
 	if err != nil {
@@ -317,30 +337,42 @@ func isMap(name string) bool {
 	return false
 }
 
-// appendClaimed appends the adds of the elements claims name, an
-// nftnl.Elements per run of one set, which share their allocations: a
-// cold start writes one or more per service port.
-func appendClaimed(ops []op, claims []elemClaim) []op {
-	n := len(claims)
-	strs := make([]string, 3*n)
-	keys, values, comments := strs[:n:n], strs[n:2*n:2*n], strs[2*n:]
-	for i := 0; i < n; {
-		set, j, commented := claims[i].set, i, false
-		for ; j < n && claims[j].set == set; j++ {
-			keys[j], values[j], comments[j] = claims[j].key, claims[j].value, claims[j].comment
-			commented = commented || claims[j].comment != ""
+// appendMissing appends the add of the elements of set, of sorted keys
+// (which it reuses), that the table lacks or holds with another value: one
+// nftnl.Elements, whose strings share their allocations, as a cold start
+// writes tens of thousands.
+func (x *differ) appendMissing(ops []op, set string, keys []string) []op {
+	have := x.k.elems[set]
+	var values, comments []string
+	if isMap(set) {
+		values = make([]string, 0, len(keys))
+	}
+	n, commented := 0, false
+	for _, key := range keys {
+		c := x.prog.winners[elemKey{set, key}]
+		v, ok := have[key]
+		if ok && v == c.value {
+			continue
 		}
-		e := &nftnl.Elements{Set: set, Keys: keys[i:j:j]}
-		if isMap(set) {
-			e.Values = values[i:j:j]
+		if x.tracking && !ok {
+			x.note("%s: element %s missing", set, key)
+		}
+		keys[n] = key
+		n++
+		if values != nil {
+			values = append(values, c.value)
+		}
+		if c.comment != "" && !commented {
+			comments, commented = make([]string, n-1, len(keys)), true
 		}
 		if commented {
-			e.Comments = comments[i:j:j]
+			comments = append(comments, c.comment)
 		}
-		ops = append(ops, op{Verb: verbAdd, Elems: e})
-		i = j
 	}
-	return ops
+	if n == 0 {
+		return ops
+	}
+	return append(ops, op{Verb: verbAdd, Elems: &nftnl.Elements{Set: set, Keys: keys[:n:n], Values: values, Comments: comments}})
 }
 
 func element(k elemKey, c claim) *knftables.Element {
