@@ -43,9 +43,6 @@ type batch struct {
 	pos   int
 	// dnat holds the expressions of the last endpoint-map rule.
 	dnat dnatMap
-	// mapped is the memory mapping w's buffer started in, nil when it
-	// is of the heap (see batchBuffer).
-	mapped []byte
 }
 
 // msgInfo says which ops a message carries, for naming the one the kernel
@@ -120,7 +117,6 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	}
 	start := time.Now()
 	b := c.newBatch()
-	defer b.release()
 	if err := b.encode(ctx, ops); err != nil {
 		return err
 	}
@@ -369,7 +365,7 @@ func (b *batch) named(msg, i int, tableAttr, nameAttr uint16, name string) {
 // encode writes the batch: begin, the ops' messages, end.
 func (b *batch) encode(ctx context.Context, ops []Op) error {
 	size, msgs := batchSize(ops, b.c.fam == unix.NFPROTO_IPV6)
-	b.w.b, b.mapped = batchBuffer(size)
+	b.w.b = make([]byte, 0, size)
 	b.msgs = make([]msgInfo, 0, msgs)
 	var at int
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)

@@ -23,7 +23,6 @@ func TestElementAt(t *testing.T) {
 	}
 	c := &Conn{family: knftables.IPv4Family, fam: 2, table: "t", types: map[string]*setType{}}
 	b := c.newBatch()
-	defer b.release()
 	if err := b.encode(context.Background(), ops); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +55,6 @@ func TestElementOf(t *testing.T) {
 	}
 	c := &Conn{family: knftables.IPv4Family, fam: 2, table: "t", types: map[string]*setType{}}
 	b := c.newBatch()
-	defer b.release()
 	if err := b.encode(context.Background(), ops); err != nil {
 		t.Fatal(err)
 	}

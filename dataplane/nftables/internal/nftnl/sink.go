@@ -49,7 +49,6 @@ func (s *Sink) Run(ctx context.Context, ops []Op) error {
 		return err
 	}
 	b := c.newBatch()
-	defer b.release()
 	if err := b.encode(ctx, ops); err != nil {
 		return err
 	}

@@ -22,7 +22,6 @@ func TestBatchSize(t *testing.T) {
 	for name, ops := range map[string][]Op{"elements": ops, "runs": runs} {
 		c := &Conn{family: knftables.IPv4Family, fam: 2, table: "t", types: map[string]*setType{}}
 		b := c.newBatch()
-		defer b.release()
 		if err := b.encode(context.Background(), ops); err != nil {
 			t.Fatal(err)
 		}
