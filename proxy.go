@@ -62,12 +62,12 @@ type Proxy struct {
 // plane is one configured dataplane and what it last programmed.
 type plane struct {
 	DataplaneConfig
-	// programmed is true once a Sync succeeded; lastGen is the Generation
-	// of the State it programmed then. A dataplane that failed is not
-	// advanced, so the next State's ChangedSince(lastGen) is not ok and it
-	// programs that State in full.
+	// programmed is true once a Sync succeeded; last is the State it
+	// programmed then. A dataplane that failed is not advanced, so the
+	// next State's ChangedFrom(last) is not ok and it programs that State
+	// in full.
 	programmed bool
-	lastGen    uint64
+	last       *dataplane.State
 	// mustReconcile is set after a failed Reconcile, so that the repair
 	// is retried with the next sync rather than a period later.
 	mustReconcile bool

@@ -175,7 +175,7 @@ func (p *Proxy) reconcilePlane(ctx context.Context, pl *plane) error {
 func (p *Proxy) syncPlane(ctx context.Context, pl *plane, st *dataplane.State) error {
 	full, changed := true, -1
 	if pl.programmed {
-		if set, ok := st.ChangedSince(pl.lastGen); ok {
+		if set, ok := st.ChangedFrom(pl.last); ok {
 			full, changed = false, set.Len()
 		}
 	}
@@ -202,7 +202,7 @@ func (p *Proxy) syncPlane(ctx context.Context, pl *plane, st *dataplane.State) e
 		p.metrics.syncFailures.WithLabelValues(fam, name).Inc()
 		return fmt.Errorf("dataplane %s (%s): %w", name, fam, err)
 	}
-	pl.programmed, pl.lastGen = true, st.Generation
+	pl.programmed, pl.last = true, st
 	p.metrics.lastSync.WithLabelValues(fam, name).Set(float64(p.cfg.Clock.Now().UnixNano()) / 1e9)
 	log := p.log.V(2)
 	if full || services != 0 {

@@ -97,6 +97,7 @@ func (b *Builder) Build() BuildResult {
 			Endpoints:    eps,
 			ServiceCIDRs: filterFamily(cidrs, fb.family, func(p netip.Prefix) bool { return p.Addr().Is4() }),
 			Generation:   b.gen,
+			builder:      b.id,
 			changed:      changed,
 			changedSince: prev,
 			hasChanges:   hasChanges,

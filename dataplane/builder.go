@@ -49,6 +49,9 @@ type BuilderConfig struct {
 // Build costs O(changes since the previous Build): the States share
 // everything unchanged with their predecessors.
 type Builder struct {
+	// id tells this Builder's States from another's (State.ChangedFrom):
+	// generations count per Builder.
+	id       *byte
 	nodeName string
 	mode     LocalMode
 	logger   logr.Logger
@@ -106,6 +109,7 @@ const (
 // CIDR of.
 func NewBuilder(cfg BuilderConfig) *Builder {
 	b := &Builder{
+		id:       new(byte),
 		nodeName: cfg.NodeName,
 		mode:     cfg.Settings.LocalDetector.Mode,
 		logger:   cfg.Logger,

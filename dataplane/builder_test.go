@@ -377,6 +377,57 @@ func TestBuilderChangedSince(t *testing.T) {
 	}
 }
 
+// TestStateChangedFrom: ChangedFrom answers as ChangedSince for States of
+// one Builder, and cannot tell for a State of another Builder whose
+// generation happens to follow, for an unknown previous State, or for a
+// State no Builder built.
+func TestStateChangedFrom(t *testing.T) {
+	newBuilder := func() *dataplane.Builder {
+		b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dpt.NodeName, Settings: dpt.DefaultSettings()})
+		b.UpdateNode(dpt.TestNode(nil))
+		return b
+	}
+	a, b := newBuilder(), newBuilder()
+	a1, b1 := a.Build().States[0], b.Build().States[0]
+	svc := func(name, ip string) *v1.Service {
+		return dpt.MakeService("ns1", name, func(s *v1.Service) {
+			s.Spec.ClusterIP = ip
+			s.Spec.Ports = []v1.ServicePort{dpt.ServicePort("p80", v1.ProtocolTCP, 80, 0, 0)}
+		})
+	}
+	a.UpdateService(nil, svc("web", "172.30.0.1"))
+	b.UpdateService(nil, svc("db", "172.30.0.2"))
+	a2, b2 := a.Build().States[0], b.Build().States[0]
+	type answer struct {
+		OK      bool
+		Changed []types.NamespacedName
+	}
+	ask := func(s, prev *dataplane.State) answer {
+		changed, ok := s.ChangedFrom(prev)
+		return answer{ok, names(changed)}
+	}
+	got := map[string]answer{
+		"same Builder":             ask(a2, a1),
+		"other Builder, same gen":  ask(b2, a1),
+		"no previous State":        ask(a2, nil),
+		"a State no Builder built": ask(&dataplane.State{Generation: 2}, a1),
+		"other Builder's own":      ask(b2, b1),
+	}
+	want := map[string]answer{
+		"same Builder":             {true, []types.NamespacedName{nn("ns1", "web")}},
+		"other Builder, same gen":  {},
+		"no previous State":        {},
+		"a State no Builder built": {},
+		"other Builder's own":      {true, []types.NamespacedName{nn("ns1", "db")}},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if _, ok := b2.ChangedSince(a1.Generation); !ok {
+		t.Error("ChangedSince, which knows no Builder, no longer answers by the generation alone")
+	}
+}
+
 func TestBuilderDue(t *testing.T) {
 	b := dataplane.NewBuilder(dataplane.BuilderConfig{NodeName: dpt.NodeName})
 	svcs, sl := nodePortService(nil)

@@ -153,10 +153,12 @@
 //
 // # Partial syncs
 //
-// A dataplane that remembers the Generation it last programmed asks the
-// next State ChangedSince(thatGeneration): when ok, only the services in
-// the set need reprogramming (the frontends of all others are unchanged);
-// otherwise, and always after a failed Sync, it programs everything.
+// A dataplane that remembers the State it last programmed asks the next
+// State ChangedFrom(thatState): when ok, only the services in the set need
+// reprogramming (the frontends of all others are unchanged); otherwise,
+// and always after a failed Sync or for a State of another Builder (whose
+// Generations count on their own), it programs everything.
+// ChangedSince(generation) answers the same for States of one Builder.
 //
 // # Reconciling
 //

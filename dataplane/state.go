@@ -114,6 +114,8 @@ type State struct {
 	changed      sets.Set[types.NamespacedName]
 	changedSince uint64
 	hasChanges   bool
+	// builder identifies the Builder that built the State; nil when none.
+	builder *byte
 
 	// index is what Lookup finds frontends with; it is built on first use
 	// because many States are never looked up.
@@ -132,6 +134,18 @@ func (s *State) ChangedSince(gen uint64) (changed sets.Set[types.NamespacedName]
 		return nil, false
 	}
 	return s.changed, true
+}
+
+// ChangedFrom is ChangedSince(prev.Generation) that also tells Builders
+// apart: ok is false when prev is nil or was built by another Builder,
+// whose generations count on their own. A dataplane that keeps the State
+// it programmed last asks this, and a program that replaces its Builder
+// gets a full comparison once instead of a wrong partial one.
+func (s *State) ChangedFrom(prev *State) (changed sets.Set[types.NamespacedName], ok bool) {
+	if prev == nil || s.builder == nil || prev.builder != s.builder {
+		return nil, false
+	}
+	return s.ChangedSince(prev.Generation)
 }
 
 // DetectionCIDR returns the CIDR that ClusterCIDR and NodeCIDR local-traffic

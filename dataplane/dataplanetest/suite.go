@@ -202,7 +202,15 @@ func RunScenarios(t *testing.T, scenarios []Scenario, newHarness func(t *testing
 func runScenario(t *testing.T, s Scenario, h Harness) {
 	ctx := t.Context()
 	mode := modeOf(h)
-	b, st := s.Build(t)
+	// First a State of another Builder, with nothing in it, whose
+	// Generation the scenario's State then follows: a dataplane must not
+	// take it for that State's predecessor (State.ChangedFrom).
+	_, other := Scenario{Name: s.Name, Family: s.Family, Node: s.Node, Settings: s.Settings}.Build(t)
+	if err := h.Sync(ctx, other); err != nil {
+		t.Fatalf("%s: Sync of another Builder's State: %v", h.Name(), err)
+	}
+	b, _ := s.Build(t)
+	st := b.Build().States[0]
 	if err := h.Sync(ctx, st); err != nil {
 		t.Fatalf("%s: Sync: %v", h.Name(), err)
 	}

@@ -80,9 +80,10 @@ type Dataplane struct {
 	mu sync.Mutex
 	// prog is what the kernel holds; nil until a full sync succeeded and
 	// after any failure.
-	prog    *programmed
-	lastGen uint64
-	stats   SyncStats
+	prog *programmed
+	// last is the State last programmed.
+	last  *dataplane.State
+	stats SyncStats
 	// warnedSlow is set once the slow-backend warning was logged.
 	warnedSlow bool
 	// cache is the last full rendering, kept across failures: it says

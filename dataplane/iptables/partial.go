@@ -32,7 +32,7 @@ func compareEntries(a, b entry) int {
 func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, v *view) (again bool, err error) {
 	prog := d.prog
 	var candidates []types.NamespacedName
-	if changed, ok := s.ChangedSince(d.lastGen); ok {
+	if changed, ok := s.ChangedFrom(d.last); ok {
 		candidates = changed.UnsortedList()
 	} else {
 		seen := map[types.NamespacedName]bool{}

@@ -133,7 +133,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		return err
 	}
 	d.prog.state = s
-	d.lastGen = s.Generation
+	d.last = s
 	for t := range numTables {
 		d.metrics.rules[t].Set(float64(d.prog.rules[t]))
 		d.metrics.rulesLastSync[t].Set(float64(d.stats.written[t]))

@@ -172,7 +172,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		full = d.rulesText(s) != d.rules
 	}
 	if !full {
-		set, ok := s.ChangedSince(d.last.Generation)
+		set, ok := s.ChangedFrom(d.last)
 		full = !ok
 		changed = slices.SortedFunc(maps.Keys(set), servicemodel.CompareNames)
 	}

@@ -117,9 +117,8 @@ type Dataplane struct {
 	// cache holds the renderings of the services of the State last
 	// synced; its services are prog's while prog is set.
 	cache *renderCache
-	// last is the State last programmed, lastGen its generation.
+	// last is the State last programmed.
 	last     *dataplane.State
-	lastGen  uint64
 	lastFull time.Time
 	// recreated is set once a full sync re-created the base chains, so
 	// that a table left by another version converges.

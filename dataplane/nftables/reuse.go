@@ -55,7 +55,7 @@ func (d *Dataplane) reusable(s *dataplane.State, st *static) *reuse {
 	}
 	u := &reuse{c: c}
 	if s != c.state {
-		ch, ok := s.ChangedSince(c.state.Generation)
+		ch, ok := s.ChangedFrom(c.state)
 		if !ok {
 			return nil
 		}

@@ -34,11 +34,9 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	d.deleteStale(ctx)
 
 	st := d.static(s)
-	changed, ok := s.ChangedSince(d.lastGen)
+	changed, ok := s.ChangedFrom(d.last)
 	if s == d.last {
-		// The State programmed last: nothing changed. (A State of
-		// another Builder may carry the same Generation: only the
-		// same State says so.)
+		// The State programmed last: nothing changed.
 		changed, ok = nil, true
 	}
 	full := d.prog == nil || !ok || d.prog.static != st.sig ||
@@ -61,7 +59,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		d.log.Error(err, "Sync failed; the next one is full", "full", full)
 		return err
 	}
-	d.lastGen, d.st, d.last = s.Generation, st, s
+	d.st, d.last = st, s
 	d.metrics.operations.Observe(float64(d.stats.Operations))
 	d.metrics.elements.Set(float64(len(d.prog.winners) + d.prog.dnatElems + len(st.nodePortIPs)))
 	d.metrics.chains.Set(float64(d.prog.chains + len(baseChains) + len(staticChains)))

@@ -170,7 +170,7 @@ type Dataplane struct {
 	svcs     map[types.NamespacedName][]servicemodel.PortName
 	fwds     map[destKey]*forwarder
 	unbound  map[destKey]*forwarder
-	lastGen  uint64
+	last     *dataplane.State
 	synced   bool
 	node     dataplane.Node
 	settings dataplane.Settings

@@ -45,7 +45,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		d.svcs = map[types.NamespacedName][]servicemodel.PortName{}
 	}
 	full := !d.synced || !reflect.DeepEqual(d.node, s.Node) || !reflect.DeepEqual(d.settings, s.Settings)
-	changed, ok := s.ChangedSince(d.lastGen)
+	changed, ok := s.ChangedFrom(d.last)
 	if full {
 		ok = false
 	}
@@ -99,7 +99,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		return errors.Join(err, bindErr.orNil())
 	}
 
-	d.lastGen, d.synced = s.Generation, true
+	d.last, d.synced = s, true
 	d.report = dataplane.SyncReport{Full: !ok, Services: w.written, Bytes: n}
 	d.log.V(2).Info("Synced", "full", !ok, "servicePorts", w.written, "forwarders", len(d.fwds))
 	return bindErr.orNil()

@@ -57,7 +57,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	defer d.mu.Unlock()
 
 	var changed []types.NamespacedName
-	if set, ok := s.ChangedSince(d.table.Generation); ok && d.prev != nil {
+	if set, ok := s.ChangedFrom(d.prev); ok {
 		changed = set.UnsortedList()
 	} else {
 		d.reset()

@@ -5,7 +5,7 @@
 // modelled in the package's conformance test.
 //
 // Sync turns each dataplane.State into the table in O(changes): it asks
-// State.ChangedSince which services changed since the State it last
+// State.ChangedFrom which services changed since the State it last
 // programmed and rewrites only their entries, and programs everything when
 // the State cannot tell (the first Sync, after Cleanup). Which endpoints
 // serve which traffic comes from State.Select, never from code of its own;
