@@ -2,11 +2,8 @@ package nftnl
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/nftables/expr"
@@ -62,37 +59,6 @@ type elemMsg struct {
 	at, list, nested int
 	info             int
 }
-
-// OpError is a refused transaction: the kernel's errno (errors.Is works
-// with syscall.ENOENT, EEXIST, ...) and the operation it refused, as nft
-// text.
-type OpError struct {
-	// Op is the refused operation as an nft command; "" when the kernel
-	// did not say which.
-	Op string
-	// Msg is the kernel's extended-ack message, often "".
-	Msg string
-	// Others counts further refused operations.
-	Others int
-	Err    error
-}
-
-func (e *OpError) Error() string {
-	var b strings.Builder
-	b.WriteString("nftnl: transaction refused")
-	if e.Op != "" {
-		b.WriteString(" at " + strings.TrimSpace(e.Op))
-	}
-	if e.Msg != "" {
-		b.WriteString(" (" + e.Msg + ")")
-	}
-	if e.Others > 0 {
-		fmt.Fprintf(&b, " and %d more", e.Others)
-	}
-	return b.String() + ": " + e.Err.Error()
-}
-
-func (e *OpError) Unwrap() error { return e.Err }
 
 // Run runs ops as one nftables transaction: one netlink batch, which the
 // kernel commits whole or not at all. On error nothing changed (the batch
@@ -161,167 +127,6 @@ func (b *batch) commit() {
 			b.c.types[n] = t
 		}
 	}
-}
-
-// batchSize estimates the encoded size of ops from above, so that the
-// buffer of a large batch is allocated once and never copied, and the
-// number of its messages: one per op but elements, which go a thousand
-// or so to a message. A field of an element takes at most the bytes of
-// its text, padded, but for an IPv6 address (ipv6), which takes 16 for
-// as few as 2 characters.
-func batchSize(ops []Op, ipv6 bool) (n, msgs int) {
-	n, elems := 256, 0
-	extra := 0
-	if ipv6 {
-		extra = 16
-	}
-	for _, op := range ops {
-		if e := op.Elems; op.Obj == nil && e != nil {
-			elems += e.Len()
-			if e.Keys == nil {
-				// Headers and a 4-byte key, then the value.
-				for _, v := range e.Values {
-					n += 24 + len(v) + extra
-				}
-				continue
-			}
-			for i, k := range e.Keys {
-				n += elemSize(k, e.Values, e.Comments, i, extra)
-			}
-			continue
-		}
-		msgs++
-		switch o := op.Obj.(type) {
-		case *knftables.Element:
-			msgs--
-			elems++
-			var comments []string
-			if o.Comment != nil {
-				comments = []string{*o.Comment}
-			}
-			n += elemSize(strings.Join(o.Key, " . "), o.Value, comments, 0, extra)
-		case *knftables.Rule:
-			n += 128 + len(o.Chain) + 3*len(o.Rule)
-			if o.Comment != nil {
-				n += 12 + len(*o.Comment)
-			}
-		case *knftables.Chain:
-			n += 64 + len(o.Name)
-			if o.Comment != nil {
-				n += 12 + len(*o.Comment)
-			}
-			if o.Type != nil {
-				n += 64
-			}
-		default:
-			n += 512
-		}
-	}
-	return n, msgs + elems/512 + 16
-}
-
-// elemSize bounds the encoded size of an element of key text key and
-// values[i] and comments[i], if any.
-func elemSize(key string, values, comments []string, i, extra int) int {
-	n := 16 + max(len(key), 4) + extra
-	if i < len(values) {
-		if v := values[i]; v != "" && (v[0] == 'g' || v[0] == 'j' || v[0] == 'd' || v[0] == 'a') {
-			// A verdict: its chain's name and headers.
-			n += 28 + len(v)
-		} else {
-			n += 8 + max(len(v), 8) + extra
-		}
-	}
-	if i < len(comments) && comments[i] != "" {
-		n += 12 + len(comments[i])
-	}
-	return n
-}
-
-// describe names the first refused operation.
-func (b *batch) describe(ops []Op, refused []reply) *OpError {
-	ke := parseError(refused[0])
-	oe := &OpError{Msg: ke.msg, Others: len(refused) - 1, Err: ke.errno}
-	i := int(refused[0].seq) - int(b.firstSeq)
-	if i < 0 || i >= len(b.msgs) {
-		return oe
-	}
-	m := b.msgs[i]
-	op, count := ops[m.first], m.count
-	if m.elems {
-		j := -1
-		if ke.offset >= 0 {
-			j = b.elementOf(m, ke.offset)
-		}
-		if j >= 0 {
-			count = 1
-		}
-		op = b.elementAt(ops, m, max(j, 0))
-	}
-	oe.Op = opText(b.c.family, b.c.table, op)
-	if count > 1 {
-		oe.Op += fmt.Sprintf(" (one of %d elements from there)", count)
-	}
-	return oe
-}
-
-// elementOf is the index in element message m of the element at offset
-// off of the message, -1 if none is there.
-func (b *batch) elementOf(m msgInfo, off int) int {
-	msg := b.w.b[m.start:]
-	if len(msg) < nlmsgHdrLen {
-		return -1
-	}
-	msg = msg[:min(int(binary.NativeEndian.Uint32(msg)), len(msg))]
-	for pos := nlmsgHdrLen + nfgenLen; pos+4 <= len(msg); {
-		n := int(binary.NativeEndian.Uint16(msg[pos:]))
-		if n < 4 || pos+n > len(msg) {
-			return -1
-		}
-		if binary.NativeEndian.Uint16(msg[pos+2:])&^nlaFNested == unix.NFTA_SET_ELEM_LIST_ELEMENTS {
-			// The last entry starting at or before off.
-			j := -1
-			for at := pos + 4; at+4 <= pos+n && at <= off; j++ {
-				l := int(binary.NativeEndian.Uint16(msg[at:]))
-				if l < 4 {
-					return -1
-				}
-				at += nlaAlign(l)
-			}
-			return j
-		}
-		pos += nlaAlign(n)
-	}
-	return -1
-}
-
-// elementAt is element j of element message m, as an Op of its own.
-func (b *batch) elementAt(ops []Op, m msgInfo, j int) Op {
-	for pos, from := int(m.pos), int(m.from); pos < len(ops); pos, from = pos+1, 0 {
-		op := ops[pos]
-		if b.order != nil {
-			op = ops[b.order[pos]]
-		}
-		if op.Obj != nil || op.Elems == nil {
-			if j == 0 {
-				return op
-			}
-			j--
-			continue
-		}
-		if from+j < op.Elems.Len() {
-			return Op{Verb: op.Verb, Obj: op.Elems.Element(from + j)}
-		}
-		j -= op.Elems.Len() - from
-	}
-	return Op{}
-}
-
-// opText is op as nft text.
-func opText(family knftables.Family, table string, op Op) string {
-	tx := knftables.NewFake(family, table).NewTransaction()
-	op.AddTo(tx)
-	return strings.TrimSpace(tx.String())
 }
 
 func (b *batch) begin(typ uint16, flags uint16, op int) int {
@@ -677,5 +482,3 @@ func (b *batch) verdictData(v expr.Verdict) {
 	_ = b.w.end(vd)
 	_ = b.w.end(d)
 }
-
-var _ = syscall.ENOENT

@@ -65,10 +65,9 @@ func (c *Conn) readBuf() []byte {
 // the kernel sizes to what the buffer holds.
 const rcvbuf = 4 << 20
 
-// Open opens a Conn for table in family (knftables.IPv4Family or
-// IPv6Family). It needs CAP_NET_ADMIN in the namespace.
-func Open(family knftables.Family, table string, opts Options) (*Conn, error) {
-	c := &Conn{family: family, table: table, opts: opts, fd: -1, types: map[string]*setType{}}
+// newConn is a Conn for table in family with no socket yet.
+func newConn(family knftables.Family, table string) (*Conn, error) {
+	c := &Conn{family: family, table: table, fd: -1, types: map[string]*setType{}}
 	switch family {
 	case knftables.IPv4Family:
 		c.fam = unix.NFPROTO_IPV4
@@ -80,6 +79,17 @@ func Open(family knftables.Family, table string, opts Options) (*Conn, error) {
 	if table == "" {
 		return nil, errors.New("nftnl: no table name")
 	}
+	return c, nil
+}
+
+// Open opens a Conn for table in family (knftables.IPv4Family or
+// IPv6Family). It needs CAP_NET_ADMIN in the namespace.
+func Open(family knftables.Family, table string, opts Options) (*Conn, error) {
+	c, err := newConn(family, table)
+	if err != nil {
+		return nil, err
+	}
+	c.opts = opts
 	if opts.NetNS == nil {
 		ns, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {

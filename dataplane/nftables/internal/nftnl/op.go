@@ -59,11 +59,14 @@ func (e *Elements) key(i int) string {
 func (e *Elements) Element(i int) *knftables.Element {
 	el := &knftables.Element{Key: []string{e.key(i)}}
 	if e.Values != nil {
-		el.Map, el.Value = e.Set, []string{e.Values[i]}
+		el.Map = e.Set
+		if i < len(e.Values) {
+			el.Value = []string{e.Values[i]}
+		}
 	} else {
 		el.Set = e.Set
 	}
-	if e.Comments != nil && e.Comments[i] != "" {
+	if i < len(e.Comments) && e.Comments[i] != "" {
 		el.Comment = &e.Comments[i]
 	}
 	return el

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 )
 
@@ -22,17 +21,9 @@ type Sink struct {
 // elements of a set no transaction of the Sink defined cannot be encoded:
 // there is no kernel to ask for its type.
 func NewSink(family knftables.Family, table string, send func(batch []byte) error) (*Sink, error) {
-	c := &Conn{family: family, table: table, fd: -1, types: map[string]*setType{}}
-	switch family {
-	case knftables.IPv4Family:
-		c.fam = unix.NFPROTO_IPV4
-	case knftables.IPv6Family:
-		c.fam = unix.NFPROTO_IPV6
-	default:
-		return nil, fmt.Errorf("nftnl: family %q is neither ip nor ip6", family)
-	}
-	if table == "" {
-		return nil, fmt.Errorf("nftnl: no table name")
+	c, err := newConn(family, table)
+	if err != nil {
+		return nil, err
 	}
 	return &Sink{c: c, send: send}, nil
 }
