@@ -59,7 +59,9 @@ func (d *Dataplane) readBack(ctx context.Context, endpointMaps bool) (*kernelTab
 	}
 	for _, m := range all["map"] {
 		k.maps[m] = true
-		if _, ok := shardIndex(m); ok && endpointMaps {
+		_, slotted := shardIndex(m)
+		_, shared := sharedIndex(m)
+		if (slotted || shared) && endpointMaps {
 			lists = append(lists, setDef{name: m, isMap: true})
 		}
 	}
@@ -131,7 +133,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 	if err != nil {
 		return err
 	}
-	d.prog, d.st, d.recreated, d.lastFull, d.suspect = prog, st, true, d.clock.Now(), [mapCount]bool{}
+	d.prog, d.st, d.recreated, d.lastFull, d.suspect = prog, st, true, d.clock.Now(), [mapCount + sharedMapCount]bool{}
 	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: p.count(), Transactions: txs}
 	return nil
 }
@@ -224,6 +226,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		}
 		x.service(prog.services[nn], old)
 	}
+	x.sharedChains()
 	x.maps()
 	x.deleteElements()
 	x.addElements()
@@ -261,6 +264,7 @@ type differ struct {
 	// elemAdds are the endpoint map elements deleteElements found to add.
 	elemAdds []op
 	slab     slab
+	shared   sharedDiff
 }
 
 func (x *differ) note(format string, args ...any) {
@@ -378,6 +382,7 @@ func (x *differ) maps() {
 		// chains were.
 		x.dirty[i] = x.dirty[i] && !x.listed[i]
 	}
+	x.sharedMaps()
 	x.p.ops = append(x.p.ops, x.chainOps...)
 	// A rewritten map is flushed after its chains are rewritten and
 	// before its elements are added back.
@@ -389,6 +394,7 @@ func (x *differ) maps() {
 			}
 		}
 	}
+	x.flushShared()
 }
 
 // deleteElements deletes the elements the table holds and prog does not,
@@ -431,6 +437,7 @@ func (x *differ) deleteElements() {
 			x.listedElements(i, slots[i])
 		}
 	}
+	x.deleteShared()
 }
 
 // listedElements diffs listed endpoint map i with the elements that
@@ -509,6 +516,7 @@ func (x *differ) addElements() {
 	for _, n := range adds {
 		x.p.ops = append(x.p.ops, allElements(verbAdd, n))
 	}
+	x.addShared()
 	x.p.ops = append(x.p.ops, x.elemAdds...)
 }
 
@@ -524,7 +532,7 @@ func (x *differ) removeStale() {
 	}
 	now := x.d.clock.Now()
 	for _, name := range sortedKeys(x.k.chains) {
-		if !isServiceChain(name) || x.want[name] {
+		if !isServiceChain(name) && !isSharedChain(name) || x.want[name] {
 			continue
 		}
 		if x.k.chains[name].rules > 0 {
@@ -552,6 +560,7 @@ func (x *differ) removeStale() {
 			x.p.delete(&knftables.Map{Name: name})
 		}
 	}
+	x.removeShared()
 }
 
 func sortedKeys[V any](m map[string]V) []string {
