@@ -244,13 +244,13 @@ func TestKernelForeignElement(t *testing.T) {
 	}
 	ctx := t.Context()
 	ns, d := syncedInNamespace(t, b.Build().States[0])
-	// svc3's chain will take the lowest free slot of its map: 0 when no
-	// other service is in it, else the next; take them all up to 3.
-	shard, _ := shardOf(prefixService+hashedName("ns/svc3/tcp/p80"), "tcp")
-	m := shardName(shard)
-	ns.MustRun("nft", "add", "map", "ip", DefaultTable, m, "{ typeof numgen random mod 1 : ip daddr . tcp dport ; }")
-	for slot := range 4 {
-		ns.MustRun("nft", "add", "element", "ip", DefaultTable, m, fmt.Sprintf("{ %d : 10.9.9.9 . 9 }", slot<<slotBits))
+	// svc3's endpoints will be the elements "172.30.0.4 . 80 . 0" and
+	// ". 1" of its shared map: take them.
+	shard, _ := sharedShard("172.30.0.4 . 80", "tcp")
+	m := sharedMapName(shard)
+	ns.MustRun("nft", "add", "map", "ip", DefaultTable, m, "{ typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }")
+	for i := range 2 {
+		ns.MustRun("nft", "add", "element", "ip", DefaultTable, m, fmt.Sprintf("{ 172.30.0.4 . 80 . %d : 10.9.9.9 . 9 }", i))
 	}
 	b.UpdateService(nil, clusterIPService(3))
 	b.UpdateEndpointSlice(nil, slice(3, 2, 0))
