@@ -123,9 +123,10 @@ func TestKernelSyncs(t *testing.T) {
 		// Elements only: one deleted, one added.
 		{"endpoint moved", func() { b.UpdateEndpointSlice(slice(3, 3, 1), moved(slice(3, 3, 1))) }, 2},
 		{"endpoint moved back", func() { b.UpdateEndpointSlice(moved(slice(3, 3, 1)), slice(3, 3, 1)) }, 2},
-		// The rule rewritten (flush, add), two endpoint map elements
-		// deleted and one added.
-		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 5},
+		// To the shared chain of three endpoints (new: add, rule) by the
+		// service-ips element (delete, add), two endpoint elements
+		// deleted and one added, the chain of four flushed.
+		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 8},
 		// Also the endpoint map, unused, deleted.
 		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 0, 0)) }, 8},
 		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 1)) }, 9},
