@@ -207,8 +207,8 @@
 // (BenchmarkOneEndpointChange, BenchmarkIdleResync, BenchmarkFullSync,
 // BenchmarkKernelFullSync; CPU seconds of the whole process):
 //
-//   - one-endpoint change: 5 or 6 operations and 0.1 to 0.6 ms of CPU at 1k,
-//     10k and 100k services (flat); an idle resync: 0 operations, under
+//   - one-endpoint change: 2 to 6 operations and 0.1 to 0.6 ms of CPU at
+//     1k, 10k and 100k services (flat); an idle resync: 0 operations, under
 //     0.3 ms;
 //   - full sync without a kernel (render, plan, transaction text): 0.03,
 //     0.33 and 6.5 CPU-s at 1k, 10k and 100k services;
@@ -220,9 +220,11 @@
 //     without an nft process: a cold full sync into a real kernel at 10k
 //     services (141,000 operations, an 8 MB batch) takes about 0.4 s and at
 //     100k (1.4 million operations, 80 MB) about 6 s, of which the kernel's
-//     commit is two thirds; a one-element transaction about 0.3 ms at 10k
-//     services. At 100k the kernel's commit of even one element costs
-//     5 to 20 ms: it grows with the number of chains in the table.
+//     commit is two thirds. The commit of even one element grows with the
+//     number of chains in the table, which simple ports no longer add to:
+//     a one-endpoint change, compute and kernel, takes 0.2 to 0.3 ms at
+//     10k services and 0.4 to 0.6 ms at 100k (BenchmarkKernelOneEndpointChange,
+//     whose 100k table has 5,613 chains, most of them its node ports').
 //   - through nft (Config.NFT), every transaction starts an nft process
 //     that lists the table's chains into its cache first (85 ms at 10k
 //     services, half a second at 100k) and parses every element on its own
