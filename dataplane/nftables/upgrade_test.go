@@ -1,12 +1,15 @@
 package nftables
 
 import (
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxykit/proxykit/dataplane"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 )
 
@@ -66,6 +69,55 @@ func joinKeys(fake *knftables.Fake) {
 	for _, s := range fake.Table.Sets {
 		for _, e := range s.Elements {
 			e.Key = []string{strings.Join(e.Key, " . ")}
+		}
+	}
+}
+
+// TestKernelUpgradeConverges: the same through a real kernel, the earlier
+// table loaded by nft -f, then synced over netlink; a packet to each
+// service then reaches its endpoints through the shared chains.
+func TestKernelUpgradeConverges(t *testing.T) {
+	b := newBuilder()
+	for n := range 6 {
+		b.UpdateService(nil, clusterIPService(n))
+		b.UpdateEndpointSlice(nil, slice(n, n%3, 1))
+	}
+	s := b.Build().States[0]
+	ns := inNamespace(t, func() error { return nil })
+	ns.MustRun("nft", "-f", "testdata/earlier-shape.dump")
+	ctx := t.Context()
+	var d *Dataplane
+	if err := ns.Do(func() (err error) {
+		if d, err = New(Config{StaleChainDelay: time.Millisecond}); err != nil {
+			return err
+		}
+		return d.Sync(ctx, s)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	if err := ns.Do(func() error { return d.Sync(ctx, s) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Do(func() error { return reconcileClean(ctx, d) }); err != nil {
+		t.Fatal(err)
+	}
+	listing := ns.MustRun("nft", "list", "table", "ip", DefaultTable)
+	if strings.Contains(listing, "dnat-tcp-") || strings.Contains(listing, "chain service-") {
+		t.Errorf("the earlier shape's maps or chains are left:\n%s", listing)
+	}
+	rs, err := ParseListing([]byte(listing), v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range 6 {
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{172, 30, 0, byte(n + 1)}), 80)
+		v, _, err := rs.Trace(dataplane.Packet{From: dataplane.FromOutside, Src: netip.MustParseAddr("192.0.2.1"), Dst: dst, Protocol: v1.ProtocolTCP}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Action != dataplane.DNAT || len(v.Endpoints) != n%3+1 {
+			t.Errorf("%v: %+v, want a DNAT to %d endpoints", dst, v, n%3+1)
 		}
 	}
 }
