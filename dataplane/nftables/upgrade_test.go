@@ -103,7 +103,8 @@ func TestKernelUpgradeConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	listing := ns.MustRun("nft", "list", "table", "ip", DefaultTable)
-	if strings.Contains(listing, "dnat-tcp-") || strings.Contains(listing, "chain service-") {
+	// The old maps were "dnat-tcp-…", the old chains "service-…-ns/svcN/tcp/p80".
+	if strings.Contains(listing, "map dnat-") || strings.Contains(listing, "/p80 {") {
 		t.Errorf("the earlier shape's maps or chains are left:\n%s", listing)
 	}
 	rs, err := ParseListing([]byte(listing), v1.IPv4Protocol)
