@@ -3,6 +3,7 @@ package nftables
 import (
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +122,58 @@ func TestKernelUpgradeConverges(t *testing.T) {
 			t.Errorf("%v: %+v, want a DNAT to %d endpoints", dst, v, n%3+1)
 		}
 	}
+}
+
+// TestSharedClaimedTwice: of two simple ports claiming one cluster IP and
+// port, the first by name has the service-ips element and its endpoints
+// are the ones in the shared map; when it goes, the other's take their
+// place by a partial sync, and come back when it does.
+func TestSharedClaimedTwice(t *testing.T) {
+	sameIP := func(n int) *v1.Service {
+		s := clusterIPService(n)
+		s.Spec.ClusterIP = "172.30.0.1"
+		return s
+	}
+	fake := newFake(false)
+	d, clk := testDataplane(t, fake)
+	b := newBuilder()
+	for _, n := range []int{1, 2} {
+		b.UpdateService(nil, sameIP(n))
+		b.UpdateEndpointSlice(nil, slice(n, n, 0))
+	}
+	shard, _ := sharedShard("172.30.0.1 . 80", "tcp")
+	check := func(step string, s *dataplane.State, chain string, eps ...string) {
+		t.Helper()
+		if err := d.Sync(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		if step != "both" && d.Stats().Full {
+			t.Errorf("%s: a full sync", step)
+		}
+		if e := fake.Table.Maps[mapServiceIPs].FindElement("172.30.0.1 . tcp . 80"); e == nil || strings.Join(e.Value, " ") != "goto "+chain {
+			t.Errorf("%s: service-ips element %+v, want one going to %s", step, e, chain)
+		}
+		var got []string
+		for _, e := range fake.Table.Maps[sharedMapName(shard)].Elements {
+			got = append(got, strings.Join(e.Key, " . ")+" : "+strings.Join(e.Value, " . "))
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff(eps, got); diff != "" {
+			t.Errorf("%s: shared map elements (-want +got):\n%s", step, diff)
+		}
+		clk.Step(2 * time.Second)
+		if err := d.Sync(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(freshDump(t, s), dumpLines(fake)); diff != "" {
+			t.Errorf("%s: the table differs from a fresh full sync (-fresh +got):\n%s", step, diff)
+		}
+	}
+	one := []string{"172.30.0.1 . 80 . 0 : 10.1.1.1 . 8080"}
+	two := []string{"172.30.0.1 . 80 . 0 : 10.1.2.1 . 8080", "172.30.0.1 . 80 . 1 : 10.1.2.2 . 8080"}
+	check("both", b.Build().States[0], sharedChainName(shard, 1), one...)
+	b.UpdateService(sameIP(1), nil)
+	check("svc1 gone", b.Build().States[0], sharedChainName(shard, 2), two...)
+	b.UpdateService(nil, sameIP(1))
+	check("svc1 back", b.Build().States[0], sharedChainName(shard, 1), one...)
 }
