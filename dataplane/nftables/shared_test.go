@@ -177,3 +177,16 @@ func TestSharedClaimedTwice(t *testing.T) {
 	b.UpdateService(nil, sameIP(1))
 	check("svc1 back", b.Build().States[0], sharedChainName(shard, 1), one...)
 }
+
+// TestAllSharedKeys: the keys of a port's elements, cut from one string,
+// are "dest . index" across the powers of ten.
+func TestAllSharedKeys(t *testing.T) {
+	s := &sharedDef{dest: "10.0.0.1 . 80", eps: make([]string, 101)}
+	var want []string
+	for i := range s.eps {
+		want = append(want, s.key(i))
+	}
+	if diff := cmp.Diff(want, allShared(verbAdd, s).Elems.Keys); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+}
