@@ -14,8 +14,17 @@ type sharedDiff struct {
 	// by one instead.
 	dirty, listed [sharedMapCount]bool
 	// wins are the shared endpoints of prog's winning claims, by map and
-	// destination.
-	wins [sharedMapCount][]*sharedDef
+	// destination; nil until needed (winsOf): a Reconcile of a table that
+	// is right needs none.
+	wins *[sharedMapCount][]*sharedDef
+}
+
+// winsOf is x.shared.wins, computed on first use.
+func (x *differ) winsOf(i int) []*sharedDef {
+	if x.shared.wins == nil {
+		x.shared.wins = sharedOf(x.prog)
+	}
+	return x.shared.wins[i]
 }
 
 // sharedOf groups the shared endpoints of p's winning service-ips claims
@@ -54,7 +63,6 @@ func (x *differ) sharedChains() {
 // did not know it had.
 func (x *differ) sharedMaps() {
 	s := &x.shared
-	s.wins = *sharedOf(x.prog)
 	for i := range sharedMapCount {
 		name := sharedMapName(i)
 		_, s.listed[i] = x.k.elems[name]
@@ -104,7 +112,7 @@ func (x *differ) deleteShared() {
 			x.listedShared(i)
 		case x.shared.dirty[i] || old == nil:
 		default:
-			x.p.ops, x.elemAdds = diffShared(x.p.ops, x.elemAdds, old[i], x.shared.wins[i])
+			x.p.ops, x.elemAdds = diffShared(x.p.ops, x.elemAdds, old[i], x.winsOf(i))
 		}
 	}
 }
@@ -135,7 +143,7 @@ func (x *differ) listedShared(i int) {
 	name := sharedMapName(i)
 	have := x.k.elems[name]
 	want := make(map[string]string, len(have))
-	for _, s := range x.shared.wins[i] {
+	for _, s := range x.winsOf(i) {
 		for j, ep := range s.eps {
 			want[s.key(j)] = ep
 		}
@@ -148,7 +156,7 @@ func (x *differ) listedShared(i int) {
 			}
 		}
 	}
-	for _, s := range x.shared.wins[i] {
+	for _, s := range x.winsOf(i) {
 		for j, ep := range s.eps {
 			if have[s.key(j)] != ep {
 				x.elemAdds = append(x.elemAdds, sharedElement(verbAdd, s, j))
@@ -161,7 +169,7 @@ func (x *differ) listedShared(i int) {
 func (x *differ) addShared() {
 	for i := range sharedMapCount {
 		if x.shared.dirty[i] {
-			for _, s := range x.shared.wins[i] {
+			for _, s := range x.winsOf(i) {
 				x.p.ops = append(x.p.ops, allShared(verbAdd, s))
 			}
 		}
