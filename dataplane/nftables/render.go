@@ -133,19 +133,11 @@ func (r *renderer) port(out *rendering, p *port) {
 	hashed := hashedName(base)
 	dport := " . " + p.Proto + " . " + strconv.Itoa(int(sp.Port))
 	cip := sp.ClusterIP.String()
-	// A simple port has no chain of its own: the cluster IP is all that
-	// reaches its endpoints, without affinity, and the masquerading of
-	// ClusterIP traffic and hairpins is the fixed chains' (as for any
-	// port). Its endpoints go to a shared map, through a shared chain.
-	var shared *sharedDef
-	simple := p.AffinitySeconds == 0 && !pol.InternalLocal && !p.ExternallyAccessible() && len(local) == 0 && len(cluster) > 0
+	shared := r.simplePort(p, cip, cluster, local)
 	// The chains' names are made only for the chains there are: a
 	// ClusterIP port has at most one.
 	var svcChain, localChain string
-	switch {
-	case simple:
-		shared = r.sharedDef(p, cip, cluster)
-	case len(cluster) > 0:
+	if len(cluster) > 0 && shared == nil {
 		svcChain = prefixService + hashed
 		r.dnatChain(out, p, base, svcChain, cluster)
 	}
@@ -224,16 +216,25 @@ func (r *renderer) port(out *rendering, p *port) {
 			add(mapNoEndpointNodePort, key, noEndpoint)
 		}
 	}
-	// Hairpin masquerading through one set of local endpoints, instead of
-	// a rule per endpoint.
-	for _, eps := range [][]*endpoints.Endpoint{cluster, local} {
+	for _, key := range hairpinKeys(p.Proto, cluster, local) {
+		add(setHairpin, key, "")
+	}
+}
+
+// hairpinKeys are the hairpin-connections keys of the local endpoints of
+// lists: hairpin masquerading through one set of local endpoints,
+// instead of a rule per endpoint.
+func hairpinKeys(proto string, lists ...[]*endpoints.Endpoint) []string {
+	var out []string
+	for _, eps := range lists {
 		for _, e := range eps {
 			if e.Local {
 				ip := e.Addr.Addr().String()
-				add(setHairpin, ip+" . "+ip+" . "+p.Proto+" . "+strconv.Itoa(int(e.Addr.Port())), "")
+				out = append(out, ip+" . "+ip+" . "+proto+" . "+strconv.Itoa(int(e.Addr.Port())))
 			}
 		}
 	}
+	return out
 }
 
 // externalChain is where external destinations go: masquerade and the
@@ -327,8 +328,17 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 	out.chains = append(out.chains, newChain(name, append(rules, b.String())))
 }
 
-// sharedDef is a simple port's endpoints in its shared map.
-func (r *renderer) sharedDef(p *port, cip string, eps []*endpoints.Endpoint) *sharedDef {
+// simplePort is the endpoints in its shared map of a simple port, nil for
+// any other. A simple port has no chain of its own: the cluster IP is all
+// that reaches its endpoints (no external IP, node port or LoadBalancer
+// VIP), without affinity, all of them cluster endpoints; the masquerading
+// of ClusterIP traffic and hairpins is the fixed chains' (as for any
+// port). Its service-ips element goes to a shared chain instead.
+func (r *renderer) simplePort(p *port, cip string, cluster, local []*endpoints.Endpoint) *sharedDef {
+	if p.AffinitySeconds != 0 || p.SP.InternalPolicyLocal || p.ExternallyAccessible() || len(local) > 0 || len(cluster) == 0 {
+		return nil
+	}
+	eps := cluster
 	if len(eps) > maxEndpoints {
 		r.skip("more endpoints than an endpoint map slot holds; the rest are not used", "servicePort", p.SP.Name.String())
 		eps = eps[:maxEndpoints]
