@@ -358,7 +358,7 @@ func BenchmarkKernelFullSync(b *testing.B) {
 // PROXYKIT_BENCH_KERNEL=1 for 1k and 10k services, =all for 100k too),
 // after a few such syncs that let the kernel finish its work of the first
 // sync. Its floor is the kernel's commit, which visits every chain of the
-// table (nftnl's BenchmarkKernelCommit).
+// table (nftnl's BenchmarkKernelCommit); it reports the table's chains.
 func BenchmarkKernelOneEndpointChange(b *testing.B) {
 	sizes := benchSizes[:2]
 	switch os.Getenv("PROXYKIT_BENCH_KERNEL") {
@@ -400,6 +400,7 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 			for b.Loop() {
 				change()
 			}
+			b.ReportMetric(float64(d.prog.chains+len(d.prog.sharedLive)+len(baseChains)+len(staticChains)), "chains")
 		})
 	}
 }

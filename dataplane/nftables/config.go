@@ -130,7 +130,7 @@ type Dataplane struct {
 	// next full sync rewrites them whole instead of trusting the chains'
 	// signatures for their elements, in case what nft refused was an
 	// element nobody expected.
-	suspect [mapCount]bool
+	suspect [mapCount + sharedMapCount]bool
 	stats   SyncStats
 	// seenGen is the ruleset generation at which the table was last known
 	// to be as programmed, when seen is set (KernelChanged).

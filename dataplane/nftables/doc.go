@@ -7,7 +7,7 @@
 // LoadBalancer VIPs) and by protocol and port (node ports), endpoint
 // choice by "numgen random mod N" into shared endpoint maps (a chain per
 // endpoint only for ClientIP affinity, which remembers clients in dynamic
-// sets with timeouts),
+// sets with timeouts; no chain of its own for a simple ClusterIP port),
 // loadBalancerSourceRanges in a firewall map checked before DNAT, reject
 // and drop verdict maps for ports without (local) endpoints, one global
 // hairpin set and one global ClusterIP masquerade rule, the drop of new
@@ -27,11 +27,43 @@
 // sets and maps have kube-proxy's names; per-service chains are
 // "service-", "local-", "external-", "firewall-" and "endpoint-" followed
 // by a hash and "namespace/name/protocol/port", so every name of a service
-// holds a '/' and no fixed name does.
+// holds a '/' and no fixed name does. The chains and maps that simple
+// ports share are "cluster-dnat-<protocol>-<shard>-<N>" and
+// "cluster-endpoints-<protocol>-<shard>", the endpoint maps of the others
+// "dnat-<protocol>-<shard>".
 //
-// # Endpoint maps
+// # Table layout: shared chains for simple ports
 //
-// A service port with endpoints (one or more, and no affinity) has one rule,
+// Every nftables commit visits every chain of every table in the
+// namespace, whatever the transaction holds (about 17 ns a chain warm, 45
+// cold), so a chain per service port would put 2 to 4.5 ms under every
+// commit at 100,000 services. A simple port, a ClusterIP port without
+// external IPs, node ports, LoadBalancer VIPs, ClientIP affinity or an
+// internal traffic policy Local, therefore has no chain of its own: it
+// needs nothing but a choice among its cluster endpoints (the
+// masquerading of ClusterIP traffic and of hairpins is the fixed chains',
+// for every port). Its service-ips element, commented with the port,
+// goes to the chain shared by every simple port of its protocol, shard
+// and endpoint count N, "cluster-dnat-tcp-1a-3", whose one rule is
+// "dnat ip addr . port to ip daddr . tcp dport . numgen random mod 3 map
+// @cluster-endpoints-tcp-1a"; the port's endpoints are the elements
+// "<cluster IP> . <port> . <i> : <endpoint address> . <endpoint port>" of
+// that map, one of 64 per protocol chosen by a hash of the cluster IP and
+// port (one map holding every endpoint makes the kernel's insertions grow
+// faster than the map within one transaction). The table thus holds one
+// chain per shard and endpoint count in use (64 at 100,000 services of
+// ten endpoints), not one per port. An endpoint change writes only the
+// elements whose endpoint changed, and a change of the endpoint count the
+// port's service-ips element too, which moves it to another shared
+// chain: a rule is written only when no port of that shard had that
+// count, and a shared chain nothing goes to any more is flushed and
+// deleted later, as a service's. Of several ports claiming one cluster IP
+// and port, the winner's endpoints are the ones in the map.
+//
+// # Endpoint maps of the other ports
+//
+// A port with a chain of its own and endpoints (one or more, and no
+// affinity) has one rule there,
 // "meta l4proto tcp dnat ip addr . port to numgen random mod N offset K
 // map @dnat-tcp-3af". Its endpoints are elements K to K+N-1 of a named map
 // shared with other ports: one of 1,024 maps per protocol, chosen by a
@@ -41,17 +73,16 @@
 // package before v0.2.0: the kernel allocates and looks up anonymous sets
 // by walking all the table's sets, so that loading 10,000 of them took
 // three times as long as it does now, and the cost grew with the square
-// of the number of services; one map for every endpoint would be as slow,
-// as the kernel's insertions into one set grow with its size within a
-// transaction. A new port takes the lowest free slot of its map, so that
-// equal States render equal scripts; the slot is also in the signature
-// comment of the port's rule, so that a full sync after partial ones, or
-// a restart, leaves every port where it is. An endpoint change writes only
-// the elements whose endpoint changed, and the rule only when the number
-// of endpoints changed: the kernel validates the whole table (every chain
-// a jump reaches) in each transaction that adds a NAT rule, which at
-// 10,000 services is nearly all a one-rule transaction costs, and none in
-// one that changes only these elements. Maps nothing uses are deleted.
+// of the number of services. A new port takes the lowest free slot of its
+// map, so that equal States render equal scripts; the slot is also in the
+// signature comment of the port's rule, so that a full sync after partial
+// ones, or a restart, leaves every port where it is. An endpoint change
+// writes only the elements whose endpoint changed, and the rule only when
+// the number of endpoints changed: the kernel validates the whole table
+// (every chain a jump reaches) in each transaction that adds a NAT rule,
+// which at 10,000 services is nearly all a one-rule transaction costs,
+// and none in one that changes only these elements. Maps nothing uses are
+// deleted.
 //
 // # Where it differs from the iptables mode
 //
@@ -79,7 +110,8 @@
 // affinity sets. An idle resync sends nothing; a one-endpoint change is a
 // few operations whatever the cluster's size: the endpoint map elements
 // whose endpoint changed (those after a removed or added one in sorted
-// order), and the port's rule when their number changed. Chains nothing refers to
+// order), and when their number changed the port's rule, or for a simple
+// port its service-ips element. Chains nothing refers to
 // any more are flushed at once and deleted by a later Sync, at least
 // Config.StaleChainDelay later, in a transaction of their own: kernels
 // before 6.2 release a map element's reference to a chain only after the
@@ -102,11 +134,11 @@
 // hold a million elements. Then every element is compared, and only those
 // that differ written. Otherwise the elements of a port whose rule is
 // right are what the Dataplane wrote, and those that changed since are
-// written; a map holding a port whose chain is not right is flushed and
-// refilled whole, as are the maps a rejected transaction wrote to (or
-// would have), in case an element nobody expected made nft refuse it. A
-// full sync
-// larger than Config.MaxOperations is split into transactions ordered so
+// written, as are those of the shared maps; a map holding a port whose
+// chain is not right is flushed and refilled whole, as are the maps a
+// rejected transaction wrote to (or would have), in case an element
+// nobody expected made nft refuse it, and a shared map the Dataplane did
+// not know the table had. A full sync larger than Config.MaxOperations is split into transactions ordered so
 // that each refers only to what the earlier ones created.
 //
 // A transaction nftables rejects changes nothing (the kernel applies it
@@ -119,8 +151,8 @@
 // as a full sync does and repairs, in one transaction, what differs from
 // the last Sync (the fixed part whole when any of it differs); an
 // untouched table costs the listing and no transaction. Like a full sync
-// that knows what it wrote, it judges endpoint maps by their chains, so an
-// element changed by hand is not seen (the node agent's verify, which
+// that knows what it wrote, it trusts the endpoint maps it knows of, so
+// an element changed by hand is not seen (the node agent's verify, which
 // traces the listing, sees it, and a restart repairs it).
 //
 // It is also a dataplane.KernelWatcher, whose KernelChanged is Reconcile
@@ -177,8 +209,8 @@
 // (BenchmarkOneEndpointChange, BenchmarkIdleResync, BenchmarkFullSync,
 // BenchmarkKernelFullSync; CPU seconds of the whole process):
 //
-//   - one-endpoint change: 5 or 6 operations and 0.1 to 0.6 ms of CPU at 1k,
-//     10k and 100k services (flat); an idle resync: 0 operations, under
+//   - one-endpoint change: 2 to 6 operations and 0.1 to 0.6 ms of CPU at
+//     1k, 10k and 100k services (flat); an idle resync: 0 operations, under
 //     0.3 ms;
 //   - full sync without a kernel (render, plan, transaction text): 0.03,
 //     0.33 and 6.5 CPU-s at 1k, 10k and 100k services;
@@ -190,9 +222,11 @@
 //     without an nft process: a cold full sync into a real kernel at 10k
 //     services (141,000 operations, an 8 MB batch) takes about 0.4 s and at
 //     100k (1.4 million operations, 80 MB) about 6 s, of which the kernel's
-//     commit is two thirds; a one-element transaction about 0.3 ms at 10k
-//     services. At 100k the kernel's commit of even one element costs
-//     5 to 20 ms: it grows with the number of chains in the table.
+//     commit is two thirds. The commit of even one element grows with the
+//     number of chains in the table, which simple ports no longer add to:
+//     a one-endpoint change, compute and kernel, takes 0.2 to 0.3 ms at
+//     10k services and 0.4 to 0.6 ms at 100k (BenchmarkKernelOneEndpointChange,
+//     whose 100k table has 5,613 chains, most of them its node ports').
 //   - through nft (Config.NFT), every transaction starts an nft process
 //     that lists the table's chains into its cache first (85 ms at 10k
 //     services, half a second at 100k) and parses every element on its own

@@ -41,19 +41,21 @@ func Example() {
 		panic(err)
 	}
 	// The full script also holds the table's fixed part; print what the
-	// service adds: its chain, whose rule picks one of the endpoints kept
-	// in an endpoint map shared with other services, and its elements.
+	// service adds. A ClusterIP port without affinity has no chain of its
+	// own: its service-ips element goes to a chain shared with every such
+	// port of two endpoints, whose rule picks one of the port's endpoints
+	// from a shared map, keyed by destination and index.
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "demo/web") || strings.Contains(line, "10.96.0.10") || strings.Contains(line, "dnat-tcp-") {
+		if strings.Contains(line, "demo/web") || strings.Contains(line, "10.96.0.10") || strings.Contains(line, "cluster-endpoints-tcp-") || strings.Contains(line, "cluster-dnat-tcp-") {
 			fmt.Println(line)
 		}
 	}
 	// Output:
-	// add map ip proxykit dnat-tcp-112 { typeof numgen random mod 1 : ip daddr . tcp dport ; comment "service endpoints by numgen value" ; }
-	// add chain ip proxykit service-AXK6CI2C-demo/web/tcp/http
-	// add rule ip proxykit service-AXK6CI2C-demo/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 offset 0 map @dnat-tcp-112 comment "pk:3n5xcmaw27i3a@0"
+	// add map ip proxykit cluster-endpoints-tcp-20 { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; comment "ClusterIP endpoints by destination and numgen value" ; }
+	// add chain ip proxykit cluster-dnat-tcp-20-2
+	// add rule ip proxykit cluster-dnat-tcp-20-2 dnat ip addr . port to ip daddr . tcp dport . numgen random mod 2 map @cluster-endpoints-tcp-20 comment "pk:2zvld7udfpi1l"
 	// add element ip proxykit cluster-ips { 10.96.0.10 }
-	// add element ip proxykit service-ips { 10.96.0.10 . tcp . 80 : goto service-AXK6CI2C-demo/web/tcp/http }
-	// add element ip proxykit dnat-tcp-112 { 0 : 10.244.1.5 . 8080 }
-	// add element ip proxykit dnat-tcp-112 { 1 : 10.244.2.7 . 8080 }
+	// add element ip proxykit service-ips { 10.96.0.10 . tcp . 80 comment "demo/web/tcp/http" : goto cluster-dnat-tcp-20-2 }
+	// add element ip proxykit cluster-endpoints-tcp-20 { 10.96.0.10 . 80 . 0 : 10.244.1.5 . 8080 }
+	// add element ip proxykit cluster-endpoints-tcp-20 { 10.96.0.10 . 80 . 1 : 10.244.2.7 . 8080 }
 }

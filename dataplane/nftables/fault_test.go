@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/knftables"
 )
 
@@ -33,7 +35,8 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 func TestRejectedTransaction(t *testing.T) {
 	fake := &failingNFT{Fake: newFake(false)}
 	reg := prometheus.NewRegistry()
-	d, err := New(Config{NFT: fake, Registerer: reg})
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	d, err := New(Config{NFT: fake, Registerer: reg, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +72,11 @@ func TestRejectedTransaction(t *testing.T) {
 	}
 	if st := d.Stats(); !st.Full {
 		t.Errorf("the sync after a failure was not full: %+v", st)
+	}
+	// The shared chain of three endpoints, which the port left, goes.
+	clk.Step(2 * time.Second)
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
 	}
 	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake.Fake)); diff != "" {
 		t.Errorf("the table differs from a fresh full sync (-fresh +got):\n%s", diff)

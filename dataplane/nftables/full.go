@@ -57,7 +57,9 @@ func (d *Dataplane) readBack(ctx context.Context, endpointMaps bool) (*kernelTab
 	}
 	for _, m := range all["map"] {
 		k.maps[m] = true
-		if _, ok := shardIndex(m); ok && endpointMaps {
+		_, slotted := shardIndex(m)
+		_, shared := sharedIndex(m)
+		if (slotted || shared) && endpointMaps {
 			lists = append(lists, setDef{name: m, isMap: true})
 		}
 	}
@@ -130,7 +132,7 @@ func (d *Dataplane) syncFull(ctx context.Context, s *dataplane.State, st *static
 	if err != nil {
 		return err
 	}
-	d.prog, d.st, d.recreated, d.lastFull, d.suspect = prog, st, true, d.clock.Now(), [mapCount]bool{}
+	d.prog, d.st, d.recreated, d.lastFull, d.suspect = prog, st, true, d.clock.Now(), [mapCount + sharedMapCount]bool{}
 	d.stats = SyncStats{SyncReport: dataplane.SyncReport{Full: true, Services: len(prog.services), Bytes: bytes}, Operations: p.count(), Transactions: txs}
 	return nil
 }
@@ -260,6 +262,7 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		}
 		x.service(prog.services[nn], old)
 	}
+	x.sharedChains()
 	x.maps()
 	x.deleteElements()
 	x.addElements(<-winners)
@@ -297,6 +300,7 @@ type differ struct {
 	// elemAdds are the endpoint map elements deleteElements found to add.
 	elemAdds []op
 	slab     slab
+	shared   sharedDiff
 }
 
 func (x *differ) note(format string, args ...any) {
@@ -414,6 +418,7 @@ func (x *differ) maps() {
 		// chains were.
 		x.dirty[i] = x.dirty[i] && !x.listed[i]
 	}
+	x.sharedMaps()
 	x.p.ops = append(x.p.ops, x.chainOps...)
 	// A rewritten map is flushed after its chains are rewritten and
 	// before its elements are added back.
@@ -425,6 +430,7 @@ func (x *differ) maps() {
 			}
 		}
 	}
+	x.flushShared()
 }
 
 // deleteElements deletes the elements the table holds and prog does not,
@@ -483,6 +489,7 @@ func (x *differ) deleteElements() {
 		}
 		placed = placed[j:]
 	}
+	x.deleteShared()
 }
 
 // listedElements diffs listed endpoint map i with the elements that
@@ -548,6 +555,7 @@ func (x *differ) addElements(sorted []setKeys) {
 	for _, n := range adds {
 		x.p.ops = append(x.p.ops, allElements(verbAdd, n))
 	}
+	x.addShared()
 	x.p.ops = append(x.p.ops, x.elemAdds...)
 }
 
@@ -564,7 +572,7 @@ func (x *differ) removeStale() {
 	now := x.d.clock.Now()
 	var unwanted []string
 	for name := range x.k.chains {
-		if isServiceChain(name) && !x.want[name] {
+		if (isServiceChain(name) || isSharedChain(name)) && !x.want[name] {
 			unwanted = append(unwanted, name)
 		}
 	}
@@ -595,4 +603,5 @@ func (x *differ) removeStale() {
 			x.p.delete(&knftables.Map{Name: name})
 		}
 	}
+	x.removeShared()
 }

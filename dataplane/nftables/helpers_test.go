@@ -43,6 +43,15 @@ func clusterIPService(n int) *v1.Service {
 	})
 }
 
+// nodePortService is clusterIPService with node port 30000+n: a port
+// with chains of its own.
+func nodePortService(n int) *v1.Service {
+	s := clusterIPService(n)
+	s.Spec.Type = v1.ServiceTypeNodePort
+	s.Spec.Ports[0].NodePort = int32(30000 + n)
+	return s
+}
+
 // slice is the endpoints of svcN: eps remote endpoints 10.1.n/250.i, plus
 // local ones 10.180.0.i.
 func slice(n, eps, local int) *discovery.EndpointSlice {

@@ -123,9 +123,10 @@ func TestKernelSyncs(t *testing.T) {
 		// Elements only: one deleted, one added.
 		{"endpoint moved", func() { b.UpdateEndpointSlice(slice(3, 3, 1), moved(slice(3, 3, 1))) }, 2},
 		{"endpoint moved back", func() { b.UpdateEndpointSlice(moved(slice(3, 3, 1)), slice(3, 3, 1)) }, 2},
-		// The rule rewritten (flush, add), two endpoint map elements
-		// deleted and one added.
-		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 5},
+		// To the shared chain of three endpoints (new: add, rule) by the
+		// service-ips element (delete, add), two endpoint elements
+		// deleted and one added, the chain of four flushed.
+		{"endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 8},
 		// Also the endpoint map, unused, deleted.
 		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 0, 0)) }, 8},
 		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 1)) }, 9},
@@ -244,13 +245,13 @@ func TestKernelForeignElement(t *testing.T) {
 	}
 	ctx := t.Context()
 	ns, d := syncedInNamespace(t, b.Build().States[0])
-	// svc3's chain will take the lowest free slot of its map: 0 when no
-	// other service is in it, else the next; take them all up to 3.
-	shard, _ := shardOf(prefixService+hashedName("ns/svc3/tcp/p80"), "tcp")
-	m := shardName(shard)
-	ns.MustRun("nft", "add", "map", "ip", DefaultTable, m, "{ typeof numgen random mod 1 : ip daddr . tcp dport ; }")
-	for slot := range 4 {
-		ns.MustRun("nft", "add", "element", "ip", DefaultTable, m, fmt.Sprintf("{ %d : 10.9.9.9 . 9 }", slot<<slotBits))
+	// svc3's endpoints will be the elements "172.30.0.4 . 80 . 0" and
+	// ". 1" of its shared map: take them.
+	shard, _ := sharedShard("172.30.0.4 . 80", "tcp")
+	m := sharedMapName(shard)
+	ns.MustRun("nft", "add", "map", "ip", DefaultTable, m, "{ typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }")
+	for i := range 2 {
+		ns.MustRun("nft", "add", "element", "ip", DefaultTable, m, fmt.Sprintf("{ 172.30.0.4 . 80 . %d : 10.9.9.9 . 9 }", i))
 	}
 	b.UpdateService(nil, clusterIPService(3))
 	b.UpdateEndpointSlice(nil, slice(3, 2, 0))

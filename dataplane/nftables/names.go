@@ -178,3 +178,70 @@ func shardIndex(name string) (int, bool) {
 	}
 	return p*shardCount + int(n), true
 }
+
+// Shared endpoint maps. A simple service port (a ClusterIP without
+// external destinations, node ports, affinity or a Local policy) has no
+// chain of its own: its service-ips element goes to a chain shared by
+// every simple port of its protocol, endpoint map and endpoint count N,
+// whose one rule is "dnat ip addr . port to ip daddr . tcp dport . numgen
+// random mod N map @cluster-endpoints-tcp-xx", and its endpoints are the
+// elements "<cluster IP> . <port> . <index>" of that map. Every nftables
+// commit visits every chain of the table, so a chain per port would cost
+// every commit time in proportion to the services. The maps are sharded
+// by destination, as one map holding every endpoint makes the kernel's
+// insertions into it grow faster than its size within one transaction.
+const (
+	prefixSharedMap   = "cluster-endpoints-"
+	prefixSharedChain = "cluster-dnat-"
+	sharedShards      = 64
+	sharedMapCount    = 3 * sharedShards
+)
+
+// sharedShard is the shared endpoint map of destination dest ("<cluster
+// IP> . <port>") of protocol proto, by an FNV-1a hash of dest; ok is
+// false for a protocol without endpoint maps.
+func sharedShard(dest, proto string) (int, bool) {
+	p := protoIndex(proto)
+	if p < 0 {
+		return 0, false
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(dest); i++ {
+		h = (h ^ uint32(dest[i])) * 16777619
+	}
+	return p*sharedShards + int(h%sharedShards), true
+}
+
+func sharedProto(i int) string { return shardProto(i / sharedShards * shardCount) }
+
+// sharedMapName is the name of shared map i: "cluster-endpoints-<protocol>-<2 hex digits>".
+func sharedMapName(i int) string {
+	const hex = "0123456789abcdef"
+	n := i % sharedShards
+	return prefixSharedMap + sharedProto(i) + "-" + string([]byte{hex[n>>4&0xf], hex[n&0xf]})
+}
+
+// sharedChainName is the chain choosing among n endpoints in shared map i:
+// "cluster-dnat-<protocol>-<2 hex digits>-<n>".
+func sharedChainName(i, n int) string {
+	return prefixSharedChain + sharedMapName(i)[len(prefixSharedMap):] + "-" + strconv.Itoa(n)
+}
+
+// sharedIndex is the shared map a name is of; ok is false when it is
+// none's.
+func sharedIndex(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, prefixSharedMap)
+	proto, num, ok2 := strings.Cut(rest, "-")
+	p := protoIndex(proto)
+	if !ok || !ok2 || p < 0 || len(num) != 2 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(num, 16, 8)
+	if err != nil || n >= sharedShards || sharedMapName(p*sharedShards+int(n)) != name {
+		return 0, false
+	}
+	return p*sharedShards + int(n), true
+}
+
+// isSharedChain reports whether a chain of the table is a shared one.
+func isSharedChain(name string) bool { return strings.HasPrefix(name, prefixSharedChain) }

@@ -149,7 +149,8 @@ func (p *plan) next(start int, rest []op, max int) (ops []op, next int, left []o
 	return ops, end, nil
 }
 
-// suspectMaps marks the endpoint maps ops write to as suspect.
+// suspectMaps marks the endpoint maps ops write to as suspect: shared
+// map i is at mapCount+i.
 func (d *Dataplane) suspectMaps(ops []op) {
 	for _, o := range ops {
 		var name string
@@ -164,6 +165,9 @@ func (d *Dataplane) suspectMaps(ops []op) {
 		}
 		if i, ok := shardIndex(name); ok {
 			d.suspect[i] = true
+		}
+		if i, ok := sharedIndex(name); ok {
+			d.suspect[mapCount+i] = true
 		}
 	}
 }

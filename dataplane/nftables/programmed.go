@@ -29,12 +29,22 @@ type programmed struct {
 	// names are the services, sorted, when the full sync that built
 	// the programmed knows them; nil once a service came or went.
 	names []types.NamespacedName
+	// sharedUsers counts the claims going to each shared chain, and
+	// mapUsers those of each shared map, sharedElems their endpoints;
+	// sharedLive holds the shared chains the table has, sharedDeclared
+	// the shared maps.
+	sharedUsers    map[string]int
+	mapUsers       [sharedMapCount]int
+	sharedElems    int
+	sharedLive     map[string]bool
+	sharedDeclared [sharedMapCount]bool
 }
 
 // newProgrammed returns an empty programmed sized for services.
 func newProgrammed(services int) *programmed {
 	return &programmed{services: make(map[types.NamespacedName]*rendering, services),
-		winners: make(map[elemKey]claim, 3*services), others: map[elemKey][]claim{}}
+		winners: make(map[elemKey]claim, 3*services), others: map[elemKey][]claim{},
+		sharedUsers: map[string]int{}, sharedLive: map[string]bool{}}
 }
 
 // winner is the claim on k whose element is in the table; ok is false
@@ -142,6 +152,7 @@ func (p *programmed) account(nn types.NamespacedName, r *rendering) {
 		p.chains -= len(old.chains)
 		for _, e := range old.elems {
 			p.removeClaim(e.elemKey, e.claim)
+			p.countShared(e.shared, -1)
 		}
 		for _, c := range old.chains {
 			if n := c.dnat; n != nil {
@@ -161,12 +172,27 @@ func (p *programmed) account(nn types.NamespacedName, r *rendering) {
 	p.chains += len(r.chains)
 	for _, e := range r.elems {
 		p.addClaim(e.elemKey, e.claim)
+		p.countShared(e.shared, 1)
 	}
 	for _, c := range r.chains {
 		if c.dnat != nil {
 			p.dnatElems += len(c.dnat.eps)
 		}
 	}
+}
+
+// countShared counts a claim of s (nil: none) in or (by -1) out.
+func (p *programmed) countShared(s *sharedDef, by int) {
+	if s == nil {
+		return
+	}
+	name := s.chain()
+	p.sharedUsers[name] += by
+	if p.sharedUsers[name] == 0 {
+		delete(p.sharedUsers, name)
+	}
+	p.mapUsers[s.shard] += by
+	p.sharedElems += by * len(s.eps)
 }
 
 // holds reports whether a chain of r is placed at slot s of shard i.

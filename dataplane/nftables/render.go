@@ -25,6 +25,9 @@ type elemKey struct {
 // name no chain.
 type claim struct {
 	order, value, comment string
+	// shared is set on the service-ips claim of a simple port: the
+	// endpoints its shared chain finds in a shared map.
+	shared *sharedDef
 }
 
 // elemClaim is one element a service port asks for.
@@ -128,10 +131,13 @@ func (r *renderer) port(out *rendering, p *port) {
 
 	base := portBase(p)
 	hashed := hashedName(base)
+	dport := " . " + p.Proto + " . " + strconv.Itoa(int(sp.Port))
+	cip := sp.ClusterIP.String()
+	shared := r.simplePort(p, cip, cluster, local)
 	// The chains' names are made only for the chains there are: a
-	// ClusterIP port has one.
+	// ClusterIP port has at most one.
 	var svcChain, localChain string
-	if len(cluster) > 0 {
+	if len(cluster) > 0 && shared == nil {
 		svcChain = prefixService + hashed
 		r.dnatChain(out, p, base, svcChain, cluster)
 	}
@@ -162,12 +168,14 @@ func (r *renderer) port(out *rendering, p *port) {
 		}
 		out.elems = append(out.elems, elemClaim{elemKey{set, key}, c})
 	}
-	dport := " . " + p.Proto + " . " + strconv.Itoa(int(sp.Port))
-	cip := sp.ClusterIP.String()
 	add(setClusterIPs, cip, "")
 	switch {
 	case !hasInternal:
 		add(mapNoEndpointServices, cip+dport, noEndpoint)
+	case shared != nil:
+		// Commented with the port, as its verdict names no chain of it.
+		out.elems = append(out.elems, elemClaim{elemKey{mapServiceIPs, cip + dport},
+			claim{order: p.order, value: "goto " + shared.chain(), comment: commentOf(base), shared: shared}})
 	case internal != "":
 		add(mapServiceIPs, cip+dport, "goto "+internal)
 	}
@@ -208,16 +216,25 @@ func (r *renderer) port(out *rendering, p *port) {
 			add(mapNoEndpointNodePort, key, noEndpoint)
 		}
 	}
-	// Hairpin masquerading through one set of local endpoints, instead of
-	// a rule per endpoint.
-	for _, eps := range [][]*endpoints.Endpoint{cluster, local} {
+	for _, key := range hairpinKeys(p.Proto, cluster, local) {
+		add(setHairpin, key, "")
+	}
+}
+
+// hairpinKeys are the hairpin-connections keys of the local endpoints of
+// lists: hairpin masquerading through one set of local endpoints,
+// instead of a rule per endpoint.
+func hairpinKeys(proto string, lists ...[]*endpoints.Endpoint) []string {
+	var out []string
+	for _, eps := range lists {
 		for _, e := range eps {
 			if e.Local {
 				ip := e.Addr.Addr().String()
-				add(setHairpin, ip+" . "+ip+" . "+p.Proto+" . "+strconv.Itoa(int(e.Addr.Port())), "")
+				out = append(out, ip+" . "+ip+" . "+proto+" . "+strconv.Itoa(int(e.Addr.Port())))
 			}
 		}
 	}
+	return out
 }
 
 // externalChain is where external destinations go: masquerade and the
@@ -282,21 +299,7 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 			eps = eps[:maxEndpoints]
 		}
 		shard, _ := shardOf(name, p.Proto) // checkPort let only the protocols with maps through
-		n := &dnatDef{proto: p.Proto, eps: make([]string, len(eps)), shard: shard, slot: -1}
-		// One string holds every element value, each a substring of it:
-		// a cold start renders millions.
-		ends := make([]int, len(eps))
-		r.num = r.num[:0]
-		for i, e := range eps {
-			r.num = e.Addr.Addr().AppendTo(r.num)
-			r.num = append(r.num, " . "...)
-			r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
-			ends[i] = len(r.num)
-		}
-		all, start := string(r.num), 0
-		for i, end := range ends {
-			n.eps[i], start = all[start:end], end
-		}
+		n := &dnatDef{proto: p.Proto, eps: r.endpointValues(eps), shard: shard, slot: -1}
 		out.chains = append(out.chains, chainDef{name: name, dnat: n})
 		return
 	}
@@ -323,6 +326,46 @@ func (r *renderer) dnatChain(out *rendering, p *port, base, name string, eps []*
 	}
 	b.WriteString(" }")
 	out.chains = append(out.chains, newChain(name, append(rules, b.String())))
+}
+
+// simplePort is the endpoints in its shared map of a simple port, nil for
+// any other. A simple port has no chain of its own: the cluster IP is all
+// that reaches its endpoints (no external IP, node port or LoadBalancer
+// VIP), without affinity, all of them cluster endpoints; the masquerading
+// of ClusterIP traffic and hairpins is the fixed chains' (as for any
+// port). Its service-ips element goes to a shared chain instead.
+func (r *renderer) simplePort(p *port, cip string, cluster, local []*endpoints.Endpoint) *sharedDef {
+	if p.AffinitySeconds != 0 || p.SP.InternalPolicyLocal || p.ExternallyAccessible() || len(local) > 0 || len(cluster) == 0 {
+		return nil
+	}
+	eps := cluster
+	if len(eps) > maxEndpoints {
+		r.skip("more endpoints than an endpoint map slot holds; the rest are not used", "servicePort", p.SP.Name.String())
+		eps = eps[:maxEndpoints]
+	}
+	dest := cip + " . " + strconv.Itoa(int(p.SP.Port))
+	shard, _ := sharedShard(dest, p.Proto) // checkPort let only the protocols with maps through
+	return &sharedDef{shard: shard, dest: dest, eps: r.endpointValues(eps)}
+}
+
+// endpointValues are the endpoint map values ("addr . port") of eps. One
+// string holds them all, each a substring of it: a cold start renders
+// millions.
+func (r *renderer) endpointValues(eps []*endpoints.Endpoint) []string {
+	out := make([]string, len(eps))
+	ends := make([]int, len(eps))
+	r.num = r.num[:0]
+	for i, e := range eps {
+		r.num = e.Addr.Addr().AppendTo(r.num)
+		r.num = append(r.num, " . "...)
+		r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
+		ends[i] = len(r.num)
+	}
+	all, start := string(r.num), 0
+	for i, end := range ends {
+		out[i], start = all[start:end], end
+	}
+	return out
 }
 
 // newChain returns the chain with its signature.

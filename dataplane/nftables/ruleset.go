@@ -33,6 +33,7 @@ var kernelSpellings = []struct {
 	{regexp.MustCompile(`meta mark set meta mark \| (0x[0-9a-f]+)`), "mark set mark or $1"},
 	{regexp.MustCompile(`meta mark set meta mark \^ (0x[0-9a-f]+)`), "mark set mark xor $1"},
 	{regexp.MustCompile(`dnat (ip6?) to numgen`), "dnat $1 addr . port to numgen"},
+	{regexp.MustCompile(`dnat (ip6?) to (ip6?) daddr`), "dnat $1 addr . port to $2 daddr"},
 }
 
 // ParseListing reads what "nft list table <family> <table>" printed of a

@@ -18,7 +18,8 @@ const listing = `table ip proxykit {
 		type ipv4_addr . inet_proto . inet_service : verdict
 		comment "ClusterIP, ExternalIP and LoadBalancer IP traffic"
 		elements = { 10.96.10.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http,
-			     10.96.20.20 . tcp . 80 : goto service-E2IH552V-default/shop/tcp/http }
+			     10.96.20.20 . tcp . 80 : goto service-E2IH552V-default/shop/tcp/http,
+			     10.96.30.30 . tcp . 443 comment "default/api/tcp/https" : goto cluster-dnat-tcp-0b-2 }
 	}
 
 	map no-endpoint-services {
@@ -32,6 +33,13 @@ const listing = `table ip proxykit {
 		comment "service endpoints by numgen value"
 		elements = { 65536 : 10.244.0.11 . 8080, 65537 : 10.244.1.12 . 8080,
 			     3 : 10.244.9.9 . 8080 }
+	}
+
+	map cluster-endpoints-tcp-0b {
+		typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport
+		comment "ClusterIP endpoints by destination and numgen value"
+		elements = { 10.96.30.30 . 443 . 0 : 10.244.2.5 . 8443, 10.96.30.30 . 443 . 1 : 10.244.3.6 . 8443,
+			     10.96.31.31 . 443 . 0 : 10.244.9.9 . 8443 }
 	}
 
 	set hairpin-connections {
@@ -75,6 +83,10 @@ const listing = `table ip proxykit {
 		meta l4proto tcp dnat ip to numgen random mod 2 offset 65536 map @dnat-tcp-0a1 comment "pk:3uen4ll0etcg4@1"
 	}
 
+	chain cluster-dnat-tcp-0b-2 {
+		dnat ip to ip daddr . tcp dport . numgen random mod 2 map @cluster-endpoints-tcp-0b comment "pk:fh3aeuz9hdkb"
+	}
+
 	chain external-E2IH552V-default/shop/tcp/http {
 		meta mark set meta mark | 0x00004000 comment "pk:wgeatvkdibkt"
 		goto service-E2IH552V-default/shop/tcp/http
@@ -110,6 +122,15 @@ func TestParseListing(t *testing.T) {
 		want: dataplane.Verdict{Action: dataplane.DNAT, Service: web, Endpoints: dataplanetest.AddrPorts("10.244.0.11:8080", "10.244.1.12:8080"),
 			Hairpin: dataplanetest.AddrPorts("10.244.0.11:8080")},
 	}, {
+		p: dataplanetest.MakePacket(dataplane.FromLocalPod, "10.244.0.9", "10.96.30.30:443", v1.ProtocolTCP),
+		want: dataplane.Verdict{Action: dataplane.DNAT, Service: dataplanetest.PortName("default", "api", "https", v1.ProtocolTCP),
+			Endpoints: dataplanetest.AddrPorts("10.244.2.5:8443", "10.244.3.6:8443")},
+		wantSteps: []string{"chain nat-prerouting", "chain services",
+			"map service-ips: 10.96.30.30 . tcp . 443 : goto cluster-dnat-tcp-0b-2",
+			"chain cluster-dnat-tcp-0b-2",
+			"map cluster-endpoints-tcp-0b: 10.96.30.30 . 443 . 0 : 10.244.2.5 . 8443", "map cluster-endpoints-tcp-0b: 10.96.30.30 . 443 . 1 : 10.244.3.6 . 8443",
+			"chain masquerading", "chain masquerading"},
+	}, {
 		p:    dataplanetest.MakePacket(dataplane.FromOutside, "203.0.113.9", "10.96.40.40:80", v1.ProtocolTCP),
 		want: dataplane.Verdict{Action: dataplane.Reject, Service: dataplanetest.PortName("default", "reports", "http", v1.ProtocolTCP)},
 	}, {
@@ -130,7 +151,7 @@ func TestParseListing(t *testing.T) {
 			}
 		}
 	}
-	want := []servicemodel.PortName{dataplanetest.PortName("default", "reports", "http", v1.ProtocolTCP), dataplanetest.PortName("default", "shop", "http", v1.ProtocolTCP), web}
+	want := []servicemodel.PortName{dataplanetest.PortName("default", "api", "https", v1.ProtocolTCP), dataplanetest.PortName("default", "reports", "http", v1.ProtocolTCP), dataplanetest.PortName("default", "shop", "http", v1.ProtocolTCP), web}
 	if diff := cmp.Diff(want, rs.Services()); diff != "" {
 		t.Errorf("Services (-want +got):\n%s", diff)
 	}

@@ -83,6 +83,37 @@ func TestShardNames(t *testing.T) {
 	}
 }
 
+func TestSharedNames(t *testing.T) {
+	for i := range sharedMapCount {
+		name := sharedMapName(i)
+		if got, ok := sharedIndex(name); !ok || got != i {
+			t.Fatalf("sharedIndex(%q) = %d, %v, want %d", name, got, ok, i)
+		}
+		for _, n := range []int{1, 10, maxEndpoints} {
+			chain := sharedChainName(i, n)
+			if s, m, ok := sharedChainOf(chain); !ok || s != i || m != n {
+				t.Fatalf("sharedChainOf(%q) = %d, %d, %v, want %d, %d", chain, s, m, ok, i, n)
+			}
+			if len(chain) > knftables.NameLengthMax || !isSharedChain(chain) || isServiceChain(chain) {
+				t.Fatalf("%q is not a shared chain name", chain)
+			}
+		}
+	}
+	for _, name := range []string{"cluster-endpoints-tcp-40", "cluster-endpoints-tcp-0", "cluster-endpoints-icmp-01", "cluster-endpoints-tcp-0A", "cluster-endpoints-", "dnat-tcp-000"} {
+		if i, ok := sharedIndex(name); ok {
+			t.Errorf("sharedIndex(%q) = %d, want none", name, i)
+		}
+	}
+	for _, name := range []string{"cluster-dnat-tcp-00-0", "cluster-dnat-tcp-00-65537", "cluster-dnat-tcp-00-01", "cluster-dnat-tcp-00", "cluster-dnat-tcp-40-1", "cluster-dnat-"} {
+		if i, n, ok := sharedChainOf(name); ok {
+			t.Errorf("sharedChainOf(%q) = %d, %d, want none", name, i, n)
+		}
+	}
+	if _, ok := sharedShard("10.0.0.1 . 80", "icmp"); ok {
+		t.Error("an ICMP destination has a shared map")
+	}
+}
+
 // sameShard returns three services, in name order, whose chains share an
 // endpoint map.
 func sameShard(t *testing.T) (a, b, c int) {
@@ -107,7 +138,7 @@ func TestRestartKeepsSlots(t *testing.T) {
 	a, bb, c := sameShard(t)
 	b := newBuilder()
 	add := func(n int) {
-		b.UpdateService(nil, clusterIPService(n))
+		b.UpdateService(nil, nodePortService(n))
 		b.UpdateEndpointSlice(nil, slice(n, 3, 0))
 	}
 	fake := newFake(false)
@@ -118,7 +149,7 @@ func TestRestartKeepsSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a leaves slot 0 to c, b keeps slot 1: a fresh render would give b 0.
-	b.UpdateService(clusterIPService(a), nil)
+	b.UpdateService(nodePortService(a), nil)
 	b.UpdateEndpointSlice(slice(a, 3, 0), nil)
 	add(c)
 	s := b.Build().States[0]

@@ -61,13 +61,13 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	}
 	d.st, d.last = st, s
 	d.metrics.operations.Observe(float64(d.stats.Operations))
-	d.metrics.elements.Set(float64(len(d.prog.winners) + d.prog.dnatElems + len(st.nodePortIPs)))
-	d.metrics.chains.Set(float64(d.prog.chains + len(baseChains) + len(staticChains)))
+	d.metrics.elements.Set(float64(len(d.prog.winners) + d.prog.dnatElems + d.prog.sharedElems + len(st.nodePortIPs)))
+	d.metrics.chains.Set(float64(d.prog.chains + len(d.prog.sharedLive) + len(baseChains) + len(staticChains)))
 	staticRules := 0
 	for _, r := range st.rules {
 		staticRules += len(r)
 	}
-	d.metrics.rules.Set(float64(d.prog.rules + staticRules))
+	d.metrics.rules.Set(float64(d.prog.rules + len(d.prog.sharedLive) + staticRules))
 	d.log.V(2).Info("Synced", "full", full, "services", d.stats.Services, "operations", d.stats.Operations, "transactions", d.stats.Transactions)
 	return nil
 }
@@ -205,6 +205,9 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 		}
 		for _, e := range r.elems {
 			w.touch(e.elemKey)
+			if e.shared != nil {
+				w.ensureShared(e.shared)
+			}
 		}
 	}
 	if old != nil {
@@ -222,6 +225,48 @@ func (w *writer) service(nn types.NamespacedName, r *rendering) {
 		}
 	}
 	w.prog.setService(nn, r)
+}
+
+// ensureShared adds the shared map and chain s goes to, unless the table
+// has them.
+func (w *writer) ensureShared(s *sharedDef) {
+	if !w.prog.sharedDeclared[s.shard] {
+		w.addSets = append(w.addSets, op{Verb: verbAdd, Obj: w.d.sharedMap(s.shard)})
+		w.prog.sharedDeclared[s.shard] = true
+	}
+	name := s.chain()
+	if w.prog.sharedLive[name] {
+		return
+	}
+	c := w.d.sharedChain(s.shard, len(s.eps))
+	delete(w.d.stale, name)
+	w.chains = append(w.chains, op{Verb: verbAdd, Obj: w.slab.chain(name)})
+	w.chains = appendRules(w.chains, &c, &w.slab)
+	w.prog.sharedLive[name] = true
+}
+
+// unusedShared flushes the shared chains no claim goes to any more, for a
+// later sync to delete, and deletes the shared maps none uses.
+func (w *writer) unusedShared() (flushes, deletes []op) {
+	var names []string
+	for name := range w.prog.sharedLive {
+		if w.prog.sharedUsers[name] == 0 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		flushes = append(flushes, op{Verb: verbFlush, Obj: &knftables.Chain{Name: name}})
+		w.d.stale[name] = w.now
+		delete(w.prog.sharedLive, name)
+	}
+	for i := range sharedMapCount {
+		if w.prog.sharedDeclared[i] && w.prog.mapUsers[i] == 0 {
+			deletes = append(deletes, op{Verb: verbDelete, Obj: &knftables.Map{Name: sharedMapName(i)}})
+			w.prog.sharedDeclared[i] = false
+		}
+	}
+	return flushes, deletes
 }
 
 // dnatElems writes the endpoint map elements that change when a chain's
@@ -296,7 +341,17 @@ func (w *writer) plan() *plan {
 	for _, k := range keys {
 		before := w.touched[k]
 		v, ok := w.prog.winner(k)
-		if before.present == ok && before.value == v.value {
+		var was, is *sharedDef
+		if before.present {
+			was = before.shared
+		}
+		if ok {
+			is = v.shared
+		}
+		if !sameShared(was, is) {
+			w.elemDels, w.elemAdds = sharedChanges(w.elemDels, w.elemAdds, was, is)
+		}
+		if before.present == ok && before.value == v.value && before.comment == v.comment {
 			continue
 		}
 		if before.present {
@@ -310,7 +365,10 @@ func (w *writer) plan() *plan {
 	p.ops = append(p.ops, adds...)
 	p.ops = append(p.ops, w.elemAdds...)
 	p.ops = append(p.ops, w.flushes...)
+	sharedFlushes, sharedDeletes := w.unusedShared()
+	p.ops = append(p.ops, sharedFlushes...)
 	p.ops = append(p.ops, w.delSets...)
+	p.ops = append(p.ops, sharedDeletes...)
 	// Endpoint maps no chain uses any more go, as a fresh table would not
 	// have them.
 	for i := range mapCount {

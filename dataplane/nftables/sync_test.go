@@ -67,29 +67,33 @@ func TestSyncOperations(t *testing.T) {
 		ops int
 	}{
 		{"idle resync", func() {}, 0},
-		// cluster-ips, service-ips, hairpin elements; the chain and its
-		// rule; its endpoint map, new, and its element.
+		// cluster-ips, service-ips, hairpin elements; a shared map, new,
+		// and the shared chain of one endpoint, new, with its rule; the
+		// endpoint's element.
 		{"new service with one local endpoint", func() {
 			b.UpdateService(nil, svc20)
 			b.UpdateEndpointSlice(nil, slice(20, 0, 1))
 		}, 7},
-		// Elements only: the rule, whose endpoint count is the same,
-		// stays; the moved endpoint's element deleted and added.
+		// Elements only: the moved endpoint's element deleted and added.
 		{"one remote endpoint moved", func() { b.UpdateEndpointSlice(slice(3, 3, 1), moved(slice(3, 3, 1))) }, 2},
 		{"and moved back", func() { b.UpdateEndpointSlice(moved(slice(3, 3, 1)), slice(3, 3, 1)) }, 2},
-		// Flush and rewrite the DNAT rule; of the endpoint map's
-		// elements, the last two deleted and the one that moved up added.
-		{"one remote endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 5},
-		// Flush and rewrite, the hairpin element of the new local one and
-		// its endpoint map element, last.
-		{"one local endpoint added", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 2, 2)) }, 4},
+		// The port moves to the shared chain of three endpoints (new in
+		// its map: add, rule) by its service-ips element (delete, add);
+		// of its endpoints, the last two deleted and the one that moved
+		// up added; the chain of four, now unused, flushed.
+		{"one remote endpoint removed", func() { b.UpdateEndpointSlice(slice(3, 3, 1), slice(3, 2, 1)) }, 8},
+		// Back to the chain of four (new again: add, rule) by its
+		// service-ips element, the hairpin element of the new local one
+		// and its endpoint element; the chain of three flushed.
+		{"one local endpoint added", func() { b.UpdateEndpointSlice(slice(3, 2, 1), slice(3, 2, 2)) }, 7},
 		// service-ips deleted, no-endpoint-services added, hairpins
-		// deleted, the four endpoint map elements deleted, the chain
+		// deleted, the four endpoint elements deleted, the shared chain
 		// flushed and the map, now unused, deleted.
 		{"endpoints emptied", func() { b.UpdateEndpointSlice(slice(3, 2, 2), slice(3, 0, 0)) }, 10},
-		// The reverse, and the chain re-created.
+		// The reverse: the map and chain re-created.
 		{"endpoints restored", func() { b.UpdateEndpointSlice(slice(3, 0, 0), slice(3, 2, 2)) }, 11},
-		// Four elements and the chain flushed; the map, unused, deleted.
+		// Four elements and the shared chain flushed; the map, unused,
+		// deleted.
 		{"service deleted", func() { b.UpdateService(svc20, nil); b.UpdateEndpointSlice(slice(20, 0, 1), nil) }, 6},
 		{"idle resync after all that", func() {}, 0},
 	}
@@ -136,15 +140,18 @@ func TestRestartConverges(t *testing.T) {
 	if err := fake.ParseDump(dump); err != nil {
 		t.Fatal(err)
 	}
-	// Damage: one element missing, one chain emptied, one chain of a
-	// service that no longer exists, an endpoint map element gone and
-	// one foreign.
+	// Damage: one element missing, one shared chain emptied, one chain
+	// of a service that no longer exists, an endpoint map element gone
+	// and one foreign.
 	tx := fake.NewTransaction()
 	tx.Delete(&knftables.Element{Set: setClusterIPs, Key: []string{"172.30.0.3"}})
 	lost := firstEndpointElement(t, fake)
 	tx.Delete(lost)
-	tx.Add(&knftables.Element{Map: lost.Map, Key: []string{"65535"}, Value: []string{"10.9.9.9 . 80"}})
-	victim := prefixService + hashedName("ns/svc4/tcp/p80")
+	tx.Add(&knftables.Element{Map: lost.Map, Key: []string{"172.30.9.9 . 80 . 0"}, Value: []string{"10.9.9.9 . 80"}})
+	// Every port has three endpoints: the shared chain of three in the
+	// lost element's map is used.
+	shard, _ := sharedIndex(lost.Map)
+	victim := sharedChainName(shard, 3)
 	tx.Flush(&knftables.Chain{Name: victim})
 	tx.Add(&knftables.Chain{Name: prefixService + hashedName("ns/gone/tcp/p80")})
 	tx.Add(&knftables.Rule{Chain: prefixService + hashedName("ns/gone/tcp/p80"), Rule: "meta l4proto tcp dnat to 10.9.9.9:80"})
@@ -410,7 +417,8 @@ func firstEndpointElement(t *testing.T, fake *knftables.Fake) *knftables.Element
 		t.Fatal(err)
 	}
 	for _, m := range maps {
-		if _, ok := shardIndex(m); !ok {
+		_, slotted := shardIndex(m)
+		if _, shared := sharedIndex(m); !slotted && !shared {
 			continue
 		}
 		elems, err := fake.ListElements(t.Context(), "map", m)

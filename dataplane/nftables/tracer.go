@@ -413,6 +413,8 @@ func (tr *tracer) statement(toks []string) (outcome, error) {
 		return natted, nil
 	case strings.HasPrefix(s, "dnat "+tr.ipX+" addr . port to numgen random mod "):
 		return tr.endpointMap(toks[9:])
+	case strings.HasPrefix(s, "dnat "+tr.ipX+" addr . port to "+tr.ipX+" daddr . "):
+		return tr.sharedMap(toks[9:])
 	case strings.HasPrefix(s, "numgen random mod "):
 		// Every branch is possible: follow each.
 		body := s[strings.Index(s, "{")+1 : strings.LastIndex(s, "}")]
@@ -447,7 +449,16 @@ func (tr *tracer) endpointMap(toks []string) (outcome, error) {
 	if len(toks) != 3 || toks[1] != "map" {
 		return 0, fmt.Errorf("bad numgen map %q", strings.Join(toks, " "))
 	}
-	name := strings.TrimPrefix(toks[2], "@")
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = strconv.FormatInt(offset+int64(i), 10)
+	}
+	return tr.mapEndpoints(strings.TrimPrefix(toks[2], "@"), keys)
+}
+
+// mapEndpoints follows each of keys to its endpoint in map name: a DNAT
+// to every one.
+func (tr *tracer) mapEndpoints(name string, keys []string) (outcome, error) {
 	m, ok := tr.t.Maps[name]
 	if !ok {
 		return 0, fmt.Errorf("no map %q", name)
@@ -456,8 +467,7 @@ func (tr *tracer) endpointMap(toks []string) (outcome, error) {
 	for _, e := range m.Elements {
 		values[strings.Join(e.Key, " . ")] = strings.Join(e.Value, " . ")
 	}
-	for i := range int64(n) {
-		key := strconv.FormatInt(offset+i, 10)
+	for _, key := range keys {
 		v, ok := values[key]
 		if !ok {
 			return 0, fmt.Errorf("map %s has no element %s", name, key)
@@ -478,6 +488,29 @@ func (tr *tracer) endpointMap(toks []string) (outcome, error) {
 		tr.steps = append(tr.steps, "map "+name+": "+key+" : "+v)
 	}
 	return natted, nil
+}
+
+// sharedMap follows "P dport . numgen random mod N map @M": every value
+// of numgen, as the key "destination . port . value", to its endpoint in
+// map M. The protocol match it implies fails for a packet of another
+// protocol.
+func (tr *tracer) sharedMap(toks []string) (outcome, error) {
+	if len(toks) != 9 || toks[1] != "dport" || toks[2] != "." || strings.Join(toks[3:6], " ") != "numgen random mod" || toks[7] != "map" {
+		return 0, fmt.Errorf("bad shared endpoint map %q", strings.Join(toks, " "))
+	}
+	if toks[0] != tr.proto() {
+		return cont, nil
+	}
+	n, err := strconv.Atoi(toks[6])
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad numgen modulus %q", toks[6])
+	}
+	dest := tr.dst.Addr().String() + " . " + strconv.Itoa(int(tr.dst.Port())) + " . "
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = dest + strconv.Itoa(i)
+	}
+	return tr.mapEndpoints(strings.TrimPrefix(toks[8], "@"), keys)
 }
 
 // rest runs the statements after a mark.

@@ -193,7 +193,7 @@ func TestKernelNFTablesVerify(t *testing.T) {
 		t.Fatalf("verify after --once: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	out, errOut, code = agentExit(t, ns, append(mode, "explain", "10.244.0.9", "10.96.10.10:80", "--kernel")...)
-	if code != exitOK || !strings.Contains(out, "  map service-ips: 10.96.10.10 . tcp . 80 : goto service-") || !strings.Contains(out, "agrees:     yes") {
+	if code != exitOK || !strings.Contains(out, "  map service-ips: 10.96.10.10 . tcp . 80 : goto cluster-dnat-tcp-") || !strings.Contains(out, "agrees:     yes") {
 		t.Errorf("explain --kernel: exit %d, stdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 

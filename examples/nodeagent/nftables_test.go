@@ -39,7 +39,9 @@ func TestNFTablesDryRun(t *testing.T) {
 		"# nft -f input (IPv6)\nadd table ip6 proxykit",
 		// Node ports on the primary IP only, as kube-proxy's nftables mode.
 		"add element ip proxykit nodeport-ips { 192.168.49.2 }\n",
-		"add element ip proxykit service-ips { 10.96.10.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }\n",
+		// A ClusterIP port through the chain shared by the ports of three
+		// endpoints in its endpoint map.
+		"add element ip proxykit service-ips { 10.96.10.10 . tcp . 80 comment \"default/web/tcp/http\" : goto cluster-dnat-tcp-33-3 }\n",
 	} {
 		if !strings.Contains(outs[0], want) {
 			t.Errorf("the dry run lacks %q:\n%s", want, outs[0])

@@ -248,7 +248,14 @@ func (c *compiler) dnat() {
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: family, RegAddrMin: 1, RegProtoMin: 2, Specified: true})
 		return
 	}
-	if !c.expect(c.ipX, "addr", ".", "port", "to", "numgen", "random", "mod") {
+	if !c.expect(c.ipX, "addr", ".", "port", "to") {
+		return
+	}
+	if c.tok == c.ipX {
+		c.dnatKeyed(family)
+		return
+	}
+	if !c.expect("numgen", "random", "mod") {
 		return
 	}
 	mod := c.number()
@@ -271,6 +278,41 @@ func (c *compiler) dnat() {
 	c.emit(&expr.Numgen{Register: 1, Modulus: mod, Type: unix.NFT_NG_RANDOM, Offset: off},
 		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: name},
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: family, RegAddrMin: 1, RegProtoMin: proto})
+}
+
+// dnatKeyed reads the rest of "dnat ip addr . port to ip daddr . P dport
+// . numgen random mod N map @map", an endpoint map keyed by destination
+// and endpoint index. As nft does, it loads the three into consecutive
+// registers after the protocol match "P dport" implies.
+func (c *compiler) dnatKeyed(family uint32) {
+	if !c.expect(c.ipX, "daddr", ".") {
+		return
+	}
+	proto, ok := protoNumber(c.tok)
+	if !ok || protoName(proto) != c.tok {
+		c.fail("want tcp, udp or sctp")
+		return
+	}
+	c.next()
+	if !c.expect("dport", ".", "numgen", "random", "mod") {
+		return
+	}
+	mod := c.number()
+	if !c.expect("map") {
+		return
+	}
+	if !strings.HasPrefix(c.tok, "@") || mod == 0 {
+		c.fail("want @map")
+		return
+	}
+	name := c.setName()
+	c.emit(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}})
+	slot := c.load(fieldDaddr, 0)
+	port := register(slot)
+	slot += c.load(fieldDport, slot)
+	c.emit(&expr.Numgen{Register: register(slot), Modulus: mod, Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: name},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: family, RegAddrMin: 1, RegProtoMin: port})
 }
 
 // numgenVmap reads "numgen random mod N vmap { 0 : VERDICT , ... }".

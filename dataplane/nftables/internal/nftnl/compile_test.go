@@ -46,6 +46,9 @@ var shapes = []struct{ rule, canonical string }{
 	{rule: "ip saddr != { 10.0.0.0/25 , 10.0.0.128/25 , 10.0.1.0/24 } drop", canonical: "ip saddr != { 10.0.0.0/24 , 10.0.1.0/24 } drop"},
 	{rule: "meta l4proto sctp dnat ip addr . port to numgen random mod 2 offset 65536 map @dnat-sctp-3c2"},
 	{rule: "meta l4proto udp dnat ip addr . port to numgen random mod 3 offset 0 map @dnat-udp-036"},
+	{rule: "dnat ip addr . port to ip daddr . tcp dport . numgen random mod 3 map @cluster-endpoints-tcp-00"},
+	{rule: "dnat ip addr . port to ip daddr . udp dport . numgen random mod 1 map @cluster-endpoints-udp-00"},
+	{rule: "dnat ip addr . port to ip daddr . sctp dport . numgen random mod 65536 map @cluster-endpoints-sctp-00"},
 	{rule: "ip saddr @affinity-X goto endpoint-X"},
 	{rule: "numgen random mod 2 vmap { 0 : goto endpoint-A , 1 : goto endpoint-B }"},
 }

@@ -334,6 +334,9 @@ func (d *decompiler) meta(e *expr.Meta) error {
 			if len(n.Data) != 1 {
 				return d.fail("l4proto compared to more than a byte")
 			}
+			if d.dnatKeyed(protoName(n.Data[0])) {
+				return nil
+			}
 			d.say("meta l4proto", protoName(n.Data[0]))
 			return nil
 		case *expr.Payload:
@@ -394,6 +397,29 @@ func (d *decompiler) mark() error {
 }
 
 func hexU32(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
+
+// dnatKeyed says "dnat ip addr . port to ip daddr . P dport . numgen
+// random mod N map @M" when the protocol match just read is that rule's
+// dependency: a destination and port load, numgen, the lookup and NAT.
+// Whether the registers are right, the check by compiling tells.
+func (d *decompiler) dnatKeyed(proto string) bool {
+	daddr, ok1 := d.peek(0).(*expr.Payload)
+	dport, ok2 := d.peek(1).(*expr.Payload)
+	ng, ok3 := d.peek(2).(*expr.Numgen)
+	lk, ok4 := d.peek(3).(*expr.Lookup)
+	_, ok5 := d.peek(4).(*expr.NAT)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || d.field(daddr) != d.ipX+" daddr" || d.field(dport) != "th dport" || ng.Offset != 0 {
+		return false
+	}
+	d.i += 5
+	key := []string{d.ipX, "daddr", ".", proto, "dport", ".", "numgen random mod", uitoa(ng.Modulus), "map", "@" + lk.SetName}
+	if d.listing {
+		d.say(append([]string{"dnat", d.ipX, "to"}, key...)...)
+	} else {
+		d.say(append([]string{"dnat", d.ipX, "addr . port to"}, key...)...)
+	}
+	return true
+}
 
 // dnatTo says "dnat to ADDR:PORT".
 func (d *decompiler) dnatTo(addr *expr.Immediate) error {

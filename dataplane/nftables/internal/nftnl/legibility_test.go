@@ -102,6 +102,7 @@ func shapeScript(family knftables.Family) string {
 	}
 	for _, proto := range []string{"tcp", "udp", "sctp"} {
 		w("map", "dnat-"+proto+"-000 { typeof numgen random mod 1 : "+ipX+" daddr . "+proto+" dport ; comment \"service endpoints by numgen value\" ; }")
+		w("map", "cluster-endpoints-"+proto+"-00 { typeof "+ipX+" daddr . "+proto+" dport . numgen random mod 1 : "+ipX+" daddr . "+proto+" dport ; comment \"c\" ; }")
 	}
 	for _, c := range shapeCases() {
 		if c.family == family {
@@ -109,6 +110,12 @@ func shapeScript(family knftables.Family) string {
 			w("rule", "c "+r)
 		}
 	}
+	ep, dest := "10.0.0.1 . 80 . 2 : 10.1.0.3 . 8080", "10.0.0.2 . 53 . 0 : 10.1.0.4 . 5353"
+	if family == knftables.IPv6Family {
+		ep, dest = "fd00::1 . 80 . 2 : fd00:10::3 . 8080", "fd00::2 . 53 . 0 : fd00:10::4 . 5353"
+	}
+	w("element", "cluster-endpoints-tcp-00 { "+ep+" }")
+	w("element", "cluster-endpoints-udp-00 { "+dest+" }")
 	w("rule", "c "+ipX+` daddr @cluster-ips reject comment "pk:sig@1"`)
 	return b.String()
 }

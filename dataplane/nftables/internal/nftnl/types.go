@@ -70,9 +70,11 @@ var typeofFields = []typeofField{
 type setType struct {
 	key, data []kind
 	// typeof is the declaration when the set is declared by typeof: its
-	// key is then "numgen random mod <numgenMod>".
+	// key is then keyOf's fields (none, or payload fields) followed by
+	// "numgen random mod <numgenMod>".
 	typeof    bool
 	numgenMod uint32
+	keyOf     []typeofField
 	dataOf    []typeofField
 }
 
@@ -88,7 +90,9 @@ type TypeError struct {
 func (e *TypeError) Error() string { return fmt.Sprintf("nftnl: unsupported set type %q", e.Type) }
 
 // parseType reads a knftables Type ("ipv4_addr . inet_service : verdict")
-// or TypeOf ("numgen random mod 1 : ip daddr . tcp dport").
+// or TypeOf ("numgen random mod 1 : ip daddr . tcp dport", or with a key
+// of payload fields before numgen: "ip daddr . tcp dport . numgen random
+// mod 1 : ip daddr . tcp dport").
 func parseType(typ, typeOf string) (*setType, error) {
 	if typeOf != "" {
 		return parseTypeOf(typeOf)
@@ -135,7 +139,8 @@ func kindsOf(s, whole string) ([]kind, error) {
 
 func parseTypeOf(s string) (*setType, error) {
 	k, d, ok := strings.Cut(s, " : ")
-	mod, ok2 := strings.CutPrefix(k, "numgen random mod ")
+	fields := strings.Split(k, " . ")
+	mod, ok2 := strings.CutPrefix(fields[len(fields)-1], "numgen random mod ")
 	if !ok || !ok2 {
 		return nil, &TypeError{"typeof " + s}
 	}
@@ -143,16 +148,34 @@ func parseTypeOf(s string) (*setType, error) {
 	if err != nil || n == 0 {
 		return nil, &TypeError{"typeof " + s}
 	}
-	t := &setType{typeof: true, numgenMod: uint32(n), key: []kind{kInteger}}
-	for _, f := range strings.Split(d, " . ") {
-		i := slicesIndexFunc(typeofFields, func(tf typeofField) bool { return tf.text == f })
-		if i < 0 {
-			return nil, &TypeError{"typeof " + s}
-		}
-		t.dataOf = append(t.dataOf, typeofFields[i])
-		t.data = append(t.data, typeofFields[i].kind)
+	t := &setType{typeof: true, numgenMod: uint32(n)}
+	if t.keyOf, err = typeofFieldsOf(fields[:len(fields)-1], s); err != nil {
+		return nil, err
+	}
+	if t.dataOf, err = typeofFieldsOf(strings.Split(d, " . "), s); err != nil {
+		return nil, err
+	}
+	for _, f := range t.keyOf {
+		t.key = append(t.key, f.kind)
+	}
+	t.key = append(t.key, kInteger)
+	for _, f := range t.dataOf {
+		t.data = append(t.data, f.kind)
 	}
 	return t, nil
+}
+
+// typeofFieldsOf looks up the payload fields of a typeof declaration.
+func typeofFieldsOf(list []string, whole string) ([]typeofField, error) {
+	var out []typeofField
+	for _, f := range list {
+		i := slicesIndexFunc(typeofFields, func(tf typeofField) bool { return tf.text == f })
+		if i < 0 {
+			return nil, &TypeError{"typeof " + whole}
+		}
+		out = append(out, typeofFields[i])
+	}
+	return out, nil
 }
 
 func slicesIndexFunc[T any](s []T, f func(T) bool) int {
@@ -191,6 +214,9 @@ func length(ks []kind) int {
 func (t *setType) String() string {
 	if t.typeof {
 		var b strings.Builder
+		for _, f := range t.keyOf {
+			b.WriteString(f.text + " . ")
+		}
 		b.WriteString("numgen random mod " + strconv.FormatUint(uint64(t.numgenMod), 10) + " : ")
 		for i, f := range t.dataOf {
 			if i > 0 {

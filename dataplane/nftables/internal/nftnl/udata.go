@@ -78,7 +78,17 @@ func setUdata(t *setType, comment string) []byte {
 		d = udataU32(d, 0, 1) // random
 		d = udataU32(d, 1, t.numgenMod)
 		d = udataU32(d, 2, 0)
-		b = udataAppend(b, udSetKeyTypeof, typeofUdata(nil, exprTypeNumgen, d))
+		ng := typeofUdata(nil, exprTypeNumgen, d)
+		if len(t.keyOf) == 0 {
+			b = udataAppend(b, udSetKeyTypeof, ng)
+		} else {
+			var elems []byte
+			for i, f := range t.keyOf {
+				elems = udataAppend(elems, byte(i), payloadUdata(nil, f))
+			}
+			elems = udataAppend(elems, byte(len(t.keyOf)), ng)
+			b = udataAppend(b, udSetKeyTypeof, typeofUdata(nil, exprTypeConcat, elems))
+		}
 		var elems []byte
 		for i, f := range t.dataOf {
 			elems = udataAppend(elems, byte(i), payloadUdata(nil, f))
@@ -125,34 +135,67 @@ func typeFromUdata(ud []byte) (typeOf string, comment string, ok bool) {
 	}
 	kt, kd, ok1 := typeofExpr(key)
 	dt, dd, ok2 := typeofExpr(data)
-	if !ok1 || !ok2 || kt != exprTypeNumgen || dt != exprTypeConcat {
+	if !ok1 || !ok2 || dt != exprTypeConcat {
+		return "", comment, false
+	}
+	var keyParts []string
+	if kt == exprTypeConcat {
+		// Payload fields, then numgen.
+		parts, last, ok := concatUdata(kd)
+		if !ok || last == nil {
+			return "", comment, false
+		}
+		keyParts = parts
+		kt, kd, ok1 = typeofExpr(last)
+		if !ok1 {
+			return "", comment, false
+		}
+	}
+	if kt != exprTypeNumgen {
 		return "", comment, false
 	}
 	mod, ok3 := udataGet(kd, 1)
 	if !ok3 || len(mod) != 4 {
 		return "", comment, false
 	}
-	var parts []string
+	parts, last, ok := concatUdata(dd)
+	if !ok || last != nil {
+		return "", comment, false
+	}
+	keyParts = append(keyParts, "numgen random mod "+uitoa(binary.NativeEndian.Uint32(mod)))
+	return strings.Join(keyParts, " . ") + " : " + strings.Join(parts, " . "), comment, true
+}
+
+// concatUdata reads the payload fields of a concatenation's user data;
+// last is the element after them that is not a payload (nil when all
+// are), which must be the last.
+func concatUdata(b []byte) (parts []string, last []byte, ok bool) {
 	for i := 0; ; i++ {
-		e, ok := udataGet(dd, byte(i))
+		e, ok := udataGet(b, byte(i))
 		if !ok {
-			break
+			return parts, last, true
+		}
+		if last != nil {
+			return nil, nil, false
 		}
 		et, ed, ok := typeofExpr(e)
+		if ok && et != exprTypePayload {
+			last = e
+			continue
+		}
 		desc, ok1 := udataGet(ed, 0)
 		field, ok2 := udataGet(ed, 1)
-		if !ok || !ok1 || !ok2 || et != exprTypePayload || len(desc) != 4 || len(field) != 4 {
-			return "", comment, false
+		if !ok || !ok1 || !ok2 || len(desc) != 4 || len(field) != 4 {
+			return nil, nil, false
 		}
 		j := slicesIndexFunc(typeofFields, func(f typeofField) bool {
 			return f.desc == binary.NativeEndian.Uint32(desc) && f.field == binary.NativeEndian.Uint32(field)
 		})
 		if j < 0 {
-			return "", comment, false
+			return nil, nil, false
 		}
 		parts = append(parts, typeofFields[j].text)
 	}
-	return "numgen random mod " + uitoa(binary.NativeEndian.Uint32(mod)) + " : " + strings.Join(parts, " . "), comment, true
 }
 
 func typeofExpr(b []byte) (uint32, []byte, bool) {
