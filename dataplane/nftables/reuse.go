@@ -82,16 +82,19 @@ func (d *Dataplane) remember(s *dataplane.State, st *static, prog *programmed, r
 	d.cache = &renderCache{state: s, static: st.sig, ifLocal: d.localMatch(s, false), nodeIPs: s.Node.IPs, prog: prog, reskip: reskip}
 }
 
-// programmedOn returns the programmed a full sync builds: on the claims of
-// u's base, when there is one (its slots start empty all the same: the
-// full sync places every chain), else a new one for services.
+// programmedOn returns the programmed a full sync builds: on the claims and
+// shared-chain counts of u's base, when there is one (its slots and what
+// the table holds start empty all the same: the full sync places every
+// chain and finds the shared ones), else a new one for services.
 func programmedOn(u *reuse, services int) (prog, base *programmed) {
 	if u == nil || u.base == nil {
 		return newProgrammed(services), nil
 	}
 	b := u.base
 	return &programmed{services: b.services, winners: b.winners, others: b.others,
-		chains: b.chains, rules: b.rules, dnatElems: b.dnatElems}, b
+		chains: b.chains, rules: b.rules, dnatElems: b.dnatElems,
+		sharedUsers: b.sharedUsers, mapUsers: b.mapUsers, sharedElems: b.sharedElems,
+		sharedLive: map[string]bool{}}, b
 }
 
 // account makes prog, built on a base, hold the renderings rendered of
