@@ -242,7 +242,11 @@ func (d *Dataplane) diffPlan(p *plan, prog *programmed, k *kernelTable, drift *[
 		slices.SortFunc(x.names, servicemodel.CompareNames)
 	}
 	x.want = make(map[string]bool, prog.chains)
-	x.chainOps = make([]op, 0, 2*prog.chains+prog.rules)
+	if drift == nil && len(k.chains) == 0 {
+		// A cold table gets every chain and rule: room for them at once.
+		// A check for drift, or a warm table, writes few.
+		x.chainOps = make([]op, 0, 2*prog.chains+prog.rules)
+	}
 	x.fresh = make(map[string]bool, max(0, prog.chains-len(k.chains)))
 	for i := range mapCount {
 		_, x.listed[i] = k.elems[shardName(i)]

@@ -289,18 +289,14 @@ func endpointChanges(dels, adds []op, old, new *dnatDef) ([]op, []op) {
 		}
 		return dels, adds
 	}
-	if old != nil {
-		for i, ep := range old.eps {
-			if !same || i >= len(new.eps) || new.eps[i] != ep {
-				dels = appendElements(dels, verbDelete, old, i, i+1)
-			}
+	for i, ep := range old.eps {
+		if i >= len(new.eps) || new.eps[i] != ep {
+			dels = appendElements(dels, verbDelete, old, i, i+1)
 		}
 	}
-	if new != nil {
-		for i, ep := range new.eps {
-			if !same || i >= len(old.eps) || old.eps[i] != ep {
-				adds = appendElements(adds, verbAdd, new, i, i+1)
-			}
+	for i, ep := range new.eps {
+		if i >= len(old.eps) || old.eps[i] != ep {
+			adds = appendElements(adds, verbAdd, new, i, i+1)
 		}
 	}
 	return dels, adds
