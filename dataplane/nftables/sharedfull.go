@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -142,6 +143,31 @@ func diffShared(dels, adds []op, was, is []*sharedDef) ([]op, []op) {
 func (x *differ) listedShared(i int) {
 	name := sharedMapName(i)
 	have := x.k.elems[name]
+	if len(have) == 0 {
+		// Listed empty (a table someone flushed, or a read-back that
+		// lists no elements): every endpoint, many to an operation.
+		for _, s := range x.winsOf(i) {
+			x.elemAdds = append(x.elemAdds, allShared(verbAdd, s))
+		}
+		return
+	}
+	// A right map, the common case, is checked without a string or an
+	// operation per element: only a listed element that is not wanted
+	// needs the map of what is.
+	var key []byte
+	matched := 0
+	for _, s := range x.winsOf(i) {
+		for j, ep := range s.eps {
+			key = strconv.AppendInt(append(append(key[:0], s.dest...), " . "...), int64(j), 10)
+			if v, ok := have[string(key)]; ok && v == ep {
+				matched++
+			}
+		}
+	}
+	if matched == len(have) {
+		x.addMissingShared(i, have)
+		return
+	}
 	want := make(map[string]string, len(have))
 	for _, s := range x.winsOf(i) {
 		for j, ep := range s.eps {
@@ -156,9 +182,17 @@ func (x *differ) listedShared(i int) {
 			}
 		}
 	}
+	x.addMissingShared(i, have)
+}
+
+// addMissingShared adds the elements of shared map i that have, its
+// listing, lacks or holds with another endpoint.
+func (x *differ) addMissingShared(i int, have map[string]string) {
+	var key []byte
 	for _, s := range x.winsOf(i) {
 		for j, ep := range s.eps {
-			if have[s.key(j)] != ep {
+			key = strconv.AppendInt(append(append(key[:0], s.dest...), " . "...), int64(j), 10)
+			if v, ok := have[string(key)]; !ok || v != ep {
 				x.elemAdds = append(x.elemAdds, sharedElement(verbAdd, s, j))
 			}
 		}
