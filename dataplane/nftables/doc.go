@@ -186,6 +186,9 @@
 // fake's table and compare with State.LookupMode; the same conformance
 // suite runs through a real kernel (dataplanetest/kerneltest), every case
 // it can send becoming TCP or UDP connections in network namespaces.
+// NewEncodeOnly runs the default netlink path up to the encoded batches
+// and hands each to a function instead of a socket: what a sync costs in
+// userspace, measured without a kernel (the bench's compute rows).
 //
 // # Metrics
 //
