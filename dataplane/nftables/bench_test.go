@@ -372,17 +372,8 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 	for _, size := range sizes {
 		b.Run(size.name, func(b *testing.B) {
 			c, st := benchBuilder(size.services, benchEndpoints)
-			ns := netns.New(b, "bench")
 			ctx := context.Background()
-			var d *Dataplane
-			if err := ns.Do(func() (err error) {
-				if d, err = New(Config{}); err != nil {
-					return err
-				}
-				return d.Sync(ctx, st)
-			}); err != nil {
-				b.Fatal(err)
-			}
+			_, d := syncedInNamespace(b, st)
 			i := 0
 			change := func() {
 				i++
@@ -423,17 +414,8 @@ func BenchmarkKernelChanged(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				_, st := benchBuilder(size.services, benchEndpoints)
-				ns := netns.New(b, "bench")
 				ctx := context.Background()
-				var d *Dataplane
-				if err := ns.Do(func() (err error) {
-					if d, err = New(Config{}); err != nil {
-						return err
-					}
-					return d.Sync(ctx, st)
-				}); err != nil {
-					b.Fatal(err)
-				}
+				ns, d := syncedInNamespace(b, st)
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {

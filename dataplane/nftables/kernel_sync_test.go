@@ -19,7 +19,7 @@ import (
 )
 
 // inNamespace runs fn in a new network namespace.
-func inNamespace(t *testing.T, fn func() error) *netns.NS {
+func inNamespace(t testing.TB, fn func() error) *netns.NS {
 	t.Helper()
 	netns.Require(t, "nft")
 	ns := netns.New(t, "nft")
@@ -30,7 +30,7 @@ func inNamespace(t *testing.T, fn func() error) *netns.NS {
 }
 
 // syncedInNamespace is a new Dataplane in a new namespace, synced to s.
-func syncedInNamespace(t *testing.T, s *dataplane.State) (*netns.NS, *Dataplane) {
+func syncedInNamespace(t testing.TB, s *dataplane.State) (*netns.NS, *Dataplane) {
 	t.Helper()
 	var d *Dataplane
 	ns := inNamespace(t, func() (err error) {
