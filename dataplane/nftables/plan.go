@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/nftables/internal/nftnl"
@@ -221,8 +222,16 @@ func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 	if err := d.checkState(s); err != nil {
 		return nil, err
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// The plan is diffed as for a Dataplane that programmed nothing yet:
+	// what the table holds and which chains wait to be deleted stay as
+	// they are for the next Sync.
+	prog, stale := d.prog, d.stale
+	d.prog, d.stale = nil, map[string]time.Time{}
+	defer func() { d.prog, d.stale = prog, stale }()
 	st := d.static(s)
-	prog, _ := d.renderAll(s, st, &kernelTable{}, nil)
-	p := d.fullPlan(prog, st, &kernelTable{}, false)
+	next, _ := d.renderAll(s, st, &kernelTable{}, nil)
+	p := d.fullPlan(next, st, &kernelTable{}, false)
 	return []byte(transaction(d.text, p.ops).String()), nil
 }

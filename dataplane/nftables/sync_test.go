@@ -498,3 +498,52 @@ func TestStateOfAnotherBuilder(t *testing.T) {
 		t.Errorf("the table differs from a fresh full sync of the second Builder's State (-fresh +got):\n%s", diff)
 	}
 }
+
+// TestRenderLeavesSyncState checks that Render, between syncs and beside
+// them, changes nothing a Sync relies on: a chain left stale before it is
+// still deleted, and the table ends as a fresh full sync writes it.
+func TestRenderLeavesSyncState(t *testing.T) {
+	fake := newFake(false)
+	d, clk := testDataplane(t, fake)
+	b := newBuilder()
+	b.UpdateService(nil, clusterIPService(1))
+	b.UpdateEndpointSlice(nil, slice(1, 2, 0))
+	b.UpdateService(nil, clusterIPService(2))
+	b.UpdateEndpointSlice(nil, slice(2, 3, 0))
+	sync := func(s *dataplane.State) {
+		t.Helper()
+		if err := d.Sync(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(b.Build().States[0])
+	// svc1 goes: the shared chain of two endpoints is flushed, left stale.
+	b.UpdateService(clusterIPService(1), nil)
+	b.UpdateEndpointSlice(slice(1, 2, 0), nil)
+	rendered := b.Build().States[0]
+	sync(rendered)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			if _, err := d.Render(rendered); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	clk.Step(2 * time.Second)
+	b.UpdateService(nil, clusterIPService(3))
+	b.UpdateEndpointSlice(nil, slice(3, 1, 0))
+	s := b.Build().States[0]
+	sync(s)
+	<-done
+	if _, err := d.Render(s); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(2 * time.Second)
+	sync(s)
+	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake)); diff != "" {
+		t.Errorf("the table differs from a fresh full sync (-fresh +got):\n%s", diff)
+	}
+}
