@@ -103,10 +103,12 @@ func newDiscard() discardNFT {
 	return discardNFT{knftables.NewFake(knftables.IPv4Family, DefaultTable)}
 }
 
-var benchSizes = []struct {
+type benchSize struct {
 	name     string
 	services int
-}{{"1k", 1000}, {"10k", 10000}, {"100k", 100000}}
+}
+
+var benchSizes = []benchSize{{"1k", 1000}, {"10k", 10000}, {"100k", 100000}}
 
 const benchEndpoints = 10
 
@@ -292,14 +294,7 @@ func BenchmarkIdleResync(b *testing.B) {
 // (PROXYKIT_BENCH_KERNEL=1 for 1k and 10k services, =all for 100k too; it
 // needs root and nft, and at 100k a few GB of memory).
 func BenchmarkKernelFullSync(b *testing.B) {
-	sizes := benchSizes[:2]
-	switch os.Getenv("PROXYKIT_BENCH_KERNEL") {
-	case "":
-		b.Skip("set PROXYKIT_BENCH_KERNEL=1 (or all) to run kernel benchmarks")
-	case "all":
-		sizes = benchSizes
-	}
-	netns.Require(b, "nft")
+	sizes := kernelBenchSizes(b)
 	for _, size := range sizes {
 		_, st := benchBuilder(size.services, benchEndpoints)
 		ns := netns.New(b, "bench")
@@ -360,14 +355,7 @@ func BenchmarkKernelFullSync(b *testing.B) {
 // sync. Its floor is the kernel's commit, which visits every chain of the
 // table (nftnl's BenchmarkKernelCommit); it reports the table's chains.
 func BenchmarkKernelOneEndpointChange(b *testing.B) {
-	sizes := benchSizes[:2]
-	switch os.Getenv("PROXYKIT_BENCH_KERNEL") {
-	case "":
-		b.Skip("set PROXYKIT_BENCH_KERNEL=1 (or all) to run kernel benchmarks")
-	case "all":
-		sizes = benchSizes
-	}
-	netns.Require(b, "nft")
+	sizes := kernelBenchSizes(b)
 	const warmup = 20
 	for _, size := range sizes {
 		b.Run(size.name, func(b *testing.B) {
@@ -438,4 +426,20 @@ func BenchmarkKernelChanged(b *testing.B) {
 			})
 		}
 	}
+}
+
+// kernelBenchSizes are the sizes a kernel benchmark runs at: 1k and 10k
+// with PROXYKIT_BENCH_KERNEL=1, 100k too with =all; it skips b when the
+// variable is unset or nft is missing.
+func kernelBenchSizes(b *testing.B) []benchSize {
+	b.Helper()
+	sizes := benchSizes[:2]
+	switch os.Getenv("PROXYKIT_BENCH_KERNEL") {
+	case "":
+		b.Skip("set PROXYKIT_BENCH_KERNEL=1 (or all) to run kernel benchmarks")
+	case "all":
+		sizes = benchSizes
+	}
+	netns.Require(b, "nft")
+	return sizes
 }
