@@ -226,7 +226,7 @@ func (x *differ) maps() {
 func (x *differ) deleteElements() {
 	for _, sd := range x.d.sets() {
 		have := x.k.elems[sd.name]
-		for _, key := range sortedKeys(have) {
+		for _, key := range slices.Sorted(maps.Keys(have)) {
 			ek := elemKey{sd.name, key}
 			if c, ok := x.prog.winner(ek); !ok || c.value != have[key] {
 				x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: element(ek, claim{value: have[key]})})
@@ -286,7 +286,7 @@ func (x *differ) deleteElements() {
 func (x *differ) listedElements(i int, slots map[int32]*dnatDef) {
 	name := shardName(i)
 	have := x.k.elems[name]
-	for _, key := range sortedKeys(have) {
+	for _, key := range slices.Sorted(maps.Keys(have)) {
 		if n, j := slotOfKey(slots, key); n == nil || have[key] != n.eps[j] {
 			x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: &knftables.Element{Map: name, Key: []string{key}, Value: []string{have[key]}}})
 			if x.tracking {
@@ -376,7 +376,7 @@ func (x *differ) removeStale() {
 			x.d.stale[name] = now
 		}
 	}
-	for _, name := range sortedKeys(x.k.sets) {
+	for _, name := range slices.Sorted(maps.Keys(x.k.sets)) {
 		if strings.HasPrefix(name, prefixAffinity) && !x.want[name] {
 			x.p.delete(&knftables.Set{Name: name})
 			if x.tracking {
@@ -386,7 +386,7 @@ func (x *differ) removeStale() {
 	}
 	// Endpoint maps no chain uses any more, once the rules that did are
 	// flushed.
-	for _, name := range sortedKeys(x.k.maps) {
+	for _, name := range slices.Sorted(maps.Keys(x.k.maps)) {
 		if i, ok := shardIndex(name); ok && !x.used[i] {
 			x.p.delete(&knftables.Map{Name: name})
 		}

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,7 +175,7 @@ func (x *differ) listedShared(i int) {
 			want[s.key(j)] = ep
 		}
 	}
-	for _, key := range sortedKeys(have) {
+	for _, key := range slices.Sorted(maps.Keys(have)) {
 		if v, ok := want[key]; !ok || v != have[key] {
 			x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: &knftables.Element{Map: name, Key: []string{key}, Value: []string{have[key]}}})
 			if x.tracking {
@@ -213,7 +214,7 @@ func (x *differ) addShared() {
 // removeShared deletes the shared maps the table has and prog does not
 // use, once the chains that used them are flushed.
 func (x *differ) removeShared() {
-	for _, name := range sortedKeys(x.k.maps) {
+	for _, name := range slices.Sorted(maps.Keys(x.k.maps)) {
 		if i, ok := sharedIndex(name); ok && x.prog.mapUsers[i] == 0 {
 			x.p.delete(&knftables.Map{Name: name})
 		}
