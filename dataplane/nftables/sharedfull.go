@@ -162,11 +162,12 @@ func (x *differ) listedShared(i int) {
 			key = strconv.AppendInt(append(append(key[:0], s.dest...), " . "...), int64(j), 10)
 			if v, ok := have[string(key)]; ok && v == ep {
 				matched++
+			} else {
+				x.elemAdds = append(x.elemAdds, sharedElement(verbAdd, s, j))
 			}
 		}
 	}
 	if matched == len(have) {
-		x.addMissingShared(i, have)
 		return
 	}
 	want := make(map[string]string, len(have))
@@ -180,21 +181,6 @@ func (x *differ) listedShared(i int) {
 			x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: &knftables.Element{Map: name, Key: []string{key}, Value: []string{have[key]}}})
 			if x.tracking {
 				x.note("map %s: unexpected element %s : %s", name, key, have[key])
-			}
-		}
-	}
-	x.addMissingShared(i, have)
-}
-
-// addMissingShared adds the elements of shared map i that have, its
-// listing, lacks or holds with another endpoint.
-func (x *differ) addMissingShared(i int, have map[string]string) {
-	var key []byte
-	for _, s := range x.winsOf(i) {
-		for j, ep := range s.eps {
-			key = strconv.AppendInt(append(append(key[:0], s.dest...), " . "...), int64(j), 10)
-			if v, ok := have[string(key)]; !ok || v != ep {
-				x.elemAdds = append(x.elemAdds, sharedElement(verbAdd, s, j))
 			}
 		}
 	}
