@@ -182,6 +182,9 @@ func (d *Dataplane) renderAll(s *dataplane.State, st *static, k *kernelTable, re
 			}
 		}
 	}
+	if base == nil {
+		prog.sizeClaims(rendered)
+	}
 	for i, sv := range rendered {
 		r := sv.r
 		if r == nil {

@@ -43,8 +43,21 @@ type programmed struct {
 // newProgrammed returns an empty programmed sized for services.
 func newProgrammed(services int) *programmed {
 	return &programmed{services: make(map[types.NamespacedName]*rendering, services),
-		winners: make(map[elemKey]claim, 3*services), others: map[elemKey][]claim{},
+		winners: map[elemKey]claim{}, others: map[elemKey][]claim{},
 		sharedUsers: map[string]int{}, sharedLive: map[string]bool{}}
+}
+
+// sizeClaims sizes the empty p's winners for the claims of rendered,
+// which it is to hold: a guess would either grow it, copying every entry,
+// or overshoot by a power of two, at thousands of services.
+func (p *programmed) sizeClaims(rendered []rendered) {
+	n := 0
+	for _, sv := range rendered {
+		if sv.r != nil {
+			n += len(sv.r.elems)
+		}
+	}
+	p.winners = make(map[elemKey]claim, n)
 }
 
 // winner is the claim on k whose element is in the table; ok is false

@@ -78,32 +78,11 @@ func sharedElement(v verb, s *sharedDef, i int) op {
 	return op{Verb: v, Obj: &knftables.Element{Map: sharedMapName(s.shard), Key: []string{s.key(i)}, Value: []string{s.eps[i]}}}
 }
 
-// allShared is the op of v of all the map elements of s's endpoints. One
-// string holds every key, each a substring of it: a cold start writes
-// millions.
+// allShared is the op of v of all the map elements of s's endpoints, their
+// keys numbered after the destination: a cold start writes millions, and
+// the destination's fields are encoded once for them all.
 func allShared(v verb, s *sharedDef) op {
-	b := make([]byte, 0, len(s.eps)*(len(s.dest)+8))
-	for i := range s.eps {
-		b = append(b, s.dest...)
-		b = append(b, " . "...)
-		b = strconv.AppendInt(b, int64(i), 10)
-	}
-	all, start := string(b), 0
-	keys := make([]string, len(s.eps))
-	for i := range keys {
-		end := start + len(s.dest) + len(" . ") + decimalDigits(i)
-		keys[i], start = all[start:end], end
-	}
-	return op{Verb: v, Elems: &nftnl.Elements{Set: sharedMapName(s.shard), Keys: keys, Values: s.eps}}
-}
-
-// decimalDigits is the length of i in decimal, i >= 0.
-func decimalDigits(i int) int {
-	n := 1
-	for ; i >= 10; i /= 10 {
-		n++
-	}
-	return n
+	return op{Verb: v, Elems: &nftnl.Elements{Set: sharedMapName(s.shard), Prefix: s.dest, Values: s.eps}}
 }
 
 // sharedMap is shared endpoint map i.

@@ -148,15 +148,16 @@ func (b *batch) elements(ctx context.Context, i int, v Verb, e *Elements) error 
 	if err != nil {
 		return err
 	}
-	if e.Keys == nil && (len(t.key) != 1 || t.key[0] != kInteger) {
-		return &ElementError{Set: e.Set, Text: "a numbered key"}
+	prefix, err := numberedPrefix(t, e)
+	if err != nil {
+		return err
 	}
 	for j := range e.Len() {
 		n := b.elemStart(i, j, v, e.Set)
 		k := b.w.nest(unix.NFTA_SET_ELEM_KEY)
 		d := b.w.start(unix.NFTA_DATA_VALUE)
 		if e.Keys == nil {
-			b.w.b = binary.NativeEndian.AppendUint32(b.w.b, e.First+uint32(j))
+			b.w.b = binary.NativeEndian.AppendUint32(append(b.w.b, prefix...), e.First+uint32(j))
 		} else {
 			var ok bool
 			if b.w.b, ok = appendValue(b.w.b, t.key, e.Keys[j]); !ok {
@@ -185,6 +186,27 @@ func (b *batch) elements(ctx context.Context, i int, v Verb, e *Elements) error 
 		}
 	}
 	return nil
+}
+
+// numberedPrefix is the encoded fields before the number of e's keys,
+// when they are numbered (Keys nil): none for a key that is a number
+// alone, Prefix's for a concatenation that ends in one.
+func numberedPrefix(t *setType, e *Elements) ([]byte, error) {
+	if e.Keys != nil {
+		return nil, nil
+	}
+	last := len(t.key) - 1
+	if last < 0 || t.key[last] != kInteger || (last == 0) != (e.Prefix == "") {
+		return nil, &ElementError{Set: e.Set, Text: "a numbered key"}
+	}
+	if last == 0 {
+		return nil, nil
+	}
+	prefix, ok := appendFields(nil, t.key[:last], e.Prefix, true)
+	if !ok {
+		return nil, &ElementError{Set: e.Set, Text: e.Prefix}
+	}
+	return prefix, nil
 }
 
 // elemStart opens the list entry of an element of set, element j of op

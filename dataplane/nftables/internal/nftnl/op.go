@@ -30,11 +30,16 @@ type Op struct {
 // knftables.Element each would take one Op, a struct and its slices,
 // which a cold sync writes by the hundred thousand. Their keys are Keys
 // or, when Keys is nil, the numbers from First up (numgen values, as an
-// endpoint map's). They are added or deleted.
+// endpoint map's), each after Prefix and " . " when Prefix is set (a map
+// keyed by a concatenation that ends in a numgen value). They are added or
+// deleted.
 type Elements struct {
 	// Set is the set's or map's name.
 	Set   string
 	First uint32
+	// Prefix is the fields every key has before its number (with Keys
+	// nil), as nft text: encoded once for all the elements.
+	Prefix string
 	// Keys, Values (a map's) and Comments (none, or one per element, ""
 	// for none) are the elements' as nft text.
 	Keys, Values, Comments []string
@@ -52,7 +57,11 @@ func (e *Elements) key(i int) string {
 	if e.Keys != nil {
 		return e.Keys[i]
 	}
-	return strconv.FormatUint(uint64(e.First)+uint64(i), 10)
+	n := strconv.FormatUint(uint64(e.First)+uint64(i), 10)
+	if e.Prefix != "" {
+		return e.Prefix + " . " + n
+	}
+	return n
 }
 
 // Element is element i of e.
@@ -74,7 +83,7 @@ func (e *Elements) Element(i int) *knftables.Element {
 
 // Slice is elements i to j of e.
 func (e *Elements) Slice(i, j int) *Elements {
-	s := &Elements{Set: e.Set, First: e.First + uint32(i)}
+	s := &Elements{Set: e.Set, First: e.First + uint32(i), Prefix: e.Prefix}
 	sub := func(l []string) []string {
 		if l == nil {
 			return nil

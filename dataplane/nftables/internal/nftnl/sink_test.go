@@ -75,6 +75,8 @@ func TestElements(t *testing.T) {
 		{Verb: nftnl.Add, Obj: &knftables.Set{Name: "s", Type: "ipv4_addr"}},
 		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "v", Type: "ipv4_addr . inet_proto . inet_service : verdict"}},
 		{Verb: nftnl.Add, Obj: &knftables.Chain{Name: "c"}},
+		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "p2", TypeOf: "ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport"}},
+		{Verb: nftnl.Add, Obj: &knftables.Map{Name: "p1", TypeOf: "tcp dport . numgen random mod 1 : ip daddr . tcp dport"}},
 	}
 	runs := []*nftnl.Elements{
 		{Set: "m1", First: 65536, Values: []string{"10.0.0.1 . 80", "10.0.0.2 . 8080"}},
@@ -82,6 +84,11 @@ func TestElements(t *testing.T) {
 		{Set: "m1", First: 7, Values: []string{"10.0.2.1 . 53", "10.0.2.2 . 53", "10.0.2.3 . 53"}},
 		{Set: "s", Keys: []string{"10.0.3.1", "10.0.3.2"}},
 		{Set: "v", Keys: []string{"10.0.4.1 . tcp . 80", "10.0.4.2 . udp . 53"}, Values: []string{"drop", "goto c"}, Comments: []string{"ns/a", ""}},
+		// Numbered keys after a prefix: two fields, and one that a
+		// concatenation pads.
+		{Set: "p2", Prefix: "10.96.0.1 . 443", Values: []string{"10.0.5.1 . 6443", "10.0.5.2 . 6443"}},
+		{Set: "p2", Prefix: "10.96.0.2 . 80", First: 3, Values: []string{"10.0.5.3 . 8080"}},
+		{Set: "p1", Prefix: "53", Values: []string{"10.0.6.1 . 53", "10.0.6.2 . 53", "10.0.6.3 . 53"}},
 	}
 	for _, verb := range []nftnl.Verb{nftnl.Add, nftnl.Delete} {
 		compact, single := slices.Clone(declare), slices.Clone(declare)
@@ -122,6 +129,21 @@ func TestElements(t *testing.T) {
 		}
 		if tx.String() != txSingle.String() {
 			t.Errorf("verb %d: Elements as text:\n%s\nwant\n%s", verb, tx.String(), txSingle.String())
+		}
+	}
+	// A prefix that the key's fields do not read, or one where the key
+	// is a number alone or none ends in a number, is refused.
+	for _, r := range []*nftnl.Elements{
+		{Set: "p2", Prefix: "10.96.0.1", Values: []string{"10.0.5.1 . 6443"}},
+		{Set: "p2", Prefix: "10.96.0.1 . http . 1", Values: []string{"10.0.5.1 . 6443"}},
+		{Set: "p2", Values: []string{"10.0.5.1 . 6443"}},
+		{Set: "m1", Prefix: "10.96.0.1", Values: []string{"10.0.5.1 . 6443"}},
+		{Set: "v", Prefix: "10.0.4.1 . tcp", Values: []string{"drop"}},
+	} {
+		ops := append(slices.Clone(declare), nftnl.Op{Verb: nftnl.Add, Elems: r})
+		var ee *nftnl.ElementError
+		if _, err := nftnl.EncodeForTest(knftables.IPv4Family, table, ops); !errors.As(err, &ee) {
+			t.Errorf("Elements %+v: %v, want an ElementError", *r, err)
 		}
 	}
 }

@@ -22,9 +22,14 @@ func batchSize(ops []Op, ipv6 bool) (n, msgs int) {
 		if e := op.Elems; op.Obj == nil && e != nil {
 			elems += e.Len()
 			if e.Keys == nil {
-				// Headers and a 4-byte key, then the value.
+				// Headers and a 4-byte key after the prefix's fields,
+				// then the value.
+				pre := 0
+				if e.Prefix != "" {
+					pre = len(e.Prefix) + 8 + extra
+				}
 				for _, v := range e.Values {
-					n += 24 + len(v) + extra
+					n += 24 + pre + len(v) + extra
 				}
 				continue
 			}

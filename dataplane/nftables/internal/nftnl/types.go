@@ -253,7 +253,13 @@ func (e *ElementError) Error() string {
 // appendValue appends the bytes of the fields of text (joined by " . ")
 // to b.
 func appendValue(b []byte, ks []kind, text string) ([]byte, bool) {
-	concat := len(ks) > 1
+	return appendFields(b, ks, text, len(ks) > 1)
+}
+
+// appendFields is appendValue for fields that are a concatenation's, each
+// padded to 4 bytes, when concat is set: also those that are only its
+// first ones.
+func appendFields(b []byte, ks []kind, text string, concat bool) ([]byte, bool) {
 	for i, k := range ks {
 		f := text
 		if i < len(ks)-1 {
