@@ -40,6 +40,9 @@ type batch struct {
 	pos   int
 	// dnat holds the expressions of the last endpoint-map rule.
 	dnat dnatMap
+	// detached is set on a part of the batch encoded on a goroutine of
+	// its own (see encodeOps).
+	detached bool
 }
 
 // msgInfo says which ops a message carries, for naming the one the kernel
@@ -129,11 +132,44 @@ func (b *batch) commit() {
 	}
 }
 
+// encodeRange encodes the ops at positions from to to of the encoding
+// order.
+func (b *batch) encodeRange(ctx context.Context, ops []Op, from, to int) error {
+	for k := from; k < to; k++ {
+		i := b.index(k)
+		op := ops[i]
+		b.pos = k
+		if err := b.op(ctx, i, op); err != nil {
+			var text string
+			if op.Obj != nil {
+				text = opText(b.c.family, b.c.table, op)
+			} else {
+				text = fmt.Sprintf("%d elements of map %s", op.Count(), setOf(op))
+			}
+			return fmt.Errorf("nftnl: %s: %w", text, err)
+		}
+	}
+	return nil
+}
+
+// index is the op at position k of the encoding order.
+func (b *batch) index(k int) int {
+	if b.order != nil {
+		return b.order[k]
+	}
+	return k
+}
+
 func (b *batch) begin(typ uint16, flags uint16, op int) int {
 	b.closeElems()
-	seq := b.c.nextSeq()
-	if b.firstSeq == 0 {
-		b.firstSeq = seq
+	// A part encoded beside the batch numbers its messages when it is
+	// joined to it.
+	var seq uint32
+	if !b.detached {
+		seq = b.c.nextSeq()
+		if b.firstSeq == 0 {
+			b.firstSeq = seq
+		}
 	}
 	var at int
 	b.w.b, at = msgHeader(b.w.b, typ, unix.NLM_F_REQUEST|flags, seq, b.c.fam, 0)
@@ -176,22 +212,8 @@ func (b *batch) encode(ctx context.Context, ops []Op) error {
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
 	finish(b.w.b, at)
 	b.order = elementOrder(ops)
-	for k := range ops {
-		i := k
-		if b.order != nil {
-			i = b.order[k]
-		}
-		op := ops[i]
-		b.pos = k
-		if err := b.op(ctx, i, op); err != nil {
-			var text string
-			if op.Obj != nil {
-				text = opText(b.c.family, b.c.table, op)
-			} else {
-				text = fmt.Sprintf("%d elements of map %s", op.Count(), setOf(op))
-			}
-			return fmt.Errorf("nftnl: %s: %w", text, err)
-		}
+	if err := b.encodeOps(ctx, ops); err != nil {
+		return err
 	}
 	b.closeElems()
 	b.w.b, at = msgHeader(b.w.b, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, b.c.nextSeq(), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)
@@ -208,10 +230,7 @@ func (b *batch) encode(ctx context.Context, ops []Op) error {
 // own order, as the dataplane's plans are.
 func elementOrder(ops []Op) []int {
 	var idx []int
-	elem := func(i int) bool {
-		_, ok := ops[i].Obj.(*knftables.Element)
-		return (ok || ops[i].Obj == nil && ops[i].Elems != nil) && ops[i].Verb != Flush
-	}
+	elem := func(i int) bool { return isElements(ops[i]) }
 	for i := 0; i < len(ops); {
 		ok := elem(i)
 		j := i + 1
