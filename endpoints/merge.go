@@ -21,7 +21,7 @@ import (
 // serviceSlices is the slices of one service and how their merge differs
 // from the snapshot.
 type serviceSlices struct {
-	slices map[string]*parsedSlice
+	slices sliceSet
 	// dirty holds every port and address whose winning endpoint differs
 	// from the snapshot's, with the current winner (nil when no slice has
 	// the address any more).
@@ -113,8 +113,7 @@ func (t *Tracker) diffPortLocked(svc *serviceSlices, name string, pn servicemode
 	applied := t.snapshot.Get(pn)
 	// The only slice of its service, as most are, competes with none:
 	// there is no winner among the others to look for.
-	_, listed := svc.slices[name]
-	alone := listed && len(svc.slices) == 1
+	alone := svc.slices.get(name) != nil && svc.slices.len() == 1
 	for i, j := 0, 0; i < len(before) || j < len(after); {
 		var old, new *Endpoint
 		switch {
@@ -163,7 +162,7 @@ func addrOf(a, b *Endpoint) netip.AddrPort {
 // slice but skip.
 func (svc *serviceSlices) bestExcept(skip string, pn servicemodel.PortName, addr netip.AddrPort) *Endpoint {
 	var best *Endpoint
-	for name, ps := range svc.slices {
+	for name, ps := range svc.slices.all() {
 		if name != skip {
 			best = preferred(best, find(ps.get(pn), addr))
 		}
@@ -302,7 +301,7 @@ func (ch *Changes) apply(svc *serviceSlices, prev *ServiceEndpoints) *ServiceEnd
 // slicesWith returns how many slices have endpoints for port pn.
 func (svc *serviceSlices) slicesWith(pn servicemodel.PortName) int {
 	n := 0
-	for _, ps := range svc.slices {
+	for _, ps := range svc.slices.all() {
 		if ps.get(pn) != nil {
 			n++
 		}
@@ -315,7 +314,7 @@ func (svc *serviceSlices) slicesWith(pn servicemodel.PortName) int {
 func (svc *serviceSlices) merge(pn servicemodel.PortName) []*Endpoint {
 	var only, all []*Endpoint
 	n := 0
-	for _, ps := range svc.slices {
+	for _, ps := range svc.slices.all() {
 		list := ps.get(pn)
 		if len(list) == 0 {
 			continue

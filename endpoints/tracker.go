@@ -117,7 +117,7 @@ func (t *Tracker) updateLocked(old, new *discovery.EndpointSlice, ps *parsedSlic
 	if ps != nil {
 		var prev []portNumbers
 		if owner, ok := t.owners[key]; ok {
-			prev = t.services[owner].slices[key.Name].numbered
+			prev = t.services[owner].slices.get(key.Name).numbered
 		}
 		numbered = newlyNumbered(prev, ps.numbered)
 	}
@@ -145,11 +145,11 @@ func (t *Tracker) setLocked(key types.NamespacedName, ps *parsedSlice) bool {
 	}
 	svc := t.services[ps.service]
 	if svc == nil {
-		svc = &serviceSlices{slices: map[string]*parsedSlice{}}
+		svc = &serviceSlices{}
 		t.services[ps.service] = svc
 	}
-	prev := svc.slices[key.Name]
-	svc.slices[key.Name] = ps
+	prev := svc.slices.get(key.Name)
+	svc.slices.set(key.Name, ps)
 	t.owners[key] = ps.service
 	if !t.applyLocked(ps.service, svc, key.Name, prev, ps) {
 		return changed
@@ -169,10 +169,10 @@ func (t *Tracker) removeLocked(key types.NamespacedName) bool {
 	}
 	delete(t.owners, key)
 	svc := t.services[owner]
-	prev := svc.slices[key.Name]
-	delete(svc.slices, key.Name)
+	prev := svc.slices.get(key.Name)
+	svc.slices.delete(key.Name)
 	changed := t.applyLocked(owner, svc, key.Name, prev, nil)
-	if len(svc.slices) == 0 && !svc.changed() {
+	if svc.slices.len() == 0 && !svc.changed() {
 		delete(t.services, owner)
 	}
 	if changed {
@@ -228,7 +228,7 @@ func (t *Tracker) Checkout() (Map, Changes) {
 		}
 		edit.withService(nn, se)
 		svc.dirty, svc.fresh = nil, nil
-		if len(svc.slices) == 0 {
+		if svc.slices.len() == 0 {
 			delete(t.services, nn)
 		}
 	}
