@@ -306,13 +306,34 @@ func appendField(b []byte, k kind, f string) ([]byte, bool) {
 		p, ok := protoNumber(f)
 		return append(b, p), ok
 	case kService:
-		n, err := strconv.ParseUint(f, 10, 16)
-		return binary.BigEndian.AppendUint16(b, uint16(n)), err == nil
+		n, ok := parseDecimal(f, 1<<16-1)
+		return binary.BigEndian.AppendUint16(b, uint16(n)), ok
 	case kInteger:
-		n, err := strconv.ParseUint(f, 10, 32)
-		return binary.NativeEndian.AppendUint32(b, uint32(n)), err == nil
+		n, ok := parseDecimal(f, 1<<32-1)
+		return binary.NativeEndian.AppendUint32(b, uint32(n)), ok
 	}
 	return b, false
+}
+
+// parseDecimal reads a decimal number up to max as strconv.ParseUint
+// does in base 10, without its generality: every port of every element
+// goes through it.
+func parseDecimal(s string, max uint64) (uint64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+		if n > max {
+			return 0, false
+		}
+	}
+	return n, true
 }
 
 // parseIPv4 reads a dotted-quad address as netip.ParseAddr does (no

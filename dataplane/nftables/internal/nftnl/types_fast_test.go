@@ -2,6 +2,7 @@ package nftnl
 
 import (
 	"net/netip"
+	"strconv"
 	"testing"
 )
 
@@ -18,6 +19,21 @@ func TestParseIPv4(t *testing.T) {
 		}
 		if !ok && wantOK {
 			t.Errorf("parseIPv4(%q) refused what netip reads as %v", s, want)
+		}
+	}
+}
+
+// TestParseDecimal: the fast path reads what strconv.ParseUint reads in
+// base 10 up to the bound, and nothing else.
+func TestParseDecimal(t *testing.T) {
+	for _, s := range []string{"0", "80", "0080", "65535", "65536", "4294967295", "4294967296", "99999999999999999999999",
+		"", "+1", "-1", "1_000", "0x10", " 1", "1 ", "８０"} {
+		for _, bits := range []int{16, 32} {
+			n, ok := parseDecimal(s, 1<<bits-1)
+			want, err := strconv.ParseUint(s, 10, bits)
+			if ok != (err == nil) || ok && n != want {
+				t.Errorf("parseDecimal(%q, %d bits) = %d, %v; strconv says %d, %v", s, bits, n, ok, want, err)
+			}
 		}
 	}
 }
