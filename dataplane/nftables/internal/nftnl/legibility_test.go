@@ -150,3 +150,21 @@ func TestKernelLegibleLargeSet(t *testing.T) {
 	script := fmt.Sprintf(p+"\n"+p+"firewall\n"+p+"firewall ip saddr != { %s } drop\n", "table", "chain", "rule", strings.Join(ranges, " , "))
 	checkLegible(t, knftables.IPv4Family, script)
 }
+
+// TestKernelLegibleManyElements: a transaction ending in more elements
+// than one goroutine encodes (a shared endpoint map's and a set's, 22,000
+// in all) lists as nft's.
+func TestKernelLegibleManyElements(t *testing.T) {
+	var b strings.Builder
+	p := "add %s ip " + table + " "
+	fmt.Fprintf(&b, p+"\n", "table")
+	fmt.Fprintf(&b, p+"shared { typeof ip daddr . tcp dport . numgen random mod 1 : ip daddr . tcp dport ; }\n", "map")
+	fmt.Fprintf(&b, p+"ips { type ipv4_addr ; }\n", "set")
+	for i := range 2000 {
+		fmt.Fprintf(&b, p+"ips { 172.30.%d.%d }\n", "element", i>>8, i&255)
+		for j := range 10 {
+			fmt.Fprintf(&b, p+"shared { 172.30.%d.%d . 80 . %d : 10.%d.%d.%d . 8080 }\n", "element", i>>8, i&255, j, i>>8, i&255, j)
+		}
+	}
+	checkLegible(t, knftables.IPv4Family, b.String())
+}
