@@ -76,6 +76,9 @@ type renderer struct {
 	b       strings.Builder
 	// num is scratch space for formatting.
 	num []byte
+	// verdicts are the shared chains' verdicts, by shard and endpoint
+	// count.
+	verdicts map[[2]int]string
 	// skip reports an input left out: Dataplane.skip, or a record of it
 	// when renderers run concurrently.
 	skip fanout.Skip
@@ -88,7 +91,8 @@ func (d *Dataplane) newRenderer(s *dataplane.State, skip fanout.Skip) *renderer 
 // service renders the ports of one Service; nil when it has none to
 // program.
 func (r *renderer) service(ports []*servicemodel.ServicePort) *rendering {
-	out := rendering{elems: make([]elemClaim, 0, 3*len(ports))}
+	// Two elements are a ClusterIP port's: its IP and its destination.
+	out := rendering{elems: make([]elemClaim, 0, 2*len(ports))}
 	for _, sp := range ports {
 		p, why := checkPort(sp, r.d.ipv6, func(reason string) { r.skip(reason, "servicePort", sp.Name.String()) })
 		if why != "" {
@@ -130,19 +134,25 @@ func (r *renderer) port(out *rendering, p *port) {
 	hasEndpoints := sel.HasAny
 
 	base := portBase(p)
-	hashed := hashedName(base)
 	dport := " . " + p.Proto + " . " + strconv.Itoa(int(sp.Port))
 	cip := sp.ClusterIP.String()
 	shared := r.simplePort(p, cip, cluster, local)
 	// The chains' names are made only for the chains there are: a
-	// ClusterIP port has at most one.
+	// ClusterIP port has at most one, a simple port none.
+	var hashed string
+	chainName := func(prefix string) string {
+		if hashed == "" {
+			hashed = hashedName(base)
+		}
+		return prefix + hashed
+	}
 	var svcChain, localChain string
 	if len(cluster) > 0 && shared == nil {
-		svcChain = prefixService + hashed
+		svcChain = chainName(prefixService)
 		r.dnatChain(out, p, base, svcChain, cluster)
 	}
 	if len(local) > 0 {
-		localChain = prefixLocal + hashed
+		localChain = chainName(prefixLocal)
 		r.dnatChain(out, p, base, localChain, local)
 	}
 	// As dataplane.Lookup: the port has endpoints for internal and external
@@ -175,14 +185,14 @@ func (r *renderer) port(out *rendering, p *port) {
 	case shared != nil:
 		// Commented with the port, as its verdict names no chain of it.
 		out.elems = append(out.elems, elemClaim{elemKey{mapServiceIPs, cip + dport},
-			claim{order: p.order, value: "goto " + shared.chain(), comment: commentOf(base), shared: shared}})
+			claim{order: p.order, value: r.sharedVerdict(shared), comment: commentOf(base), shared: shared}})
 	case internal != "":
 		add(mapServiceIPs, cip+dport, "goto "+internal)
 	}
 
 	var extChain string
 	if useExternal {
-		extChain = prefixExternal + hashed
+		extChain = chainName(prefixExternal)
 		r.externalChain(out, extChain, svcChain, localChain, pol.ExternalLocal)
 	}
 	externalDest := func(ip netip.Addr) {
@@ -201,7 +211,7 @@ func (r *renderer) port(out *rendering, p *port) {
 		externalDest(ip)
 	}
 	if len(p.LBVIPs) > 0 && len(p.SourceRanges) > 0 {
-		fwChain := prefixFirewall + hashed
+		fwChain := chainName(prefixFirewall)
 		r.firewallChain(out, fwChain, p)
 		for _, ip := range p.LBVIPs {
 			add(mapFirewallIPs, ip.String()+dport, "goto "+fwChain)
@@ -219,6 +229,21 @@ func (r *renderer) port(out *rendering, p *port) {
 	for _, key := range hairpinKeys(p.Proto, cluster, local) {
 		add(setHairpin, key, "")
 	}
+}
+
+// sharedVerdict is the service-ips verdict of a simple port: "goto" its
+// shared chain, a string thousands of ports share.
+func (r *renderer) sharedVerdict(s *sharedDef) string {
+	k := [2]int{s.shard, len(s.eps)}
+	v, ok := r.verdicts[k]
+	if !ok {
+		if r.verdicts == nil {
+			r.verdicts = map[[2]int]string{}
+		}
+		v = "goto " + s.chain()
+		r.verdicts[k] = v
+	}
+	return v
 }
 
 // hairpinKeys are the hairpin-connections keys of the local endpoints of
@@ -353,13 +378,17 @@ func (r *renderer) simplePort(p *port, cip string, cluster, local []*endpoints.E
 // millions.
 func (r *renderer) endpointValues(eps []*endpoints.Endpoint) []string {
 	out := make([]string, len(eps))
-	ends := make([]int, len(eps))
+	var small [16]int
+	ends := small[:0]
+	if len(eps) > len(small) {
+		ends = make([]int, 0, len(eps))
+	}
 	r.num = r.num[:0]
-	for i, e := range eps {
+	for _, e := range eps {
 		r.num = e.Addr.Addr().AppendTo(r.num)
 		r.num = append(r.num, " . "...)
 		r.num = strconv.AppendUint(r.num, uint64(e.Addr.Port()), 10)
-		ends[i] = len(r.num)
+		ends = append(ends, len(r.num))
 	}
 	all, start := string(r.num), 0
 	for i, end := range ends {
