@@ -130,6 +130,12 @@ func (d *Dataplane) unchanged(ctx context.Context) bool {
 	return err == nil && gen == d.seenGen
 }
 
+// committer is a kernel that reads the generation as a transaction
+// commits, sparing a round trip after each sync.
+type committer interface {
+	Committed() (uint32, bool)
+}
+
 // noteGeneration records the generation after the Dataplane's own commit,
 // so that KernelChanged does not read the table for it, when the table
 // was unchanged before it: otherwise the commit (a partial one, say)
@@ -139,6 +145,10 @@ func (d *Dataplane) unchanged(ctx context.Context) bool {
 func (d *Dataplane) noteGeneration(ctx context.Context, unchanged bool) {
 	d.seen = false
 	if !unchanged {
+		return
+	}
+	if c, ok := d.kernel.(committer); ok {
+		d.seenGen, d.seen = c.Committed()
 		return
 	}
 	if g, ok := d.kernel.(generations); ok {

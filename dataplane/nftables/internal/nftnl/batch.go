@@ -84,6 +84,7 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	if err := c.ready(); err != nil {
 		return err
 	}
+	c.isCommitted = false
 	start := time.Now()
 	b := c.newBatch()
 	if err := b.encode(ctx, ops); err != nil {
@@ -97,11 +98,12 @@ func (c *Conn) Run(ctx context.Context, ops []Op) error {
 	}
 	sent := time.Now()
 	var refused []reply
-	_, err := c.generation(func(r reply) { refused = append(refused, r) })
+	gen, err := c.generation(func(r reply) { refused = append(refused, r) })
 	c.opts.Logger.V(4).Info("nftables transaction", "operations", len(ops), "messages", len(b.msgs), "bytes", len(b.w.b),
 		"encode", encoded.Sub(start), "kernel", sent.Sub(encoded), "replies", time.Since(sent))
 	if len(refused) == 0 && err == nil {
 		b.commit()
+		c.committed, c.isCommitted = gen, true
 		return nil
 	}
 	c.reset()

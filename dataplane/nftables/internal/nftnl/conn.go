@@ -50,6 +50,10 @@ type Conn struct {
 	setID uint32
 	// rbuf receives replies; what is kept of them is copied out.
 	rbuf []byte
+	// committed is the ruleset generation read right after the last
+	// transaction, when it committed.
+	committed   uint32
+	isCommitted bool
 }
 
 // readBuf is the buffer replies are read into: the largest datagram a
@@ -348,6 +352,16 @@ func (c *Conn) Generation(ctx context.Context) (uint32, error) {
 		return 0, fmt.Errorf("nftnl: read generation: %w", err)
 	}
 	return gen, nil
+}
+
+// Committed returns the ruleset generation read right after the last
+// transaction Run committed, with it: a caller that follows the
+// generation needs no Generation call after its own commits. ok is false
+// when the last Run did not commit.
+func (c *Conn) Committed() (gen uint32, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.committed, c.isCommitted
 }
 
 // generation asks for the generation and reads replies until its answer;

@@ -240,10 +240,20 @@ func TestKernelGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	g1, _ := k.conn.Generation(ctx)
+	if c, ok := k.conn.Committed(); !ok || c != g1 {
+		t.Errorf("Committed after a commit: %d, %v; the generation is %d", c, ok, g1)
+	}
 	k.MustRun("nft", "add", "table", "ip", "other")
 	g2, _ := k.conn.Generation(ctx)
 	if !(g0 < g1 && g1 < g2) {
 		t.Errorf("generations %d, %d, %d: want each commit to move it", g0, g1, g2)
+	}
+	bad := []nftnl.Op{{Verb: nftnl.Delete, Obj: &knftables.Chain{Name: "missing"}}}
+	if err := k.conn.Run(ctx, bad); err == nil {
+		t.Fatal("deleting a missing chain succeeded")
+	}
+	if c, ok := k.conn.Committed(); ok {
+		t.Errorf("Committed after a refused transaction: %d, true", c)
 	}
 }
 
