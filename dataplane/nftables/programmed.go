@@ -33,7 +33,7 @@ type programmed struct {
 	// mapUsers those of each shared map, sharedElems their endpoints;
 	// sharedLive holds the shared chains the table has, sharedDeclared
 	// the shared maps.
-	sharedUsers    map[string]int
+	sharedUsers    map[sharedKey]int
 	mapUsers       [sharedMapCount]int
 	sharedElems    int
 	sharedLive     map[string]bool
@@ -44,7 +44,7 @@ type programmed struct {
 func newProgrammed(services int) *programmed {
 	return &programmed{services: make(map[types.NamespacedName]*rendering, services),
 		winners: map[elemKey]claim{}, others: map[elemKey][]claim{},
-		sharedUsers: map[string]int{}, sharedLive: map[string]bool{}}
+		sharedUsers: map[sharedKey]int{}, sharedLive: map[string]bool{}}
 }
 
 // sizeClaims sizes the empty p's winners for the claims of rendered,
@@ -199,10 +199,10 @@ func (p *programmed) countShared(s *sharedDef, by int) {
 	if s == nil {
 		return
 	}
-	name := s.chain()
-	p.sharedUsers[name] += by
-	if p.sharedUsers[name] == 0 {
-		delete(p.sharedUsers, name)
+	k := s.users()
+	p.sharedUsers[k] += by
+	if p.sharedUsers[k] == 0 {
+		delete(p.sharedUsers, k)
 	}
 	p.mapUsers[s.shard] += by
 	p.sharedElems += by * len(s.eps)

@@ -47,8 +47,8 @@ func sharedOf(p *programmed) *[sharedMapCount][]*sharedDef {
 // sharedChains diffs the shared chains prog's claims go to.
 func (x *differ) sharedChains() {
 	names := make([]string, 0, len(x.prog.sharedUsers))
-	for name := range x.prog.sharedUsers {
-		names = append(names, name)
+	for k := range x.prog.sharedUsers {
+		names = append(names, sharedChainName(k.shard, k.n))
 	}
 	slices.Sort(names)
 	x.prog.sharedLive = make(map[string]bool, len(names))
@@ -148,7 +148,7 @@ func (x *differ) listedShared(i int) {
 		// Listed empty (a table someone flushed, or a read-back that
 		// lists no elements): every endpoint, many to an operation.
 		for _, s := range x.winsOf(i) {
-			x.elemAdds = append(x.elemAdds, allShared(verbAdd, s))
+			x.elemAdds = append(x.elemAdds, allShared(verbAdd, name, s))
 		}
 		return
 	}
@@ -190,8 +190,9 @@ func (x *differ) listedShared(i int) {
 func (x *differ) addShared() {
 	for i := range sharedMapCount {
 		if x.shared.dirty[i] {
+			name := sharedMapName(i)
 			for _, s := range x.winsOf(i) {
-				x.p.ops = append(x.p.ops, allShared(verbAdd, s))
+				x.p.ops = append(x.p.ops, allShared(verbAdd, name, s))
 			}
 		}
 	}

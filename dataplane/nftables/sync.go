@@ -250,7 +250,7 @@ func (w *writer) ensureShared(s *sharedDef) {
 func (w *writer) unusedShared() (flushes, deletes []op) {
 	var names []string
 	for name := range w.prog.sharedLive {
-		if w.prog.sharedUsers[name] == 0 {
+		if shard, n, _ := sharedChainOf(name); w.prog.sharedUsers[sharedKey{shard, n}] == 0 {
 			names = append(names, name)
 		}
 	}

@@ -57,6 +57,14 @@ func (w *buf) u64(typ uint16, v uint64) {
 // nest opens a nested attribute; end closes it.
 func (w *buf) nest(typ uint16) int { return w.start(typ | nlaFNested) }
 
+// udataStr appends an attribute holding one udata string (a comment),
+// written in place: thousands of elements carry one.
+func (w *buf) udataStr(typ uint16, udType byte, s string) {
+	at := w.start(typ)
+	w.b = udataString(w.b, udType, s)
+	_ = w.end(at) // a comment is at most maxComment bytes
+}
+
 // start opens an attribute whose value is appended next; end closes it.
 func (w *buf) start(typ uint16) int {
 	at := len(w.b)

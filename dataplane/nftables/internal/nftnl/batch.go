@@ -368,7 +368,7 @@ func (b *batch) table(i int, v Verb, t *knftables.Table) error {
 		b.w.str(unix.NFTA_TABLE_NAME, b.c.table)
 		b.w.u32(unix.NFTA_TABLE_FLAGS, 0)
 		if t.Comment != nil {
-			b.w.attr(nftaTableUserdata, udataString(nil, udTableComment, *t.Comment))
+			b.w.udataStr(nftaTableUserdata, udTableComment, *t.Comment)
 		}
 		finish(b.w.b, at)
 	case Flush:
@@ -418,7 +418,7 @@ func (b *batch) chain(i int, v Verb, ch *knftables.Chain) error {
 			}
 		}
 		if ch.Comment != nil {
-			b.w.attr(nftaChainUserdata, udataString(nil, udTableComment, *ch.Comment))
+			b.w.udataStr(nftaChainUserdata, udTableComment, *ch.Comment)
 		}
 		finish(b.w.b, at)
 	case Flush:
@@ -464,7 +464,7 @@ func (b *batch) rule(i int, v Verb, r *knftables.Rule) error {
 			return err
 		}
 		if r.Comment != nil {
-			b.w.attr(unix.NFTA_RULE_USERDATA, udataString(nil, udRuleComment, *r.Comment))
+			b.w.udataStr(unix.NFTA_RULE_USERDATA, udRuleComment, *r.Comment)
 		}
 		finish(b.w.b, at)
 	case Delete:

@@ -134,7 +134,7 @@ func (b *batch) element(ctx context.Context, i int, v Verb, e *knftables.Element
 		}
 	}
 	if v == Add && e.Comment != nil {
-		b.w.attr(unix.NFTA_SET_ELEM_USERDATA, udataString(nil, udElemComment, *e.Comment))
+		b.w.udataStr(unix.NFTA_SET_ELEM_USERDATA, udElemComment, *e.Comment)
 	}
 	return b.w.end(n)
 }
@@ -179,7 +179,7 @@ func (b *batch) elements(ctx context.Context, i int, v Verb, e *Elements) error 
 			if len(e.Comments[j]) > maxComment {
 				return fmt.Errorf("comment longer than nft's %d bytes", maxComment)
 			}
-			b.w.attr(unix.NFTA_SET_ELEM_USERDATA, udataString(nil, udElemComment, e.Comments[j]))
+			b.w.udataStr(unix.NFTA_SET_ELEM_USERDATA, udElemComment, e.Comments[j])
 		}
 		if err := b.w.end(n); err != nil {
 			return err
