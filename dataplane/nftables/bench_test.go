@@ -384,6 +384,51 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 	}
 }
 
+// BenchmarkKernelEndpointCountChange is a sync after one service gained
+// an endpoint or lost the one it gained (a scale event), into a real
+// kernel (PROXYKIT_BENCH_KERNEL as for BenchmarkKernelOneEndpointChange).
+// Its port's service-ips element then goes to another shared chain: a
+// verdict element, which makes the kernel validate the whole table (every
+// element of every verdict map), where an endpoint that changes in place
+// is a data element only.
+func BenchmarkKernelEndpointCountChange(b *testing.B) {
+	sizes := kernelBenchSizes(b)
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			c, st := benchBuilder(size.services, benchEndpoints)
+			ctx := context.Background()
+			_, d := syncedInNamespace(b, st)
+			i := 0
+			change := func() {
+				i++
+				svc := i / 2 * 7919 % size.services
+				old := c.slices[svc]
+				upd := old.DeepCopy()
+				if i%2 == 1 {
+					upd.Endpoints = append(upd.Endpoints, dataplanetest.ReadyEndpoint("10.250.250.250", "node2"))
+				} else {
+					upd.Endpoints = upd.Endpoints[:len(upd.Endpoints)-1]
+				}
+				c.slices[svc] = upd
+				c.b.UpdateEndpointSlice(old, upd)
+				if err := d.Sync(ctx, c.b.Build().States[0]); err != nil {
+					b.Fatal(err)
+				}
+				if d.Stats().Full {
+					b.Fatal("a full sync")
+				}
+			}
+			for range 20 {
+				change()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				change()
+			}
+		})
+	}
+}
+
 // BenchmarkKernelChanged is one poll of the canary on a real kernel (in a
 // namespace, PROXYKIT_BENCH_KERNEL=1): "untouched" when nothing committed
 // since the last poll (one read of the ruleset generation), "moved" when
