@@ -76,9 +76,8 @@ type renderer struct {
 	b       strings.Builder
 	// num is scratch space for formatting.
 	num []byte
-	// verdicts are the shared chains' verdicts, by shard and endpoint
-	// count.
-	verdicts map[[2]int]string
+	// verdicts are the shared chains' verdicts.
+	verdicts map[sharedKey]string
 	// skip reports an input left out: Dataplane.skip, or a record of it
 	// when renderers run concurrently.
 	skip fanout.Skip
@@ -234,11 +233,11 @@ func (r *renderer) port(out *rendering, p *port) {
 // sharedVerdict is the service-ips verdict of a simple port: "goto" its
 // shared chain, a string thousands of ports share.
 func (r *renderer) sharedVerdict(s *sharedDef) string {
-	k := [2]int{s.shard, len(s.eps)}
+	k := s.users()
 	v, ok := r.verdicts[k]
 	if !ok {
 		if r.verdicts == nil {
-			r.verdicts = map[[2]int]string{}
+			r.verdicts = map[sharedKey]string{}
 		}
 		v = "goto " + s.chain()
 		r.verdicts[k] = v

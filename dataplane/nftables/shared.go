@@ -89,8 +89,7 @@ func allShared(v verb, m string, s *sharedDef) op {
 // sharedKey names a shared chain: its map and endpoint count.
 type sharedKey struct{ shard, n int }
 
-// users is the key of the shared chain s goes to, as programmed counts
-// its users.
+// users is the key of the shared chain s goes to.
 func (s *sharedDef) users() sharedKey { return sharedKey{s.shard, len(s.eps)} }
 
 // sharedMap is shared endpoint map i.
