@@ -355,33 +355,9 @@ func BenchmarkKernelFullSync(b *testing.B) {
 // sync. Its floor is the kernel's commit, which visits every chain of the
 // table (nftnl's BenchmarkKernelCommit); it reports the table's chains.
 func BenchmarkKernelOneEndpointChange(b *testing.B) {
-	sizes := kernelBenchSizes(b)
-	const warmup = 20
-	for _, size := range sizes {
-		b.Run(size.name, func(b *testing.B) {
-			c, st := benchBuilder(size.services, benchEndpoints)
-			ctx := context.Background()
-			_, d := syncedInNamespace(b, st)
-			i := 0
-			change := func() {
-				i++
-				if err := d.Sync(ctx, changeOneEndpoint(c, i*7919%size.services, i%benchEndpoints)); err != nil {
-					b.Fatal(err)
-				}
-				if d.Stats().Full {
-					b.Fatal("a full sync")
-				}
-			}
-			for range warmup {
-				change()
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				change()
-			}
-			b.ReportMetric(float64(d.prog.chains+len(d.prog.sharedLive)+len(baseChains)+len(staticChains)), "chains")
-		})
-	}
+	benchKernelChanges(b, func(c *benchCluster, services, i int) *dataplane.State {
+		return changeOneEndpoint(c, i*7919%services, i%benchEndpoints)
+	})
 }
 
 // BenchmarkKernelEndpointCountChange is a sync after one service gained
@@ -392,39 +368,50 @@ func BenchmarkKernelOneEndpointChange(b *testing.B) {
 // element of every verdict map), where an endpoint that changes in place
 // is a data element only.
 func BenchmarkKernelEndpointCountChange(b *testing.B) {
+	benchKernelChanges(b, func(c *benchCluster, services, i int) *dataplane.State {
+		svc := i / 2 * 7919 % services
+		old := c.slices[svc]
+		upd := old.DeepCopy()
+		if i%2 == 1 {
+			upd.Endpoints = append(upd.Endpoints, dataplanetest.ReadyEndpoint("10.250.250.250", "node2"))
+		} else {
+			upd.Endpoints = upd.Endpoints[:len(upd.Endpoints)-1]
+		}
+		c.slices[svc] = upd
+		c.b.UpdateEndpointSlice(old, upd)
+		return c.b.Build().States[0]
+	})
+}
+
+// benchKernelChanges measures the partial syncs of the States change
+// makes, the i-th of services, into a real kernel, after a few that let
+// the kernel finish its work of the first sync.
+func benchKernelChanges(b *testing.B, change func(c *benchCluster, services, i int) *dataplane.State) {
 	sizes := kernelBenchSizes(b)
+	const warmup = 20
 	for _, size := range sizes {
 		b.Run(size.name, func(b *testing.B) {
 			c, st := benchBuilder(size.services, benchEndpoints)
 			ctx := context.Background()
 			_, d := syncedInNamespace(b, st)
 			i := 0
-			change := func() {
+			sync := func() {
 				i++
-				svc := i / 2 * 7919 % size.services
-				old := c.slices[svc]
-				upd := old.DeepCopy()
-				if i%2 == 1 {
-					upd.Endpoints = append(upd.Endpoints, dataplanetest.ReadyEndpoint("10.250.250.250", "node2"))
-				} else {
-					upd.Endpoints = upd.Endpoints[:len(upd.Endpoints)-1]
-				}
-				c.slices[svc] = upd
-				c.b.UpdateEndpointSlice(old, upd)
-				if err := d.Sync(ctx, c.b.Build().States[0]); err != nil {
+				if err := d.Sync(ctx, change(c, size.services, i)); err != nil {
 					b.Fatal(err)
 				}
 				if d.Stats().Full {
 					b.Fatal("a full sync")
 				}
 			}
-			for range 20 {
-				change()
+			for range warmup {
+				sync()
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				change()
+				sync()
 			}
+			b.ReportMetric(float64(d.prog.chains+len(d.prog.sharedLive)+len(baseChains)+len(staticChains)), "chains")
 		})
 	}
 }
