@@ -215,11 +215,18 @@ func sharedShard(dest, proto string) (int, bool) {
 func sharedProto(i int) string { return shardProto(i / sharedShards * shardCount) }
 
 // sharedMapName is the name of shared map i: "cluster-endpoints-<protocol>-<2 hex digits>".
-func sharedMapName(i int) string {
+func sharedMapName(i int) string { return sharedMapNames[i] }
+
+// sharedMapNames are the names of the shared maps, made once, as
+// shardNames: a full sync names a map for each simple port's elements.
+var sharedMapNames = func() (names [sharedMapCount]string) {
 	const hex = "0123456789abcdef"
-	n := i % sharedShards
-	return prefixSharedMap + sharedProto(i) + "-" + string([]byte{hex[n>>4&0xf], hex[n&0xf]})
-}
+	for i := range names {
+		n := i % sharedShards
+		names[i] = prefixSharedMap + sharedProto(i) + "-" + string([]byte{hex[n>>4&0xf], hex[n&0xf]})
+	}
+	return names
+}()
 
 // sharedChainName is the chain choosing among n endpoints in shared map i:
 // "cluster-dnat-<protocol>-<2 hex digits>-<n>".

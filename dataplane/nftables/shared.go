@@ -78,12 +78,11 @@ func sharedElement(v verb, s *sharedDef, i int) op {
 	return op{Verb: v, Obj: &knftables.Element{Map: sharedMapName(s.shard), Key: []string{s.key(i)}, Value: []string{s.eps[i]}}}
 }
 
-// allShared is the op of v of all the map elements of s's endpoints in
-// map (s's shared map, named by the caller for all its destinations),
-// their keys numbered after the destination: a cold start writes
-// millions, and the destination's fields are encoded once for them all.
-func allShared(v verb, m string, s *sharedDef) op {
-	return op{Verb: v, Elems: &nftnl.Elements{Set: m, Prefix: s.dest, Values: s.eps}}
+// allShared is the op of v of all the map elements of s's endpoints, their
+// keys numbered after the destination: a cold start writes millions, and
+// the destination's fields are encoded once for them all.
+func allShared(v verb, s *sharedDef) op {
+	return op{Verb: v, Elems: &nftnl.Elements{Set: sharedMapName(s.shard), Prefix: s.dest, Values: s.eps}}
 }
 
 // sharedKey names a shared chain: its map and endpoint count.

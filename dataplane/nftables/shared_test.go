@@ -183,7 +183,7 @@ func TestSharedClaimedTwice(t *testing.T) {
 func TestAllSharedKeys(t *testing.T) {
 	s := &sharedDef{dest: "10.0.0.1 . 80", eps: make([]string, 101)}
 	var want, got []string
-	elems := allShared(verbAdd, sharedMapName(s.shard), s).Elems
+	elems := allShared(verbAdd, s).Elems
 	for i := range s.eps {
 		want = append(want, s.key(i))
 		got = append(got, elems.Element(i).Key[0])

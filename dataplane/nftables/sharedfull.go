@@ -148,7 +148,7 @@ func (x *differ) listedShared(i int) {
 		// Listed empty (a table someone flushed, or a read-back that
 		// lists no elements): every endpoint, many to an operation.
 		for _, s := range x.winsOf(i) {
-			x.elemAdds = append(x.elemAdds, allShared(verbAdd, name, s))
+			x.elemAdds = append(x.elemAdds, allShared(verbAdd, s))
 		}
 		return
 	}
@@ -190,9 +190,8 @@ func (x *differ) listedShared(i int) {
 func (x *differ) addShared() {
 	for i := range sharedMapCount {
 		if x.shared.dirty[i] {
-			name := sharedMapName(i)
 			for _, s := range x.winsOf(i) {
-				x.p.ops = append(x.p.ops, allShared(verbAdd, name, s))
+				x.p.ops = append(x.p.ops, allShared(verbAdd, s))
 			}
 		}
 	}
