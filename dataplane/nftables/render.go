@@ -136,22 +136,14 @@ func (r *renderer) port(out *rendering, p *port) {
 	dport := " . " + p.Proto + " . " + strconv.Itoa(int(sp.Port))
 	cip := sp.ClusterIP.String()
 	shared := r.simplePort(p, cip, cluster, local)
-	// The chains' names are made only for the chains there are: a
-	// ClusterIP port has at most one, a simple port none.
-	var hashed string
-	chainName := func(prefix string) string {
-		if hashed == "" {
-			hashed = hashedName(base)
-		}
-		return prefix + hashed
-	}
+	names := chainNames{base: base}
 	var svcChain, localChain string
 	if len(cluster) > 0 && shared == nil {
-		svcChain = chainName(prefixService)
+		svcChain = names.chain(prefixService)
 		r.dnatChain(out, p, base, svcChain, cluster)
 	}
 	if len(local) > 0 {
-		localChain = chainName(prefixLocal)
+		localChain = names.chain(prefixLocal)
 		r.dnatChain(out, p, base, localChain, local)
 	}
 	// As dataplane.Lookup: the port has endpoints for internal and external
@@ -191,7 +183,7 @@ func (r *renderer) port(out *rendering, p *port) {
 
 	var extChain string
 	if useExternal {
-		extChain = chainName(prefixExternal)
+		extChain = names.chain(prefixExternal)
 		r.externalChain(out, extChain, svcChain, localChain, pol.ExternalLocal)
 	}
 	externalDest := func(ip netip.Addr) {
@@ -210,7 +202,7 @@ func (r *renderer) port(out *rendering, p *port) {
 		externalDest(ip)
 	}
 	if len(p.LBVIPs) > 0 && len(p.SourceRanges) > 0 {
-		fwChain := chainName(prefixFirewall)
+		fwChain := names.chain(prefixFirewall)
 		r.firewallChain(out, fwChain, p)
 		for _, ip := range p.LBVIPs {
 			add(mapFirewallIPs, ip.String()+dport, "goto "+fwChain)
@@ -228,6 +220,18 @@ func (r *renderer) port(out *rendering, p *port) {
 	for _, key := range hairpinKeys(p.Proto, cluster, local) {
 		add(setHairpin, key, "")
 	}
+}
+
+// chainNames makes the names of a port's chains. They are made only for
+// the chains there are, and the hash of the port's base only once: a
+// ClusterIP port has at most one chain, a simple port none.
+type chainNames struct{ base, hashed string }
+
+func (n *chainNames) chain(prefix string) string {
+	if n.hashed == "" {
+		n.hashed = hashedName(n.base)
+	}
+	return prefix + n.hashed
 }
 
 // sharedVerdict is the service-ips verdict of a simple port: "goto" its
