@@ -204,13 +204,44 @@ func TestSeriesFit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &series{name: "x", bound: func(float64) float64 { return 20 }}
+			s := &series{name: "x", bound: func(_, _ float64) float64 { return 20 }}
 			for i := range 61 {
 				s.add(time.Duration(i)*time.Minute, tc.values(i))
 			}
-			f := s.fit(10 * time.Minute)
+			f := s.fit(10*time.Minute, 0)
 			if f.n != tc.samplesIn || math.Abs(f.slopePerHour-tc.slope) > 1e-6 || f.ok != tc.ok {
 				t.Errorf("fit: %d samples, slope %v per hour, ok %v; want %d, %v, %v", f.n, f.slopePerHour, f.ok, tc.samplesIn, tc.slope, tc.ok)
+			}
+		})
+	}
+}
+
+func TestModelGrowth(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []func(i int) float64
+		want   float64
+	}{
+		{"none", nil, 0},
+		{"flat", []func(int) float64{func(int) float64 { return 1000 }}, 0},
+		{"falls", []func(int) float64{func(i int) float64 { return 1000 - float64(i) }}, 0},
+		{"largest rise of two, as a share of its mean", []func(int) float64{
+			func(i int) float64 { return 1000 + float64(i) },    // 50 over a mean of 1035
+			func(i int) float64 { return 700 + 1.4*float64(i) }, // 70 over a mean of 749
+		}, 70.0 / 749},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var model []*series
+			for _, v := range tc.values {
+				s := &series{name: "x"}
+				for i := range 61 {
+					s.add(time.Duration(i)*time.Minute, v(i))
+				}
+				model = append(model, s)
+			}
+			if got := modelGrowth(model, 10*time.Minute); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("modelGrowth = %v, want %v", got, tc.want)
 			}
 		})
 	}

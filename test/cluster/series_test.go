@@ -14,9 +14,10 @@ type series struct {
 	unit  float64
 	label string
 	// bound is the largest fitted rise allowed across the samples taken
-	// after warm-up, given their mean; nil bounds nothing (the series
+	// after warm-up, given their mean and the model's growth over the
+	// same window (see modelGrowth); nil bounds nothing (the series
 	// explains the others).
-	bound func(mean float64) float64
+	bound func(mean, growth float64) float64
 	at    []time.Duration
 	v     []float64
 }
@@ -37,7 +38,7 @@ type fit struct {
 	windowStart, windowEnd, warm time.Duration
 }
 
-func (s *series) fit(warm time.Duration) fit {
+func (s *series) fit(warm time.Duration, growth float64) fit {
 	f := fit{warm: warm}
 	var xs, ys []float64
 	for i, at := range s.at {
@@ -75,10 +76,23 @@ func (s *series) fit(warm time.Duration) fit {
 	f.rise = f.slopePerHour * (xs[len(xs)-1] - xs[0])
 	if s.bound != nil {
 		f.bounded = true
-		f.allowed = s.bound(my)
+		f.allowed = s.bound(my, growth)
 		f.ok = f.rise <= f.allowed
 	}
 	return f
+}
+
+// modelGrowth is the largest share of its own mean by which one of the
+// model's series rose after warm: 0.07 when ready endpoints wandered up by
+// 7%, 0 when none rose.
+func modelGrowth(model []*series, warm time.Duration) float64 {
+	var g float64
+	for _, s := range model {
+		if f := s.fit(warm, 0); f.mean > 0 {
+			g = max(g, f.rise/f.mean)
+		}
+	}
+	return g
 }
 
 // row is the series' line of the churn's table.
