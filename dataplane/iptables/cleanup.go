@@ -23,9 +23,9 @@ func (d *Dataplane) ownedChains(table string, save []byte) []string {
 }
 
 // cleanup unhooks the chains and deletes every chain of the prefix, in one
-// restore per table, then what iptables-nft left empty (nftables.go). It
-// goes on after errors so that as much as possible is removed, and returns
-// them all.
+// restore per table, then what iptables-nft left empty
+// (xtables.RemoveEmptyHooks). It goes on after errors so that as much as
+// possible is removed, and returns them all.
 func (d *Dataplane) cleanup(ctx context.Context) error {
 	var errs []error
 	for _, j := range d.jumps() {
@@ -43,7 +43,7 @@ func (d *Dataplane) cleanup(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if err := d.removeEmptyNFTables(ctx, table, save); err != nil {
+		if err := xtables.RemoveEmptyHooks(ctx, d.runner, d.log, table, xtables.HookedChains(d.jumps(), table)); err != nil {
 			errs = append(errs, err)
 		}
 	}

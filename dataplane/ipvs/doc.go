@@ -156,7 +156,10 @@
 // of other programs survive, and a new process (the node agent's
 // --cleanup) finds what an earlier one left. Cleanup then unbinds its
 // addresses, deletes the link unless another program put addresses on it,
-// unhooks and deletes its chains and destroys its sets.
+// unhooks and deletes its chains and destroys its sets. With iptables-nft
+// it also deletes the built-in chains it jumped from, and their tables,
+// where nothing else is left in them (xtables.RemoveEmptyHooks): an empty
+// hooked nat chain would keep conntrack NAT-tracking every flow.
 //
 // # Reading the kernel back
 //

@@ -121,6 +121,7 @@ func (d *Dataplane) owned() *xtables.OwnedChains {
 			j("nat", "POSTROUTING", n.postrouting),
 			j("filter", "INPUT", n.filter), j("filter", "FORWARD", n.forward),
 		},
+		Logger: d.log,
 	}
 }
 

@@ -21,8 +21,9 @@ var ipvsModules = []string{
 }
 
 // vmTools are the programs the VM needs: the iptables ruleset IPVS mode
-// writes.
-var vmTools = []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"}
+// writes, and nft, with which Cleanup removes the base chains iptables-nft
+// left empty and the corpus replay checks that nothing is left.
+var vmTools = []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save", "nft"}
 
 // vmScenarios are the conformance scenarios the VM runs, in both pod
 // networks (routed and bridge): the whole suite takes a quarter of an

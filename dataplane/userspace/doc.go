@@ -75,13 +75,15 @@
 // someone did, it writes them whole, so that the listing after it never
 // takes a foreign change for the Dataplane's own.
 // Cleanup removes the chains, the jumps, the routing rule and the route,
-// and nothing else. The kernel keeps for a minute the TIME_WAIT state of
-// the connections a forwarder closed first, under the service address the
-// client reached: until it expires, a new connection from the same
-// client address and port to that address (a one in tens of thousands
-// chance per connection) is not forwarded, as a packet of a local socket
-// never is; the same holds for a service address that loses its last
-// endpoint.
+// and with iptables-nft the built-in chains the jumps were in, and their
+// tables, where nothing else is left in them (xtables.RemoveEmptyHooks):
+// nothing that holds another program's rule or chain. The kernel keeps
+// for a minute the TIME_WAIT state of the connections a forwarder closed
+// first, under the service address the client reached: until it expires,
+// a new connection from the same client address and port to that address
+// (a one in tens of thousands chance per connection) is not forwarded, as
+// a packet of a local socket never is; the same holds for a service
+// address that loses its last endpoint.
 //
 // # Where connections go
 //

@@ -160,7 +160,7 @@ func (r *redirector) noteGeneration(ctx context.Context) {
 // owned are the redirect rules' chains, heads first in each table, and
 // the jumps into them.
 func (r *redirector) owned() *xtables.OwnedChains {
-	o := &xtables.OwnedChains{Jumps: r.jumps()}
+	o := &xtables.OwnedChains{Jumps: r.jumps(), Logger: r.log}
 	for _, table := range redirectTables {
 		for _, c := range r.chains(table) {
 			o.Chains = append(o.Chains, xtables.Chain{Table: table, Name: c})

@@ -14,6 +14,10 @@
 // quoting the lines around the one the kernel refused. Jumps from the
 // built-in chains, which other programs share, are inserted and deleted
 // one rule at a time (EnsureJump, DeleteJump) rather than restored.
+// Cleanup goes one step further with iptables-nft, which hooks each
+// built-in chain into the stack when its first rule arrives and never
+// unhooks it: RemoveEmptyHooks deletes those a program jumped from once
+// they are empty and accept, and the table once nothing is left in it.
 // ExecRunner runs the iptables binaries (legacy or nft backend, whichever
 // the node has); FakeRunner applies the same input to a Ruleset in memory.
 //

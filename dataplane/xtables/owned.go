@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/go-logr/logr"
 )
 
 // Chain is one chain of one table.
@@ -25,6 +27,9 @@ type OwnedChains struct {
 	// Jumps from the built-in chains, inserted in this order (so the last
 	// ends up first in its chain).
 	Jumps []Jump
+	// Logger is told what Remove left or removed of iptables-nft's base
+	// chains (RemoveEmptyHooks); the zero Logger is silent.
+	Logger logr.Logger
 }
 
 // Listing is the rules of each owned chain, and of each built-in chain
@@ -199,8 +204,9 @@ func (j Jump) target() string {
 }
 
 // Remove deletes the jumps and then the chains, whether or not they
-// exist, in one restore per table. It tries everything and returns every
-// failure.
+// exist, in one restore per table, then the built-in chains the jumps were
+// in where iptables-nft left them empty (RemoveEmptyHooks). It tries
+// everything and returns every failure.
 func (o *OwnedChains) Remove(ctx context.Context, r Runner) error {
 	var errs []error
 	for _, j := range o.Jumps {
@@ -226,6 +232,11 @@ func (o *OwnedChains) Remove(ctx context.Context, r Runner) error {
 	if b.Len() > 0 {
 		if err := r.Restore(ctx, RestoreBytes(b.String())); err != nil {
 			errs = append(errs, fmt.Errorf("remove iptables chains: %w", err))
+		}
+	}
+	for _, table := range o.jumpTables() {
+		if err := RemoveEmptyHooks(ctx, r, o.Logger, table, HookedChains(o.Jumps, table)); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

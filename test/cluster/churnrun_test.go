@@ -363,7 +363,7 @@ func waitKernelStable(t *testing.T, n *Node, mode string) kernelState {
 // compareFresh compares n's kernel state, programmed by its churned agent,
 // with the one a fresh agent of the same mode programs on the same node
 // for the same objects: the churned agent is killed, the node cleaned with
-// the agent's --cleanup, a new agent started.
+// the agent's --cleanup (which must leave nothing), a new agent started.
 func compareFresh(t *testing.T, n *Node, mode string, services int) {
 	t.Helper()
 	churned := waitKernelStable(t, n, mode)
@@ -374,6 +374,11 @@ func compareFresh(t *testing.T, n *Node, mode string, services int) {
 	clean, err := readKernelState(n, mode)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The lab's nodes hold no other program's objects: --cleanup must
+	// leave none, not even the empty base chains iptables-nft made.
+	if clean.Objects != 0 {
+		t.Errorf("%s (%s): %d kernel objects left after --cleanup, want none:\n%s", n.Name, mode, clean.Objects, clean.Canonical)
 	}
 	n.StartAgent("--proxy-mode=" + mode)
 	waitFirstSync(t, n, services, 5*time.Minute)

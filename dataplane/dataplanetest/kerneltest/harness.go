@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"testing"
 
@@ -129,6 +130,24 @@ func (h *Harness) Cleanup(ctx context.Context) error {
 		return nil
 	}
 	return h.lab.node.ns.Do(func() error { return h.dp.Cleanup(ctx) })
+}
+
+// nftablesLeft is what the node namespace's nftables ruleset holds; ""
+// also when nft is not on PATH (logged on t). The lab itself writes no
+// rules, so anything there is the dataplane's.
+func (h *Harness) nftablesLeft(t testing.TB) string {
+	if h.lab == nil {
+		return ""
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Logf("not reading what Cleanup left in nftables: %v", err)
+		return ""
+	}
+	out, err := h.lab.node.ns.Run("nft", "list", "ruleset")
+	if err != nil {
+		return fmt.Sprintf("(nft list ruleset: %v: %s)", err, out)
+	}
+	return out
 }
 
 // Disturb runs Config.Disturb inside the node namespace; without one it

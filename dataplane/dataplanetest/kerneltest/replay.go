@@ -84,7 +84,8 @@ var (
 // what was just synced. After the corpus, the whole corpus again with one
 // valid Service added: a real TCP connection from outside to each of its
 // cluster IPs must reach its endpoint. Last, the dataplane's Cleanup must
-// succeed.
+// succeed and leave the node's nftables ruleset empty: its own tables, or
+// those iptables-nft made for its rules, gone (read where nft is on PATH).
 func ReplayCorpora(t *testing.T, cfg CorpusConfig) CorpusReport {
 	t.Helper()
 	start := time.Now()
@@ -134,6 +135,10 @@ func ReplayCorpora(t *testing.T, cfg CorpusConfig) CorpusReport {
 	for fam, h := range r.harness {
 		if err := h.Cleanup(context.Background()); err != nil {
 			t.Errorf("%s: Cleanup after the corpus: %v", fam, err)
+			continue
+		}
+		if left := h.nftablesLeft(t); left != "" {
+			t.Errorf("%s: after Cleanup, the node's nftables ruleset still holds:\n%s", fam, left)
 		}
 	}
 	report.Elapsed = time.Since(start)

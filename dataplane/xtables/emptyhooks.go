@@ -1,4 +1,4 @@
-package iptables
+package xtables
 
 import (
 	"bytes"
@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/proxykit/proxykit/dataplane/xtables"
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 )
 
@@ -14,14 +15,15 @@ import (
 // an iptables table, and each built-in chain in it as a base chain hooked
 // into the stack, the first time a rule goes there, and deleting the rules
 // leaves them. A hooked base chain costs every packet a visit even when
-// empty, and one of type nat makes conntrack NAT-track every flow, so
-// Cleanup removes what the dataplane's jumps made exist once it is empty.
+// empty, and one of type nat makes conntrack NAT-track every flow, so a
+// program's cleanup removes what its jumps made exist once it is empty
+// (RemoveEmptyHooks).
 //
-// Whether a base chain existed before the dataplane first programmed cannot
-// be known: Cleanup usually runs in another process than the one that
+// Whether a base chain existed before the program first wrote cannot be
+// known: cleanup usually runs in another process than the one that
 // programmed (the agent's --cleanup), and iptables-nft marks its objects as
 // its own, not as any caller's. What is removed is instead what removing
-// cannot change for anyone: a base chain the dataplane hooks, holding no
+// cannot change for anyone: a base chain the program hooks, holding no
 // rule, whose policy is accept (an empty chain with policy drop, as a node
 // firewall sets on FORWARD, is a rule in itself and stays), and the table
 // once nothing else is left in it. iptables-nft recreates either the next
@@ -30,39 +32,51 @@ import (
 // deletion rather than losing that rule; only an object added to the table
 // between the listing and the deletion could go with the table.
 
-// removeEmptyNFTables removes the empty nftables objects that programming
-// table through iptables-nft left, as described above. save is the table's
-// iptables-save text, read before Cleanup deleted the dataplane's chains
-// (the policies and the backend are all it is read for). Only the
-// ExecRunner reaches the kernel of the calling thread, as nft does; other
-// Runners are left alone.
-func (d *Dataplane) removeEmptyNFTables(ctx context.Context, table string, save []byte) error {
-	if _, ok := d.runner.(*xtables.ExecRunner); !ok || !nfTablesBackend(save) {
+// RemoveEmptyHooks removes, once a program's jumps and chains are gone,
+// the empty nftables objects that programming table through iptables-nft
+// left: among hooked, the built-in chains the program jumps from, those
+// that hold no rule and accept, and the table when nothing else is in it
+// (see above). It goes through sigs.k8s.io/knftables, so only r's kernel
+// (an *ExecRunner's, the calling thread's) is touched, and only with the
+// nf_tables backend; another Runner, the legacy backend, or a node without
+// a usable nft leaves everything as it is (the last logged on log).
+// Removed objects are logged at V(2).
+func RemoveEmptyHooks(ctx context.Context, r Runner, log logr.Logger, table string, hooked []string) error {
+	er, ok := r.(*ExecRunner)
+	if !ok || er.backend != "nft" || len(hooked) == 0 {
 		return nil
 	}
 	family := knftables.IPv4Family
-	if d.ipv6 {
+	if er.cfg.Family == v1.IPv6Protocol {
 		family = knftables.IPv6Family
 	}
 	nft, err := knftables.New(family, table)
 	if err != nil {
-		d.log.Info("Leaving the empty base chains of iptables-nft: nft is not usable", "table", table, "err", err)
+		log.Info("Leaving the empty base chains of iptables-nft: nft is not usable", "table", table, "err", err)
 		return nil
 	}
-	removed, err := removeEmptyHooks(ctx, nft, d.hookedChains(table), chainPolicies(save))
+	// The policies are read from iptables-nft-save, which prints them
+	// as iptables does; a missing table saves as nothing.
+	save, err := r.Save(ctx, table)
 	if err != nil {
-		return fmt.Errorf("cleanup %s %s: %w", family, table, err)
+		return err
+	}
+	removed, err := removeEmptyHooks(ctx, nft, hooked, chainPolicies(save))
+	if err != nil {
+		return fmt.Errorf("remove empty iptables-nft chains of %s %s: %w", family, table, err)
 	}
 	if len(removed) > 0 {
-		d.log.V(2).Info("Removed empty nftables objects left by iptables-nft", "table", table, "removed", removed)
+		log.V(2).Info("Removed empty nftables objects left by iptables-nft", "table", table, "removed", removed)
 	}
 	return nil
 }
 
-// hookedChains returns the built-in chains of table the dataplane jumps from.
-func (d *Dataplane) hookedChains(table string) []string {
+// HookedChains returns the built-in chains of table that jumps are in,
+// sorted: what RemoveEmptyHooks may remove for the program that inserts
+// them.
+func HookedChains(jumps []Jump, table string) []string {
 	var out []string
-	for _, j := range d.jumps() {
+	for _, j := range jumps {
 		if j.Table == table && !slices.Contains(out, j.Chain) {
 			out = append(out, j.Chain)
 		}
@@ -121,14 +135,6 @@ func removeEmptyHooks(ctx context.Context, nft knftables.Interface, hooked []str
 		return nil, err
 	}
 	return removed, nil
-}
-
-// nfTablesBackend reports whether save was written by iptables-nft-save,
-// which says so in its first line: "# Generated by iptables-nft-save v1.8.9
-// (nf_tables) on ...".
-func nfTablesBackend(save []byte) bool {
-	first, _, _ := bytes.Cut(save, []byte("\n"))
-	return bytes.HasPrefix(first, []byte("#")) && bytes.Contains(first, []byte("(nf_tables)"))
 }
 
 // chainPolicies returns the policy of every built-in chain in save, from its
