@@ -38,9 +38,9 @@ import (
 // that hold no rule and accept, and the table when nothing else is in it
 // (see above). It goes through sigs.k8s.io/knftables, so only r's kernel
 // (an *ExecRunner's, the calling thread's) is touched, and only with the
-// nf_tables backend; another Runner, the legacy backend, or a node without
-// a usable nft leaves everything as it is (the last logged on log).
-// Removed objects are logged at V(2).
+// nf_tables backend: another Runner or the legacy backend leaves
+// everything as it is, and so does a node without a usable nft, which is
+// logged on log. Removed objects are logged at V(2).
 func RemoveEmptyHooks(ctx context.Context, r Runner, log logr.Logger, table string, hooked []string) error {
 	er, ok := r.(*ExecRunner)
 	if !ok || er.backend != "nft" || len(hooked) == 0 {
