@@ -228,15 +228,20 @@ func (x *differ) deleteElements() {
 		have := x.k.elems[sd.name]
 		for _, key := range slices.Sorted(maps.Keys(have)) {
 			ek := elemKey{sd.name, key}
-			if c, ok := x.prog.winner(ek); !ok || c.value != have[key] {
-				x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: element(ek, claim{value: have[key]})})
-				switch {
-				case !x.tracking:
-				case !ok:
-					x.note("%s: unexpected element %s", sd.name, key)
-				default:
-					x.note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
-				}
+			c, ok := x.prog.winner(ek)
+			comment := x.k.comment(sd.name, key)
+			if ok && c.value == have[key] && c.comment == comment {
+				continue
+			}
+			x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: element(ek, claim{value: have[key]})})
+			switch {
+			case !x.tracking:
+			case !ok:
+				x.note("%s: unexpected element %s", sd.name, key)
+			case c.value != have[key]:
+				x.note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
+			default:
+				x.note("%s: element %s has comment %q, want %q", sd.name, key, comment, c.comment)
 			}
 		}
 	}

@@ -87,3 +87,39 @@ func TestCanaryNoticesEveryDisturbance(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcileElementComment: an element whose comment another program
+// changed, its value kept, is drift: a no-endpoint verdict names its
+// service only in its comment.
+func TestReconcileElementComment(t *testing.T) {
+	ctx := t.Context()
+	fake := knftables.NewFake(knftables.IPv4Family, DefaultTable)
+	d, _ := testDataplane(t, fake)
+	b := newBuilder()
+	b.UpdateService(nil, clusterIPService(0))
+	s := b.Build().States[0]
+	if err := d.Sync(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	key := []string{"172.30.0.1 . tcp . 80"}
+	tx := fake.NewTransaction()
+	tx.Delete(&knftables.Element{Map: mapNoEndpointServices, Key: key})
+	tx.Add(&knftables.Element{Map: mapNoEndpointServices, Key: key, Value: []string{"goto " + chainRejectChain}, Comment: knftables.PtrTo("ns/other/tcp/p80")})
+	if err := fake.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := d.KernelChanged(ctx); err != nil || !changed {
+		t.Errorf("KernelChanged = %v, %v; want true", changed, err)
+	}
+	drift, err := d.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{mapNoEndpointServices + `: element 172.30.0.1 . tcp . 80 has comment "ns/other/tcp/p80", want "ns/svc0/tcp/p80"`}
+	if diff := cmp.Diff(want, drift.Repaired); diff != "" {
+		t.Errorf("Reconcile repaired (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake)); diff != "" {
+		t.Errorf("the table differs from a fresh full sync (-fresh +got):\n%s", diff)
+	}
+}

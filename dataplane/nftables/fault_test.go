@@ -3,12 +3,15 @@ package nftables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/knftables"
 )
@@ -75,6 +78,54 @@ func TestRejectedTransaction(t *testing.T) {
 	}
 	// The shared chain of three endpoints, which the port left, goes.
 	clk.Step(2 * time.Second)
+	if err := d.Sync(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(freshDump(t, s), dumpLines(fake.Fake)); diff != "" {
+		t.Errorf("the table differs from a fresh full sync (-fresh +got):\n%s", diff)
+	}
+}
+
+// TestFailedSyncRenamesElements: a service replaced by another at the same
+// cluster IP and port while a sync fails keeps its elements' values (a
+// no-endpoint verdict, a shared chain of the same endpoint count), and
+// the full sync after it must still rewrite their comments, which name
+// the service: nothing else on those elements does.
+func TestFailedSyncRenamesElements(t *testing.T) {
+	fake := &failingNFT{Fake: newFake(false)}
+	d, err := New(Config{NFT: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := func(n int) *v1.Service {
+		s := clusterIPService(n)
+		s.Name = fmt.Sprintf("renamed%d", n)
+		return s
+	}
+	renamedSlice := func(n, eps int) *discovery.EndpointSlice {
+		s := slice(n, eps, 0)
+		s.Name, s.Labels[discovery.LabelServiceName] = fmt.Sprintf("renamed%d-1", n), fmt.Sprintf("renamed%d", n)
+		return s
+	}
+	b := newBuilder()
+	b.UpdateService(nil, clusterIPService(0))
+	b.UpdateService(nil, clusterIPService(1))
+	b.UpdateEndpointSlice(nil, slice(1, 2, 0))
+	if err := d.Sync(t.Context(), b.Build().States[0]); err != nil {
+		t.Fatal(err)
+	}
+	b.UpdateService(clusterIPService(0), nil)
+	b.UpdateService(nil, renamed(0))
+	b.UpdateService(clusterIPService(1), nil)
+	b.UpdateEndpointSlice(slice(1, 2, 0), nil)
+	b.UpdateService(nil, renamed(1))
+	b.UpdateEndpointSlice(nil, renamedSlice(1, 2))
+	s := b.Build().States[0]
+	fake.fail = true
+	if err := d.Sync(t.Context(), s); err == nil {
+		t.Fatal("Sync with a rejected transaction succeeded")
+	}
+	fake.fail = false
 	if err := d.Sync(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,15 @@ type kernelTable struct {
 	// elems holds the elements of the fixed sets and maps, and of the
 	// endpoint maps when those were listed, by set, key to value.
 	elems map[string]map[string]string
+	// comments holds the comments of the elements that have one: the
+	// no-endpoint verdicts and shared service-ips verdicts, whose values
+	// many services share, so that only the comment names theirs.
+	comments map[elemKey]string
+}
+
+// comment is the comment of element key of set, "" when it has none.
+func (k *kernelTable) comment(set, key string) string {
+	return k.comments[elemKey{set, key}]
 }
 
 type chainSummary struct {
@@ -34,7 +43,8 @@ type chainSummary struct {
 // endpointMaps, of the endpoint maps. A table that does not exist is
 // empty.
 func (d *Dataplane) readBack(ctx context.Context, endpointMaps bool) (*kernelTable, error) {
-	k := &kernelTable{chains: map[string]chainSummary{}, sets: map[string]bool{}, maps: map[string]bool{}, elems: map[string]map[string]string{}}
+	k := &kernelTable{chains: map[string]chainSummary{}, sets: map[string]bool{}, maps: map[string]bool{},
+		elems: map[string]map[string]string{}, comments: map[elemKey]string{}}
 	all, err := d.kernel.ListAll(ctx)
 	if notFound(err) {
 		return k, nil
@@ -89,7 +99,11 @@ func (d *Dataplane) readBack(ctx context.Context, endpointMaps bool) (*kernelTab
 		}
 		m := make(map[string]string, len(elems))
 		for _, e := range elems {
-			m[strings.Join(e.Key, " . ")] = strings.Join(e.Value, " . ")
+			key := strings.Join(e.Key, " . ")
+			m[key] = strings.Join(e.Value, " . ")
+			if e.Comment != nil {
+				k.comments[elemKey{sd.name, key}] = *e.Comment
+			}
 		}
 		k.elems[sd.name] = m
 	}

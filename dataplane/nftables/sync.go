@@ -403,7 +403,7 @@ func (x *differ) appendMissing(ops []op, set string, keys []string) []op {
 	for _, key := range keys {
 		c := x.prog.winners[elemKey{set, key}]
 		v, ok := have[key]
-		if ok && v == c.value {
+		if ok && v == c.value && x.k.comment(set, key) == c.comment {
 			continue
 		}
 		if x.tracking && !ok {
