@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,8 +73,15 @@ func Create(t testing.TB, prefix string) (*NS, error) {
 	ns := &NS{Name: name, t: t}
 	t.Cleanup(func() {
 		if pids, err := exec.Command("ip", "netns", "pids", name).Output(); err == nil {
+			self := strconv.Itoa(os.Getpid())
 			for _, pid := range strings.Fields(string(pids)) {
-				_ = exec.Command("kill", "-9", pid).Run()
+				// ip netns pids goes by a process's main thread, so it
+				// lists the test binary itself while a goroutine the
+				// test left behind runs a Do there on that thread:
+				// killing it would end every test in the binary.
+				if pid != self {
+					_ = exec.Command("kill", "-9", pid).Run()
+				}
 			}
 		}
 		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {

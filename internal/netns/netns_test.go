@@ -2,7 +2,9 @@ package netns
 
 import (
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestVethPing(t *testing.T) {
@@ -22,4 +24,22 @@ func TestVethPing(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCleanupSparesTheTestBinary: removing a namespace while a Do the
+// test left behind still runs in it, often on the process's main thread
+// (by which ip netns pids lists a process), kills nothing of the test
+// binary's own: before, it killed the binary and every test in it.
+func TestCleanupSparesTheTestBinary(t *testing.T) {
+	Require(t)
+	var wg sync.WaitGroup
+	for range 10 {
+		t.Run("left behind", func(t *testing.T) {
+			ns := New(t, "spare")
+			for range 8 {
+				wg.Go(func() { _ = ns.Do(func() error { time.Sleep(300 * time.Millisecond); return nil }) })
+			}
+		})
+	}
+	wg.Wait()
 }
