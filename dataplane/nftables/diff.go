@@ -229,8 +229,7 @@ func (x *differ) deleteElements() {
 		for _, key := range slices.Sorted(maps.Keys(have)) {
 			ek := elemKey{sd.name, key}
 			c, ok := x.prog.winner(ek)
-			comment := x.k.comment(sd.name, key)
-			if ok && c.value == have[key] && c.comment == comment {
+			if ok && x.k.holds(sd.name, key, c) {
 				continue
 			}
 			x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: element(ek, claim{value: have[key]})})
@@ -241,7 +240,7 @@ func (x *differ) deleteElements() {
 			case c.value != have[key]:
 				x.note("%s: element %s is %q, want %q", sd.name, key, have[key], c.value)
 			default:
-				x.note("%s: element %s has comment %q, want %q", sd.name, key, comment, c.comment)
+				x.note("%s: element %s has comment %q, want %q", sd.name, key, x.k.comment(sd.name, key), c.comment)
 			}
 		}
 	}

@@ -33,6 +33,14 @@ func (k *kernelTable) comment(set, key string) string {
 	return k.comments[elemKey{set, key}]
 }
 
+// holds reports whether k has element key of set as c writes it: its
+// value and its comment. What does not hold is deleted (deleteElements)
+// and added again (appendMissing), so both ask this.
+func (k *kernelTable) holds(set, key string, c claim) bool {
+	v, ok := k.elems[set][key]
+	return ok && v == c.value && k.comment(set, key) == c.comment
+}
+
 type chainSummary struct {
 	rules   int
 	comment string

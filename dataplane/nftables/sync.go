@@ -390,7 +390,7 @@ func isMap(name string) bool {
 }
 
 // appendMissing appends the add of the elements of set, of sorted keys
-// (which it reuses), that the table lacks or holds with another value: one
+// (which it reuses), that the table lacks or holds otherwise (kernelTable.holds): one
 // nftnl.Elements, whose strings share their allocations, as a cold start
 // writes tens of thousands.
 func (x *differ) appendMissing(ops []op, set string, keys []string) []op {
@@ -402,11 +402,10 @@ func (x *differ) appendMissing(ops []op, set string, keys []string) []op {
 	n, commented := 0, false
 	for _, key := range keys {
 		c := x.prog.winners[elemKey{set, key}]
-		v, ok := have[key]
-		if ok && v == c.value && x.k.comment(set, key) == c.comment {
+		if x.k.holds(set, key, c) {
 			continue
 		}
-		if x.tracking && !ok {
+		if _, ok := have[key]; x.tracking && !ok {
 			x.note("%s: element %s missing", set, key)
 		}
 		keys[n] = key
