@@ -128,8 +128,9 @@ func (n *NS) MustRun(name string, args ...string) string {
 // that fails is it left locked, so that it is discarded with the goroutine.
 // Relying on the discard alone is not enough: when the goroutine happens to
 // run on the process's main thread, the runtime parks that thread instead of
-// ending it, the whole process then counts as inside the namespace, and the
-// namespace's cleanup kills it.
+// ending it, and the whole process then counts as inside the namespace (its
+// cleanup spares the test binary, but tools that go by the main thread,
+// such as ip netns pids, see it there).
 func (n *NS) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
