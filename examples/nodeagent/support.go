@@ -28,7 +28,7 @@ type support struct {
 var kubeProxyFlags = []support{
 	{"bind-address", differs, "only picks the family of the servers' default addresses; the node's IPs come from its Node object (warned when set to a specific IP)"},
 	{"bind-address-hard-fail", supported, ""},
-	{"cleanup", supported, "removes what every mode of the agent created, whichever --proxy-mode is given, as kube-proxy's removes every mode's: chains `PK-`, `PKU-` and `PKV-`, tables ip and ip6 proxykit, mode ipvs's virtual servers, addresses, link and ipsets, mode userspace's policy route; not kube-proxy's"},
+	{"cleanup", supported, "removes what every mode of the agent created, whichever --proxy-mode is given, as kube-proxy's removes every mode's: chains `PK-`, `PKU-` and `PKV-`, tables ip and ip6 proxykit, mode ipvs's virtual servers, addresses, link and ipsets, mode userspace's policy route; with iptables-nft, the built-in chains its jumps were in and their tables, once empty (kube-proxy leaves them); not kube-proxy's"},
 	{"cluster-cidr", supported, ""},
 	{"config", supported, "see the fields below"},
 	{"config-sync-period", supported, "the informers' resync period"},
