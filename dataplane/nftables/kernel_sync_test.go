@@ -330,7 +330,9 @@ func TestKernelListTableForeignRule(t *testing.T) {
 // TestKernelCanarySurvivesPartialSync: a foreign rule put atop the
 // services chain between two canary polls is still reported after a
 // partial sync (another service's endpoint changed) committed in
-// between, which once took the generation it moved for its own.
+// between, which once took the generation it moved for its own; and that
+// Reconcile's repair is taken for the Dataplane's own commit, so the
+// canary after it reads only the generation until someone commits again.
 func TestKernelCanarySurvivesPartialSync(t *testing.T) {
 	b := newBuilder()
 	for n := range 2 {
@@ -364,7 +366,14 @@ func TestKernelCanarySurvivesPartialSync(t *testing.T) {
 	if err := ns.Do(func() error { _, err := d.Reconcile(ctx); return err }); err != nil {
 		t.Fatal(err)
 	}
+	if !d.seen {
+		t.Error("the repair's generation went unrecorded: the next canary reads the table again")
+	}
 	if changed() {
 		t.Error("KernelChanged after Reconcile")
+	}
+	ns.MustRun("nft", "insert", "rule", "ip", DefaultTable, chainServices, "return")
+	if !changed() {
+		t.Error("a foreign rule after the repair went unnoticed")
 	}
 }

@@ -14,12 +14,18 @@ import (
 // by rule counts, and rewritten whole when any of it differs; the
 // per-service chains by rule count and the signature comment of their
 // first rule; elements exactly. An untouched table costs the listing and
-// no transaction.
+// no transaction. Over netlink the ruleset generation read before the
+// listing is recorded, so the canary after a Reconcile, repairing or not,
+// reads the table only once someone commits again.
 func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.prog == nil {
 		return dataplane.Drift{}, nil
+	}
+	gen, numbered, err := d.generation(ctx)
+	if err != nil {
+		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
 	}
 	k, err := d.readBack(ctx, false)
 	if err != nil {
@@ -33,10 +39,16 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		d.writeStatic(p, d.st, false)
 	}
 	d.diffPlan(p, d.prog, k, &drift)
+	// The table as listed is the one at gen (or a later one, which then
+	// moved the generation): with no repair it is as programmed there,
+	// and a repair's commit is taken for the Dataplane's own only when
+	// nobody committed since gen, as after a Sync.
+	d.seen, d.seenGen = numbered, gen
 	if len(p.ops) == 0 {
 		return dataplane.Drift{}, nil
 	}
 	if _, _, err := d.run(ctx, p, d.cfg.MaxOperations); err != nil {
+		d.seen = false
 		d.metrics.fullFailures.Inc()
 		d.forget()
 		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
@@ -94,16 +106,12 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	if d.prog == nil {
 		return false, nil
 	}
-	g, numbered := d.kernel.(generations)
-	var gen uint32
-	if numbered {
-		var err error
-		if gen, err = g.Generation(ctx); err != nil {
-			return false, fmt.Errorf("nftables: canary: %w", err)
-		}
-		if d.seen && gen == d.seenGen {
-			return false, nil
-		}
+	gen, numbered, err := d.generation(ctx)
+	if err != nil {
+		return false, fmt.Errorf("nftables: canary: %w", err)
+	}
+	if numbered && d.seen && gen == d.seenGen {
+		return false, nil
 	}
 	k, err := d.readBack(ctx, false)
 	if err != nil {
@@ -117,6 +125,17 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	}
 	d.seen, d.seenGen = numbered, gen
 	return false, nil
+}
+
+// generation reads the ruleset generation, when the kernel numbers its
+// commits (numbered).
+func (d *Dataplane) generation(ctx context.Context) (gen uint32, numbered bool, err error) {
+	g, numbered := d.kernel.(generations)
+	if !numbered {
+		return 0, false, nil
+	}
+	gen, err = g.Generation(ctx)
+	return gen, true, err
 }
 
 // unchanged reports whether nobody committed since the table was last
