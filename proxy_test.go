@@ -174,11 +174,15 @@ func TestProxyFailedSyncKeepsCleanup(t *testing.T) {
 	waitFor(t, "both services programmed", func() bool { return len(stateSummary(rec.Programmed())) == 2 })
 	h.settle()
 	good := rec.Programmed().Generation
+	// The setup's events may come in one sync or two, each with its own
+	// cleanup: only what follows is compared.
+	setup := len(h.cleaner.summaries())
+	since := func() [][]string { return h.cleaner.summaries()[setup:] }
 
 	rec.FailNext(1, nil)
 	in.OnService(udpService("ns", "a", "172.30.0.10", 53), nil)
 	h.awaitSleep(time.Second) // first retry
-	if got := h.cleaner.summaries(); len(got) != 1 {
+	if got := since(); len(got) != 0 {
 		t.Fatalf("cleanup after a failed sync: %v", got)
 	}
 	h.clock.Step(time.Second)
@@ -191,8 +195,8 @@ func TestProxyFailedSyncKeepsCleanup(t *testing.T) {
 	if _, ok := last.State.ChangedSince(good); ok {
 		t.Error("the retry's State tells changes since the last programmed one: the dataplane would not program in full")
 	}
-	want := [][]string{{"IPv4 port ns/a:dns/UDP", "IPv4 port ns/b:dns/UDP"}, {"IPv4 frontend 172.30.0.10:53/UDP"}}
-	if diff := cmp.Diff(want, h.cleaner.summaries()); diff != "" {
+	want := [][]string{{"IPv4 frontend 172.30.0.10:53/UDP"}}
+	if diff := cmp.Diff(want, since()); diff != "" {
 		t.Errorf("cleanup (-want +got):\n%s", diff)
 	}
 
@@ -206,7 +210,7 @@ func TestProxyFailedSyncKeepsCleanup(t *testing.T) {
 		[]string{"IPv4 endpoint ns/b:dns/UDP 10.0.2.1:5353", "IPv4 port ns/b:dns/UDP"},
 		[]string{"IPv4 endpoint ns/b:dns/UDP 10.0.2.1:5353", "IPv4 endpoint ns/b:dns/UDP 10.0.2.2:5353", "IPv4 port ns/b:dns/UDP"},
 	)
-	if diff := cmp.Diff(want, h.cleaner.summaries()); diff != "" {
+	if diff := cmp.Diff(want, since()); diff != "" {
 		t.Errorf("cleanup (-want +got):\n%s", diff)
 	}
 	if got := metricValue(h.p.metrics.conntrackFailures.WithLabelValues("IPv4")); got != 1 {
