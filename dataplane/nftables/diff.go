@@ -229,7 +229,7 @@ func (x *differ) deleteElements() {
 		for _, key := range slices.Sorted(maps.Keys(have)) {
 			ek := elemKey{sd.name, key}
 			c, ok := x.prog.winner(ek)
-			if ok && x.k.holds(sd.name, key, c) {
+			if ok && x.k.holds(have, sd.name, key, c) {
 				continue
 			}
 			x.p.ops = append(x.p.ops, op{Verb: verbDelete, Obj: element(ek, claim{value: have[key]})})

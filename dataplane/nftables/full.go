@@ -34,10 +34,12 @@ func (k *kernelTable) comment(set, key string) string {
 }
 
 // holds reports whether k has element key of set as c writes it: its
-// value and its comment. What does not hold is deleted (deleteElements)
-// and added again (appendMissing), so both ask this.
-func (k *kernelTable) holds(set, key string, c claim) bool {
-	v, ok := k.elems[set][key]
+// value and its comment. have is k.elems[set], which both callers hold
+// already, sparing a lookup per element of a full sync. What does not
+// hold is deleted (deleteElements) and added again (appendMissing), so
+// both ask this.
+func (k *kernelTable) holds(have map[string]string, set, key string, c claim) bool {
+	v, ok := have[key]
 	return ok && v == c.value && k.comment(set, key) == c.comment
 }
 

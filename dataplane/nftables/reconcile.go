@@ -48,7 +48,6 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 		return dataplane.Drift{}, nil
 	}
 	if _, _, err := d.run(ctx, p, d.cfg.MaxOperations); err != nil {
-		d.seen = false
 		d.metrics.fullFailures.Inc()
 		d.forget()
 		return dataplane.Drift{}, fmt.Errorf("nftables: reconcile: %w", err)
@@ -110,7 +109,7 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("nftables: canary: %w", err)
 	}
-	if numbered && d.seen && gen == d.seenGen {
+	if d.seen && gen == d.seenGen {
 		return false, nil
 	}
 	k, err := d.readBack(ctx, false)

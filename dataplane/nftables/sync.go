@@ -390,9 +390,9 @@ func isMap(name string) bool {
 }
 
 // appendMissing appends the add of the elements of set, of sorted keys
-// (which it reuses), that the table lacks or holds otherwise (kernelTable.holds): one
-// nftnl.Elements, whose strings share their allocations, as a cold start
-// writes tens of thousands.
+// (which it reuses), that the table lacks or holds otherwise
+// (kernelTable.holds): one nftnl.Elements, whose strings share their
+// allocations, as a cold start writes tens of thousands.
 func (x *differ) appendMissing(ops []op, set string, keys []string) []op {
 	have := x.k.elems[set]
 	var values, comments []string
@@ -402,7 +402,7 @@ func (x *differ) appendMissing(ops []op, set string, keys []string) []op {
 	n, commented := 0, false
 	for _, key := range keys {
 		c := x.prog.winners[elemKey{set, key}]
-		if x.k.holds(set, key, c) {
+		if x.k.holds(have, set, key, c) {
 			continue
 		}
 		if _, ok := have[key]; x.tracking && !ok {
