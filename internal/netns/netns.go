@@ -8,11 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	vnetns "github.com/vishvananda/netns"
 )
@@ -166,17 +164,15 @@ func (n *NS) Do(fn func() error) error {
 }
 
 // Veth creates a veth pair between a and b, named aIf and bIf, assigns each
-// side its addresses (CIDR notation, IPv4 or IPv6) and brings both up. It
-// returns once every IPv6 address is usable.
+// side its addresses (CIDR notation, IPv4 or IPv6) and brings both up.
 func Veth(t testing.TB, a *NS, aIf string, aAddrs []string, b *NS, bIf string, bAddrs []string) {
 	t.Helper()
 	a.MustRun("ip", "link", "add", aIf, "type", "veth", "peer", "name", bIf, "netns", b.Name)
-	sides := []struct {
+	for _, side := range []struct {
 		ns    *NS
 		ifc   string
 		addrs []string
-	}{{a, aIf, aAddrs}, {b, bIf, bAddrs}}
-	for _, side := range sides {
+	}{{a, aIf, aAddrs}, {b, bIf, bAddrs}} {
 		for _, addr := range side.addrs {
 			args := []string{"addr", "add", addr, "dev", side.ifc}
 			if strings.Contains(addr, ":") {
@@ -186,33 +182,4 @@ func Veth(t testing.TB, a *NS, aIf string, aAddrs []string, b *NS, bIf string, b
 		}
 		side.ns.MustRun("ip", "link", "set", side.ifc, "up")
 	}
-	for _, side := range sides {
-		if slices.ContainsFunc(side.addrs, func(a string) bool { return strings.Contains(a, ":") }) {
-			waitNotTentative(t, side.ns, side.ifc)
-		}
-	}
 }
-
-// waitNotTentative waits, at most tentativeWithin, until no IPv6 address
-// of ifc in ns is tentative. Even a nodad address stays tentative until
-// the kernel has seen the link's carrier come up, which it learns up to a
-// second later: until then the address answers no neighbour solicitation,
-// and a first packet to it can be lost.
-func waitNotTentative(t testing.TB, ns *NS, ifc string) {
-	t.Helper()
-	deadline := time.Now().Add(tentativeWithin)
-	for {
-		out := ns.MustRun("ip", "-6", "-o", "addr", "show", "dev", ifc, "tentative")
-		if strings.TrimSpace(out) == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s in %s: IPv6 addresses still tentative after %v: %s", ifc, ns.Name, tentativeWithin, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// tentativeWithin bounds waitNotTentative: the kernel's delay is about a
-// second.
-const tentativeWithin = 10 * time.Second
