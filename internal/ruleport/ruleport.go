@@ -7,16 +7,17 @@ import (
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 )
 
-// Limits on name parts, from Kubernetes validation (namespace and service
-// names are DNS labels, port names IANA service names). They keep every
-// iptables comment under the 256 bytes xt_comment accepts and every
-// nftables object name within its limit.
-const (
-	maxNameLen     = 63
-	maxPortNameLen = 15
-)
+// maxNameLen is the longest namespace, service or port name a rule holds:
+// the API server's own limit on each (a namespace and a port name are
+// DNS-1123 labels, a service name a DNS-1035 label). A service port name
+// is not a container port's IANA service name (15 characters): the API
+// server accepts 63. At 63 each, every iptables comment the dataplanes
+// write fits in the 255 bytes xt_comment holds; the nftables dataplane
+// hashes its object names and shortens its comments to fit.
+const maxNameLen = content.DNS1123LabelMaxLength
 
 // Port is a ServicePort checked to be safe to write into a rule, with the
 // addresses of the wrong family or invalid ones removed.
@@ -40,7 +41,7 @@ func Check(sp *servicemodel.ServicePort, ipv6 bool, skipPart func(reason string)
 		return nil, "nil service port"
 	}
 	n := sp.Name
-	if !safeName(n.Namespace, maxNameLen, false) || !safeName(n.Name, maxNameLen, false) || !safeName(n.Port, maxPortNameLen, true) {
+	if !safeName(n.Namespace, false) || !safeName(n.Name, false) || !safeName(n.Port, true) {
 		return nil, "service or port name not usable in a rule"
 	}
 	proto := protoString(sp.Protocol)
@@ -110,20 +111,13 @@ func UsableEndpoint(e *endpoints.Endpoint, ipv6 bool) bool {
 	return e != nil && OfFamily(e.Addr.Addr(), ipv6) && e.Addr.Port() != 0
 }
 
-func safeName(s string, max int, allowEmpty bool) bool {
+// safeName reports whether s, a name the model accepts (ValidName keeps
+// out what could break out of a rule comment), is short enough for a rule.
+func safeName(s string, allowEmpty bool) bool {
 	if s == "" {
 		return allowEmpty
 	}
-	if len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
-			return false
-		}
-	}
-	return true
+	return len(s) <= maxNameLen && servicemodel.ValidName(s)
 }
 
 func protoString(p v1.Protocol) string {

@@ -14,6 +14,19 @@ import (
 )
 
 func TestCheck(t *testing.T) {
+	// named sets the namespace and service name when not "", and the port
+	// name.
+	named := func(ns, name, port string) func(*servicemodel.ServicePort) {
+		return func(sp *servicemodel.ServicePort) {
+			if ns != "" {
+				sp.Name.Namespace = ns
+			}
+			if name != "" {
+				sp.Name.Name = name
+			}
+			sp.Name.Port = port
+		}
+	}
 	good := func(edit func(*servicemodel.ServicePort)) *servicemodel.ServicePort {
 		sp := &servicemodel.ServicePort{
 			Name:      servicemodel.PortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "svc"}, Port: "p", Protocol: v1.ProtocolUDP},
@@ -35,7 +48,21 @@ func TestCheck(t *testing.T) {
 	}{
 		{name: "nil", reason: "nil service port"},
 		{name: "valid", sp: good(nil), want: &Port{Proto: "udp"}},
-		{name: "name too long", sp: good(func(sp *servicemodel.ServicePort) { sp.Name.Name = strings.Repeat("a", 64) }), reason: "service or port name not usable in a rule"},
+		// A service port name is a DNS label (63 characters), not a
+		// container port's IANA name (15): upstream's e2e names one
+		// "mutable-named-port".
+		{name: "port name of 15", sp: good(named("", "", strings.Repeat("p", 15))), want: &Port{Proto: "udp"}},
+		{name: "port name of 16", sp: good(named("", "", strings.Repeat("p", 16))), want: &Port{Proto: "udp"}},
+		{name: "upstream e2e's port name", sp: good(named("", "", "mutable-named-port")), want: &Port{Proto: "udp"}},
+		{name: "port name of 63", sp: good(named("", "", strings.Repeat("p", 63))), want: &Port{Proto: "udp"}},
+		{name: "port name of 64", sp: good(named("", "", strings.Repeat("p", 64))), reason: "service or port name not usable in a rule"},
+		{name: "no port name", sp: good(named("", "", "")), want: &Port{Proto: "udp"}},
+		{name: "namespace of 63", sp: good(named(strings.Repeat("n", 63), "", "")), want: &Port{Proto: "udp"}},
+		{name: "namespace of 64", sp: good(named(strings.Repeat("n", 64), "", "")), reason: "service or port name not usable in a rule"},
+		{name: "no namespace", sp: good(func(sp *servicemodel.ServicePort) { sp.Name.Namespace = "" }), reason: "service or port name not usable in a rule"},
+		{name: "name of 63", sp: good(named("", strings.Repeat("s", 63), "")), want: &Port{Proto: "udp"}},
+		{name: "name of 64", sp: good(named("", strings.Repeat("s", 64), "")), reason: "service or port name not usable in a rule"},
+		{name: "every name of 63", sp: good(named(strings.Repeat("n", 63), strings.Repeat("s", 63), strings.Repeat("p", 63))), want: &Port{Proto: "udp"}},
 		{name: "quote in port name", sp: good(func(sp *servicemodel.ServicePort) { sp.Name.Port = `p"` }), reason: "service or port name not usable in a rule"},
 		{name: "unknown protocol", sp: good(func(sp *servicemodel.ServicePort) { sp.Protocol, sp.Name.Protocol = "ICMP", "ICMP" }), reason: "unsupported protocol"},
 		{name: "protocol unlike the name's", sp: good(func(sp *servicemodel.ServicePort) { sp.Protocol = v1.ProtocolTCP }), reason: "unsupported protocol"},
