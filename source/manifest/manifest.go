@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/source"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -27,6 +28,13 @@ import (
 // DefaultDebounce is how long a Source waits after the last file event
 // before re-reading.
 const DefaultDebounce = 200 * time.Millisecond
+
+// DefaultMaxFileBytes is the largest manifest file a Source reads unless
+// Config.MaxFileBytes says otherwise: ten times a file of 10k Services and
+// their EndpointSlices, and far below what decoding it would cost in memory
+// at the API server's own limit per object (about 1.5 MiB) times a large
+// cluster.
+const DefaultMaxFileBytes = 64 << 20
 
 // Config configures a Source. The zero value is usable.
 type Config struct {
@@ -42,6 +50,15 @@ type Config struct {
 	Logger logr.Logger
 	// Clock times the debounce; nil means the real clock.
 	Clock clock.Clock
+	// MaxFileBytes is the largest manifest file read; a larger one is
+	// refused (logged, counted, and kept at its last good content, as a
+	// file that fails to decode is). Zero means DefaultMaxFileBytes.
+	MaxFileBytes int64
+	// Registerer receives the source's metrics (see the package
+	// documentation); nil registers none.
+	Registerer prometheus.Registerer
+	// MetricsNamespace prefixes the metric names; "" means "proxykit".
+	MetricsNamespace string
 }
 
 // Source serves the Services, EndpointSlices and Nodes of a YAML or JSON
