@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	v1 "k8s.io/api/core/v1"
 )
@@ -96,8 +97,10 @@ type redirector struct {
 	// traffic that enters the node for service addresses (hooked from
 	// PREROUTING), firewall the mangle chain of drops (hooked from
 	// PREROUTING and OUTPUT, ahead of divert); reject is the filter chain
-	// (hooked from INPUT, FORWARD and OUTPUT).
-	services, nodePorts, divert, firewall, reject string
+	// (hooked from INPUT, FORWARD and OUTPUT), and guard the filter chain
+	// that refuses new connections a redirect did not send to a
+	// forwarder's own port (hooked from INPUT).
+	services, nodePorts, divert, firewall, reject, guard string
 	// programmed is each destination's rules as written ("-A CHAIN
 	// spec" of their table), nil when none; valid is false until a full
 	// write succeeded and after any failure.
@@ -155,6 +158,7 @@ func newRedirector(cfg RedirectConfig, fam v1.IPFamily, log logr.Logger) (*redir
 		divert:       prefix + "TPROXY",
 		firewall:     prefix + "FIREWALL",
 		reject:       prefix + "REJECT",
+		guard:        prefix + "FORWARDERS",
 		programmed:   map[destKey][]rule{},
 		closeRouting: func() {},
 		log:          log,
@@ -184,11 +188,14 @@ func (r *redirector) jumps() []xtables.Jump {
 			"-m", "comment", "--comment", "proxykit userspace redirects", "-j", target)}
 	}
 	// Each jump is inserted first in its chain: the firewall's after the
-	// diversion's, so that it runs ahead of it.
+	// diversion's, so that it runs ahead of it. Only a connection's first
+	// packet enters the guard: a later one belongs to a connection the
+	// guard let in.
 	return []xtables.Jump{
 		j("nat", "OUTPUT", r.services), j("nat", "PREROUTING", r.nodePorts, "-m", "addrtype", "--dst-type", "LOCAL"),
 		j("mangle", "PREROUTING", r.divert), j("mangle", "PREROUTING", r.firewall), j("mangle", "OUTPUT", r.firewall),
 		j("filter", "INPUT", r.reject), j("filter", "FORWARD", r.reject), j("filter", "OUTPUT", r.reject),
+		j("filter", "INPUT", r.guard, "-m", "conntrack", "--ctstate", "NEW"),
 	}
 }
 
@@ -201,16 +208,17 @@ func (r *redirector) legacyJumps() []xtables.Jump {
 }
 
 // rulesOf returns the rules f needs: while it listens, those sending its
-// traffic to its socket and the drops its policy makes; REJECT while
-// nothing of it has endpoints; none otherwise (a socket that could not
-// bind yet).
+// traffic to its socket, the drops its policy makes and the guard of its
+// socket's port; REJECT while nothing of it has endpoints; none otherwise
+// (a socket that could not bind yet).
 //
 // A service address is not the node's: a packet entering the node for it
 // is diverted by TPROXY, untouched, to the ingress socket on that address
 // and port, and the node's own packet is redirected to the socket on
-// loopback. A node port's destination is
-// the node's already: a DNAT of the port alone, keeping the address, sends
-// it to the socket whichever interface it came through.
+// loopback. A node port's destination is the node's already: a DNAT of
+// the port alone, keeping the address, sends it to the socket on every
+// address whichever interface it came through, and the guard refuses a
+// connection that reached that port any other way.
 func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 	proto := strings.ToLower(string(f.key.proto))
 	claims := rt.dests[f.key]
@@ -227,7 +235,8 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 		return append(out,
 			rule{"nat", r.services, join(comment, dst, match, fmt.Sprintf("-j REDIRECT --to-ports %d", bound.Port()))},
 			rule{"mangle", r.divert, join(comment, dst, match,
-				fmt.Sprintf("-j TPROXY --on-port %d --on-ip %s --tproxy-mark %#x/%#x", f.key.port, f.key.addr, r.policy.Mark, r.policy.Mark))})
+				fmt.Sprintf("-j TPROXY --on-port %d --on-ip %s --tproxy-mark %#x/%#x", f.key.port, f.key.addr, r.policy.Mark, r.policy.Mark))},
+			r.guardOf(f, claims, bound))
 	case ok:
 		dsts := r.nodePortDests(rt)
 		local := make([]string, len(dsts))
@@ -238,13 +247,35 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 		for _, dst := range dsts {
 			out = append(out, rule{"nat", r.nodePorts, join(comment, dst, match, fmt.Sprintf("-j DNAT --to-destination :%d", bound.Port()))})
 		}
-		return out
+		return append(out, r.guardOf(f, claims, bound))
 	case !f.want && !f.key.nodePort():
 		return []rule{{"filter", r.reject, fmt.Sprintf("%s -d %s %s -j REJECT", comment, host(f.key.addr), match)}}
 	case !f.want:
 		return []rule{{"filter", r.reject, fmt.Sprintf("%s -m addrtype --dst-type LOCAL %s -j REJECT", comment, match)}}
 	}
 	return nil
+}
+
+// guardOf is the rule of the guard chain that refuses a new connection
+// to the port f's socket listens on, bound: the chain's head has already
+// let through those a redirect or DNAT sent there, so what is left came
+// straight to that port (an outside client probing the node's ports, or a
+// program of the node). The refusal is the kernel's own for a port where
+// nothing listens, a TCP reset or an ICMP port unreachable. Its comment
+// names no service, so that troubleshooting never takes it for one's
+// verdict.
+func (r *redirector) guardOf(f *forwarder, claims []claim, bound netip.AddrPort) rule {
+	proto := strings.ToLower(string(f.key.proto))
+	comment := fmt.Sprintf(`-m comment --comment "forwarder of %s %s"`, claims[0].view.sp.Name, f.fe.Kind)
+	dst := ""
+	if !bound.Addr().IsUnspecified() {
+		dst = "-d " + host(bound.Addr())
+	}
+	target := "-j REJECT"
+	if f.key.proto == v1.ProtocolTCP {
+		target += " --reject-with tcp-reset"
+	}
+	return rule{"filter", r.guard, join(comment, dst, "-p "+proto, "-m "+proto, fmt.Sprintf("--dport %d", bound.Port()), target)}
 }
 
 // join joins the non-empty parts of a rule with spaces.
@@ -308,13 +339,10 @@ func (r *redirector) notLocalPod(rt *routes) string {
 		if rt.hasDetect {
 			return "! -s " + rt.detect.Masked().String()
 		}
-	case dataplane.LocalModeBridgeInterface:
-		if d.Interface != "" {
-			return "! -i " + d.Interface
-		}
-	case dataplane.LocalModeInterfaceNamePrefix:
-		if d.Interface != "" {
-			return "! -i " + d.Interface + "+"
+	case dataplane.LocalModeBridgeInterface, dataplane.LocalModeInterfaceNamePrefix:
+		// A name no rule may hold never gets here (Sync's CheckState).
+		if name, ok := backend.LocalInterface(d, "+"); ok {
+			return "! -i " + name
 		}
 	}
 	return ""
@@ -426,11 +454,16 @@ func (r *redirector) render(table string, keys []destKey, want map[destKey][]rul
 		for _, c := range r.chains(table) {
 			fmt.Fprintf(&body, ":%s - [0:0]\n", c)
 		}
-		if table == "nat" {
+		switch table {
+		case "nat":
 			fmt.Fprintf(&body, "-A %s -m addrtype --dst-type LOCAL -j %s\n", r.services, r.nodePorts)
 			if ret := r.loopbackReturn(rt); ret != "" {
 				fmt.Fprintf(&body, "-A %s %s\n", r.nodePorts, ret)
 			}
+		case "filter":
+			// What a REDIRECT or DNAT sent (the packet's conntrack
+			// entry says so) is the forwarders' to take.
+			fmt.Fprintf(&body, "-A %s -m conntrack --ctstate DNAT -j RETURN\n", r.guard)
 		}
 	} else {
 		for _, k := range keys {
@@ -493,7 +526,7 @@ func (r *redirector) chains(table string) []string {
 	case "mangle":
 		return []string{r.divert, r.firewall}
 	}
-	return []string{r.reject}
+	return []string{r.reject, r.guard}
 }
 
 func sortedKeys(m map[destKey][]rule) []destKey {

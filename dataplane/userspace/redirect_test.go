@@ -14,22 +14,33 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-var redirectPort = regexp.MustCompile(`(--to-ports |--on-port |--to-destination :)\d+`)
+var (
+	redirectPort = regexp.MustCompile(`(--to-ports |--on-port |--to-destination :)\d+`)
+	// guardPort is the forwarder's port in a rule of the guard chain.
+	guardPort = regexp.MustCompile(`("forwarder of [^"]*" (?:-d \S+ )?-p \w+ -m \w+ --dport )\d+`)
+)
 
 // restores returns the restore inputs fake received after the first
 // skip, with the forwarders' ports blanked.
 func restores(fake *xtables.FakeRunner, skip int) []string {
 	var out []string
 	for _, r := range fake.Restores()[skip:] {
-		out = append(out, redirectPort.ReplaceAllString(string(r), "${1}P"))
+		out = append(out, blankPorts(string(r)))
 	}
 	return out
 }
 
+// blankPorts replaces the forwarders' ports in rules with P.
+func blankPorts(rules string) string {
+	return guardPort.ReplaceAllString(redirectPort.ReplaceAllString(rules, "${1}P"), "${1}P")
+}
+
 // TestRedirectSyncWritesOnlyChanges checks the rules of redirect mode: a
-// first Sync writes the chains, an endpoint change writes nothing, a
-// service losing its endpoints swaps its diversions for a REJECT, and a
-// removed service takes its rule along.
+// first Sync writes the chains, the guard of every forwarder's port
+// (loopback's for a service address, every address's for a node port)
+// included, an endpoint change writes nothing, a service losing its
+// endpoints swaps its diversions for a REJECT, and a removed service
+// takes its rule along.
 func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 	requireTransparent(t)
 	bk := newBackends(t)
@@ -69,6 +80,11 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			"COMMIT\n" +
 			"*filter\n" +
 			":PKU-REJECT - [0:0]\n" +
+			":PKU-FORWARDERS - [0:0]\n" +
+			"-A PKU-FORWARDERS -m conntrack --ctstate DNAT -j RETURN\n" +
+			`-A PKU-FORWARDERS -m comment --comment "forwarder of ns/dns:dns cluster IP" -d 127.0.0.1/32 -p udp -m udp --dport P -j REJECT` + "\n" +
+			`-A PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http cluster IP" -d 127.0.0.1/32 -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
+			`-A PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http node port" -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
 			"COMMIT\n",
 			// The jumps, in one more restore.
 			"*nat\n" +
@@ -83,6 +99,7 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 				"*filter\n" +
 				`-I FORWARD 1 -m comment --comment "proxykit userspace redirects" -j PKU-REJECT` + "\n" +
 				`-I INPUT 1 -m comment --comment "proxykit userspace redirects" -j PKU-REJECT` + "\n" +
+				`-I INPUT 1 -m conntrack --ctstate NEW -m comment --comment "proxykit userspace redirects" -j PKU-FORWARDERS` + "\n" +
 				`-I OUTPUT 1 -m comment --comment "proxykit userspace redirects" -j PKU-REJECT` + "\n" +
 				"COMMIT\n"},
 	}, {
@@ -101,6 +118,8 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			"*filter\n" +
 			`-A PKU-REJECT -m comment --comment "ns/web:http node port" -m addrtype --dst-type LOCAL -p tcp -m tcp --dport 30080 -j REJECT` + "\n" +
 			`-A PKU-REJECT -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REJECT` + "\n" +
+			`-D PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http cluster IP" -d 127.0.0.1/32 -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
+			`-D PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http node port" -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
 			"COMMIT\n"},
 	}, {
 		name:   "service removed",

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,12 +30,8 @@ type portEntry struct {
 // cannot listen are returned in a *BindError after everything else was
 // applied, and retried.
 func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
-	fam := s.Family
-	if fam == "" {
-		fam = v1.IPv4Protocol
-	}
-	if fam != d.cfg.Family {
-		return fmt.Errorf("userspace: a %s State for a %s Dataplane", fam, d.cfg.Family)
+	if err := backend.CheckState("userspace", d.cfg.Family, s); err != nil {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -283,12 +280,21 @@ func (d *Dataplane) unspecified() netip.Addr {
 	return netip.IPv4Unspecified()
 }
 
-// listenAddr is where fe's forwarder listens: in redirect mode, a free
-// port of every address.
+// listenAddr is where fe's forwarder listens. In redirect mode it is a
+// free port where the rules deliver and nowhere else: for a service
+// address, loopback, where REDIRECT sends the node's own packets (the
+// traffic entering the node goes to the ingress socket on the service
+// address itself); for a node port, every address, as a DNAT of the port
+// alone keeps the address the packet reached, and the rules refuse what
+// reaches that port without it (see RedirectConfig).
 func (d *Dataplane) listenAddr(fe Destination) (netip.AddrPort, bool) {
 	switch {
-	case d.redir != nil:
+	case d.redir != nil && fe.Addr.Addr().IsUnspecified():
 		return netip.AddrPortFrom(d.unspecified(), 0), true
+	case d.redir != nil && d.cfg.Family == v1.IPv6Protocol:
+		return netip.AddrPortFrom(netip.IPv6Loopback(), 0), true
+	case d.redir != nil:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0), true
 	case d.cfg.Listen != nil:
 		return d.cfg.Listen(fe)
 	}
