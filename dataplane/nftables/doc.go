@@ -25,10 +25,18 @@
 // at kube-proxy's priorities (dstnat-10 for the source-range firewall,
 // dstnat and srcnat for NAT, filter for the reject checks). Fixed chains,
 // sets and maps have kube-proxy's names; per-service chains are
-// "service-", "local-", "external-", "firewall-" and "endpoint-" followed
-// by a hash and "namespace/name/protocol/port", so every name of a service
-// holds a '/' and no fixed name does. The chains and maps that simple
-// ports share are "cluster-dnat-<protocol>-<shard>-<N>" and
+// "service-", "local-", "external-", "firewall-", "endpoint-" and
+// "unserved-" followed by a hash and "namespace/name/protocol/port" (cut
+// to fit, as kube-proxy's, after an endpoint's address), so every name of
+// a service holds a '/' and no fixed name does. Element comments name the
+// port as "namespace/name/protocol/port" too, but nft holds 128 bytes of a
+// comment and the API server's names make up to 196: a port whose name
+// does not fit is kept out of the shared chains below, and its
+// no-endpoint elements go to its "unserved-" chain (whose one rule drops
+// or rejects) rather than straight to the verdict, so that a chain's name
+// always says which port a packet met, for Trace and troubleshooting
+// alike (kube-proxy cuts such comments and names no port). The chains and
+// maps that simple ports share are "cluster-dnat-<protocol>-<shard>-<N>" and
 // "cluster-endpoints-<protocol>-<shard>", the endpoint maps of the others
 // "dnat-<protocol>-<shard>".
 //
@@ -291,8 +299,11 @@
 //   - An affinity set's name ends in its timeout, so that a changed
 //     timeout (which nft cannot change in place) brings new sets.
 //   - Localhost node ports (an alpha feature upstream) are not served.
+//   - A port whose name is too long for an element's comment has chains
+//     where kube-proxy would write only a cut comment (see Namespace).
 //   - Invalid ports, addresses and endpoints (wrong family, port 0, names
-//     unsafe in an object name, out-of-range affinity timeouts) are skipped
+//     the API server refuses as too long or that are unsafe in an object
+//     name, out-of-range affinity timeouts) are skipped
 //     and reported through Config.OnSkip instead of failing the whole
 //     transaction.
 package nftables

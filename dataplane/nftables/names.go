@@ -40,6 +40,9 @@ const (
 	prefixFirewall = "firewall-"
 	prefixEndpoint = "endpoint-"
 	prefixAffinity = "affinity-"
+	// prefixUnserved is the chain a port's no-endpoint elements go to
+	// when its name is too long for their comments (fitsComment).
+	prefixUnserved = "unserved-"
 )
 
 // isServiceChain reports whether a chain of the table is a per-service one.
@@ -80,14 +83,22 @@ const maxComment = 128
 const truncated = "..."
 
 // commentOf is the comment of an element of port base: the base, or,
-// where a long namespace and name make it longer than nft accepts, its
-// beginning ending in truncated (which the tracer reads as no name).
+// where long names make it longer than nft accepts, its beginning ending
+// in truncated (which the tracer reads as no name).
 func commentOf(base string) string {
-	if len(base) <= maxComment {
+	if fitsComment(base) {
 		return base
 	}
 	return base[:maxComment-len(truncated)] + truncated
 }
+
+// fitsComment reports whether an element's comment holds base whole. The
+// API server's names (63 characters each) make bases of up to 196 bytes,
+// so a port whose base does not fit is never one whose only name in the
+// table is a comment: it gets a chain of its own (whose name holds 240
+// bytes) where a shorter one would share one, and its no-endpoint
+// elements go to a chain of its own too (prefixUnserved).
+func fitsComment(base string) bool { return len(base) <= maxComment }
 
 // endpointBase is the base of an endpoint's chain and affinity set: the
 // port's base, then the endpoint's address with ':' (IPv6) spelled '.'.

@@ -135,8 +135,12 @@ func (r *renderer) port(out *rendering, p *port) {
 	base := portBase(p)
 	dport := " . " + p.Proto + " . " + strconv.Itoa(int(sp.Port))
 	cip := sp.ClusterIP.String()
-	shared := r.simplePort(p, cip, cluster, local)
 	names := chainNames{base: base}
+	var shared *sharedDef
+	if fitsComment(base) {
+		// Its service-ips element's comment is all that names the port.
+		shared = r.simplePort(p, cip, cluster, local)
+	}
 	var svcChain, localChain string
 	if len(cluster) > 0 && shared == nil {
 		svcChain = names.chain(prefixService)
@@ -161,11 +165,21 @@ func (r *renderer) port(out *rendering, p *port) {
 	if hasEndpoints {
 		noEndpoint = verdictDrop
 	}
+	// The no-endpoint elements' comments name the port, unless the name
+	// is too long for one: then their verdict is a chain's, whose name
+	// holds it, so that the port is still known from the table.
+	unserved, noEndpointRule := "", noEndpoint
+	if !fitsComment(base) {
+		unserved = names.chain(prefixUnserved)
+		noEndpoint = "goto " + unserved
+	}
+	usedUnserved := false
 
 	add := func(set, key, value string) {
 		c := claim{order: p.order, value: value}
 		if set == mapNoEndpointServices || set == mapNoEndpointNodePort {
 			c.comment = commentOf(base)
+			usedUnserved = true
 		}
 		out.elems = append(out.elems, elemClaim{elemKey{set, key}, c})
 	}
@@ -219,6 +233,9 @@ func (r *renderer) port(out *rendering, p *port) {
 	}
 	for _, key := range hairpinKeys(p.Proto, cluster, local) {
 		add(setHairpin, key, "")
+	}
+	if unserved != "" && usedUnserved {
+		out.chains = append(out.chains, newChain(unserved, []string{noEndpointRule}))
 	}
 }
 
