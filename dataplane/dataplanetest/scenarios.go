@@ -21,7 +21,9 @@ import (
 // and Cluster, TestInternalExternalMasquerade in its four configurations),
 // with upstream's names and expectations, plus cases of ours for hairpins,
 // session affinity, each local-traffic detector, externalTrafficPolicy
-// Local without local endpoints, both traffic policies Local and IPv6.
+// Local without local endpoints, both traffic policies Local, IPv6,
+// names as long as the API server accepts, and the shape of upstream's e2e
+// test of a named targetPort that resolves to different ports.
 // Each call returns new values, so callers may modify them.
 //
 // Where upstream's own case is mistaken the table corrects it:
@@ -45,6 +47,8 @@ func Scenarios() []Scenario {
 		localDetectors(),
 		sessionAffinity(),
 		ipv6LoadBalancer(),
+		longNames(),
+		namedTargetPort(),
 	} {
 		all = append(all, group...)
 	}

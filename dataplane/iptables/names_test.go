@@ -1,16 +1,21 @@
 package iptables
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/proxykit/proxykit/affinity"
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/dataplanetest"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/endpoints"
 	"github.com/proxykit/proxykit/servicemodel"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -131,4 +136,67 @@ func TestRuleCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLongestNamesFitComments programs a port whose namespace, name and
+// port name are as long as the API server allows (63 characters each) in
+// every rule shape that writes a name into a comment (a load balancer with
+// source ranges, externalTrafficPolicy Local, a health-check node port of
+// a non-TCP port, IPv6 endpoints), with the longest chain prefix: every
+// comment must fit in the 255 bytes xt_comment holds (the fake, like
+// iptables-restore, refuses a longer one; iptables itself cuts it, which
+// would read back as drift).
+func TestLongestNamesFitComments(t *testing.T) {
+	label := func(word string) string { return word + strings.Repeat("x", 63-len(word)) }
+	ns, name, port := label("namespace"), label("service"), label("port")
+	svc := dataplanetest.MakeService(ns, name, func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.ClusterIP = "fd00:172:30::41"
+		s.Spec.ClusterIPs = []string{"fd00:172:30::41"}
+		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol}
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = 30000
+		s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort(port, v1.ProtocolSCTP, 80, 3001, 65535)}
+		s.Spec.LoadBalancerSourceRanges = []string{"2001:db8:ffff::/48"}
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"}}
+		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	})
+	slice := dataplanetest.MakeSlice(ns, name, 1, func(s *discovery.EndpointSlice) {
+		s.AddressType = discovery.AddressTypeIPv6
+		s.Ports = []discovery.EndpointPort{dataplanetest.SlicePort(port, v1.ProtocolSCTP, 65535)}
+		s.Endpoints = []discovery.Endpoint{
+			dataplanetest.ReadyEndpoint("fd00:10:ffff:ffff:ffff:ffff:ffff:fff1", dataplanetest.NodeName),
+			dataplanetest.ReadyEndpoint("fd00:10:ffff:ffff:ffff:ffff:ffff:fff2", "remote"),
+		}
+	})
+	b := dataplane.NewBuilder(dataplane.BuilderConfig{Families: []v1.IPFamily{v1.IPv6Protocol}, NodeName: dataplanetest.NodeName,
+		Settings: dataplanetest.DefaultSettings(), OnSkip: func(kind, reason string) { t.Errorf("Builder skipped a %s: %s", kind, reason) }})
+	b.UpdateNode(dataplanetest.TestNode(nil))
+	b.UpdateService(nil, svc)
+	b.UpdateEndpointSlice(nil, slice)
+	s := b.Build().States[0]
+
+	var skipped []string
+	d, fake := newFake(t, Config{Family: v1.IPv6Protocol, ChainPrefix: "ABCDEFGHIJK", OnSkip: func(reason string) { skipped = append(skipped, reason) }})
+	if err := d.Sync(context.Background(), s); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if len(skipped) > 0 {
+		t.Errorf("skipped: %q", skipped)
+	}
+	longest, named := 0, 0
+	for _, m := range regexp.MustCompile(`--comment ("[^"]*"|\S+)`).FindAllStringSubmatch(dump(fake), -1) {
+		c := strings.Trim(m[1], `"`)
+		longest = max(longest, len(c))
+		if strings.Contains(c, ns+"/"+name+":"+port) {
+			named++
+		}
+	}
+	if longest > 255 {
+		t.Errorf("longest comment has %d bytes, more than 255", longest)
+	}
+	if named == 0 {
+		t.Error("no rule names the port")
+	}
+	t.Logf("longest comment: %d bytes; %d rules name the port", longest, named)
 }
