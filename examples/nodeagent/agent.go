@@ -180,6 +180,12 @@ func runOn(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 		}
 		defer src.close()
 	}
+	if src != nil && src.noSource && o.explain == nil && o.troubleshoot == nil && !o.cleanup {
+		if err := o.noSourceDryRun(log); err != nil {
+			fmt.Fprintf(stderr, "nodeagent: %v\n", err)
+			return exitFailure
+		}
+	}
 	if o.explain != nil {
 		return explain(ctx, o, h, log, src, stdout, stderr)
 	}
@@ -225,7 +231,10 @@ type input struct {
 	// nodeName is this node's name.
 	nodeName string
 	// demo is set for the bundled demo manifests, which never change.
-	demo     bool
+	demo bool
+	// noSource is set when the demo was taken because the command line
+	// named no source (nor --demo): the proxy then only prints its rules.
+	noSource bool
 	recorder proxykit.EventRecorder
 	close    func()
 }
@@ -238,6 +247,10 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 	var cfg *rest.Config
 	var err error
 	switch {
+	case o.demo:
+		if err := s.useDemo(); err != nil {
+			return nil, err
+		}
 	case o.manifests != "":
 		// Checked here so that the error names the flag; the source
 		// reports later failures itself.
@@ -264,15 +277,10 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 		}
 		s.what = "cluster via in-cluster config"
 	default:
-		objs, err := demoObjects()
-		if err != nil {
+		if err := s.useDemo(); err != nil {
 			return nil, err
 		}
-		s.Source, s.demo = source.Static(objs), true
-		s.what = "demo manifests (built in)"
-		if s.nodeName == "" {
-			s.nodeName = demoNodeName
-		}
+		s.noSource = true
 	}
 	if s.nodeName == "" {
 		h, err := os.Hostname()
@@ -301,6 +309,36 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 		}
 	}
 	return s, nil
+}
+
+// useDemo makes the bundled demo manifests the source.
+func (s *input) useDemo() error {
+	objs, err := demoObjects()
+	if err != nil {
+		return err
+	}
+	s.Source, s.demo = source.Static(objs), true
+	s.what = "demo manifests (built in)"
+	if s.nodeName == "" {
+		s.nodeName = demoNodeName
+	}
+	return nil
+}
+
+// noSourceDryRun makes a proxy run whose command line named no source a
+// dry run, and says so at the default level: the demo is there so that
+// the first command shows rules with no cluster and no root, and it is
+// written into a kernel only when --demo asks for it, as kube-proxy
+// programs nothing it was not pointed at. Mode userspace cannot print
+// its rules (they name its forwarders' ports), so it refuses instead.
+func (o *options) noSourceDryRun(log logr.Logger) error {
+	const why = "no source given (--kubeconfig, --master, --manifests, or a pod's in-cluster config)"
+	if o.proxyMode == "userspace" && !o.dryRun {
+		return fmt.Errorf("%s, and --proxy-mode userspace cannot print its rules instead: give a source, or --demo to program the bundled demo manifests", why)
+	}
+	o.dryRun = true
+	log.Info("No source given (--kubeconfig, --master, --manifests, or a pod's in-cluster config): printing the rules of the bundled demo manifests, as --dry-run does, and changing nothing on this node; --demo programs them")
+	return nil
 }
 
 // familyRunner is one IP family's iptables Runner: on a dry run a

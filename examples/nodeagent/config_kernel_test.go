@@ -32,9 +32,9 @@ nodePortAddresses: [primary]
 		t.Fatal(err)
 	}
 	fromFile := netns.New(t, "file")
-	agentIn(t, fromFile, "--config", config, "--once")
+	agentIn(t, fromFile, "--config", config, "--demo", "--once")
 	fromFlags := netns.New(t, "flags")
-	agentIn(t, fromFlags, "--proxy-mode", "iptables", "--cluster-cidr", "10.244.0.0/16", "--masquerade-all",
+	agentIn(t, fromFlags, "--demo", "--proxy-mode", "iptables", "--cluster-cidr", "10.244.0.0/16", "--masquerade-all",
 		"--iptables-masquerade-bit", "12", "--nodeport-addresses", "primary", noConntrackMax, "--once")
 	file4, file6 := saved(t, fromFile)
 	flags4, flags6 := saved(t, fromFlags)

@@ -98,7 +98,7 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 	}
 	before, _ := saved(t, ns)
 
-	out := agentIn(t, ns, "--proxy-mode", "iptables", "--once", noConntrackMax)
+	out := agentIn(t, ns, "--demo", "--proxy-mode", "iptables", "--once", noConntrackMax)
 	wantLog := []string{noClusterCIDR, demoStart + `clusterCIDRs=[] nodePortAddresses=["all"]`, programmed}
 	if diff := cmp.Diff(wantLog, logLines(out)); diff != "" {
 		t.Errorf("--once said (-want +got):\n%s", diff)
@@ -122,7 +122,7 @@ func TestKernelOnceIsIdempotentAndCleanupLeavesNoTrace(t *testing.T) {
 		t.Errorf("ip6tables-save lacks the IPv6 web service:\n%s", v6)
 	}
 
-	agentIn(t, ns, "--proxy-mode", "iptables", "--once", noConntrackMax)
+	agentIn(t, ns, "--demo", "--proxy-mode", "iptables", "--once", noConntrackMax)
 	again4, again6 := saved(t, ns)
 	if diff := cmp.Diff(v4+v6, again4+again6); diff != "" {
 		t.Errorf("a second --once changed the rules (-first +second):\n%s", diff)

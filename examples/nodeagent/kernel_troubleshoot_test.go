@@ -46,7 +46,7 @@ func agentExit(t *testing.T, ns *netns.NS, args ...string) (stdout, stderr strin
 func TestKernelVerifyFindsDrift(t *testing.T) {
 	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-save", "iptables")
 	ns := netns.New(t, "verify")
-	agentIn(t, ns, "--proxy-mode", "iptables", "--once", noConntrackMax)
+	agentIn(t, ns, "--demo", "--proxy-mode", "iptables", "--once", noConntrackMax)
 
 	out, errOut, code := agentExit(t, ns, "verify")
 	if code != exitOK || !strings.HasPrefix(out, "OK: the kernel's rules do what the model says") {
@@ -124,7 +124,7 @@ func deleteWebRule(t *testing.T, ns *netns.NS) {
 func TestKernelVerifyLiveAgent(t *testing.T) {
 	netns.Require(t, "iptables-restore", "iptables-save", "ip6tables-save", "iptables")
 	ns := netns.New(t, "liveverify")
-	startAgent(t, ns, "--proxy-mode", "iptables", noConntrackMax)
+	startAgent(t, ns, "--demo", "--proxy-mode", "iptables", noConntrackMax)
 	agent := []string{"--agent", "127.0.0.1:10249"}
 
 	var out, errOut string
@@ -186,7 +186,7 @@ func TestKernelNFTablesVerify(t *testing.T) {
 	netns.Require(t, "nft")
 	ns := netns.New(t, "nftverify")
 	mode := []string{"--proxy-mode", "nftables"}
-	agentIn(t, ns, append(mode, "--once", noConntrackMax)...)
+	agentIn(t, ns, append(mode, "--demo", "--once", noConntrackMax)...)
 
 	out, errOut, code := agentExit(t, ns, append(mode, "verify")...)
 	if code != exitOK || !strings.HasPrefix(out, "OK: the kernel's rules do what the model says") {

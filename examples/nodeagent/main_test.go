@@ -51,6 +51,7 @@ func TestNoFlagsPrintsDemoRules(t *testing.T) {
 	}
 	// What it did, on stderr, for an operator.
 	wantLog := []string{
+		noSource,
 		noClusterCIDR,
 		demoStart + `clusterCIDRs=[] nodePortAddresses=["all"]`,
 		`I "Printed the rules of one sync (dry run: nothing was programmed)" mode="iptables" ipFamilies=["IPv4","IPv6"] servicePorts=8 endpoints=16 elapsed="X"`,
@@ -407,6 +408,9 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"explain", "10.0.0.1", "10.96.0.1:443", "--from", "space"}, exitUsage, `--from "space" is not pod, node or outside`},
 		{[]string{"--cleanup", "--dry-run"}, exitFailure, "a dry run programs nothing"},
 		{[]string{"--kubeconfig", "/nonexistent/kubeconfig", "--dry-run"}, exitFailure, "--kubeconfig:"},
+		{[]string{"--demo", "--manifests", "demo"}, exitUsage, "--demo is exclusive with --manifests, --kubeconfig and --master"},
+		{[]string{"--demo", "--kubeconfig", "/nonexistent/kubeconfig"}, exitUsage, "--demo is exclusive with --manifests, --kubeconfig and --master"},
+		{[]string{"--proxy-mode", "userspace"}, exitFailure, "no source given (--kubeconfig, --master, --manifests, or a pod's in-cluster config), and --proxy-mode userspace cannot print its rules instead: give a source, or --demo to program the bundled demo manifests"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -150,7 +150,7 @@ func TestAgentFlagErrors(t *testing.T) {
 		{[]string{"--agent", ipvsAgent.URL, "explain", "fd00::1", "[fd00::2]:80"}, exitFailure, "the agent at " + ipvsAgent.URL + " proxies no IPv6"},
 		{[]string{"--agent", nullAgent.URL, "list"}, exitFailure, "the agent sent no model"},
 		{[]string{"--agent", badAgent.URL, "list"}, exitFailure, "not a proxykit State: service port a/b clusterIP: fd00::1 is not IPv4"},
-		{[]string{"--agent", closed, "--manifests", "demo", "list"}, exitUsage, "--agent reads the running agent's model: --manifests, --kubeconfig and --master build another"},
+		{[]string{"--agent", closed, "--manifests", "demo", "list"}, exitUsage, "--agent reads the running agent's model: --manifests, --kubeconfig, --master and --demo build another"},
 		{[]string{"--agent", closed}, exitUsage, "--agent applies to a subcommand only"},
 	}
 	for _, tc := range cases {

@@ -45,6 +45,7 @@ type options struct {
 	initOnly, cleanup         bool
 	version                   bool
 	manifests                 string
+	demo                      bool
 	dryRun, once              bool
 	kubeProxyMetrics          bool
 
@@ -113,9 +114,10 @@ const usageHead = `Usage:
 
 The flags are kube-proxy's, by name and meaning (see README.md for the few
 that differ), plus the agent's own. With neither --kubeconfig, --master nor
---manifests the agent uses the in-cluster config inside a pod, and its
-bundled demo manifests elsewhere. With no flags at all it prints the rules it
-would program (for the demo, or inside a pod for the cluster) and exits.
+--manifests the agent uses the in-cluster config inside a pod; elsewhere it
+prints the rules of its bundled demo manifests and programs nothing (--demo
+programs them). With no flags at all it prints the rules it would program
+(for the demo, or inside a pod for the cluster) and exits.
 `
 
 // flagGroups are the sections of --help, in order.
@@ -210,6 +212,7 @@ func newFlagSet(o *options, from *string, out io.Writer) *pflag.FlagSet {
 
 	fs = g.group("Agent (not kube-proxy's)")
 	fs.StringVar(&o.manifests, "manifests", "", "watch a file or folder of Service, EndpointSlice and Node YAML instead of a cluster")
+	fs.BoolVar(&o.demo, "demo", false, "take the bundled demo manifests as the source and program them (with --dry-run, print them); without this flag or another source the agent only prints them")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be programmed (the iptables-restore input, or the nft script) and touch nothing; needs no privileges")
 	fs.BoolVar(&o.once, "once", false, "sync once and exit: 0 on success, 1 with the reason on failure (not in --proxy-mode userspace, whose forwarders live in the agent's process)")
 	fs.BoolVar(&o.kubeProxyMetrics, "kube-proxy-metrics", true, "export the metrics under kube-proxy's names (kubeproxy_*) too, beside proxykit_*")
@@ -254,8 +257,11 @@ func parse(args []string, out io.Writer) (*options, error) {
 	if o.manifests != "" && (o.set["kubeconfig"] || o.master != "") {
 		return nil, usagef("--kubeconfig and --master are exclusive with --manifests")
 	}
-	if o.agent != "" && (o.manifests != "" || o.set["kubeconfig"] || o.master != "") {
-		return nil, usagef("--agent reads the running agent's model: --manifests, --kubeconfig and --master build another")
+	if o.demo && (o.manifests != "" || o.set["kubeconfig"] || o.master != "") {
+		return nil, usagef("--demo is exclusive with --manifests, --kubeconfig and --master")
+	}
+	if o.agent != "" && (o.manifests != "" || o.set["kubeconfig"] || o.master != "" || o.demo) {
+		return nil, usagef("--agent reads the running agent's model: --manifests, --kubeconfig, --master and --demo build another")
 	}
 	if o.once && o.cleanup {
 		return nil, usagef("--once and --cleanup are exclusive")
@@ -393,7 +399,7 @@ var fieldFlags = map[string]string{
 }
 
 // agentFlags are the agent's own flags, which kube-proxy does not have.
-var agentFlags = append([]string{"manifests", "dry-run", "once", "from", "kube-proxy-metrics"}, troubleshootFlagNames...)
+var agentFlags = append([]string{"manifests", "demo", "dry-run", "once", "from", "kube-proxy-metrics"}, troubleshootFlagNames...)
 
 // flagsOnly applies the flags that kube-proxy keeps outside its
 // configuration: the sync periods of the mode, the cluster CIDRs and the

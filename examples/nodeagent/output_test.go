@@ -54,6 +54,7 @@ var operatorLines = []string{
 	"No --cluster-cidr",
 	"IPv6 is not proxied",
 	"Local traffic detection is ClusterCIDR",
+	"No source given",
 	"Starting proxy",
 	"Sources synced without",
 	"Programmed the rules once",
@@ -82,6 +83,7 @@ const (
 	noClusterCIDR = `I "No --cluster-cidr: traffic from outside the cluster to cluster IPs is not masqueraded, so its replies may bypass this node; set --cluster-cidr to the pods' CIDRs"`
 	noNode        = `I "Sources synced without this proxy's Node: /healthz answers 503 and topology is unknown until it appears; check the node name" node="elsewhere"`
 	noV6CIDR      = `I "Local traffic detection is ClusterCIDR, but no cluster CIDR of this IP family is set: none of its traffic counts as from a local pod" ipFamily="IPv6" clusterCIDRs=["10.244.0.0/16"]`
+	noSource      = `I "No source given (--kubeconfig, --master, --manifests, or a pod's in-cluster config): printing the rules of the bundled demo manifests, as --dry-run does, and changing nothing on this node; --demo programs them"`
 	demoStart     = `I "Starting proxy" node="demo-node" ipFamilies=["IPv4","IPv6"] dataplanes=["iptables (IPv4)","iptables (IPv6)"] sources=["demo manifests (built in)"] `
 	programmed    = `I "Programmed the rules once" mode="iptables" ipFamilies=["IPv4","IPv6"] servicePorts=8 endpoints=16 elapsed="X"`
 )
@@ -97,7 +99,7 @@ func TestOperatorOutput(t *testing.T) {
 	}{
 		{
 			name: "once, no cluster CIDR",
-			args: []string{"--once"},
+			args: []string{"--demo", "--once"},
 			want: []string{
 				noClusterCIDR,
 				demoStart + `clusterCIDRs=[] nodePortAddresses=["all"]`,
@@ -106,7 +108,7 @@ func TestOperatorOutput(t *testing.T) {
 		},
 		{
 			name: "once, dual-stack with an IPv4 cluster CIDR, unknown node",
-			args: []string{"--once", "--cluster-cidr", "10.244.0.0/16", "--hostname-override", "Elsewhere"},
+			args: []string{"--demo", "--once", "--cluster-cidr", "10.244.0.0/16", "--hostname-override", "Elsewhere"},
 			want: []string{
 				noV6CIDR,
 				`I "Starting proxy" node="elsewhere" ipFamilies=["IPv4","IPv6"] dataplanes=["iptables (IPv4)","iptables (IPv6)"] sources=["demo manifests (built in)"] clusterCIDRs=["10.244.0.0/16"] nodePortAddresses=["all"]`,
@@ -116,7 +118,7 @@ func TestOperatorOutput(t *testing.T) {
 		},
 		{
 			name: "once, nothing to warn about",
-			args: []string{"--once", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56", "--nodeport-addresses", "192.168.49.0/24,primary"},
+			args: []string{"--demo", "--once", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56", "--nodeport-addresses", "192.168.49.0/24,primary"},
 			want: []string{
 				demoStart + `clusterCIDRs=["10.244.0.0/16","fd00:10:244::/56"] nodePortAddresses=["192.168.49.0/24","primary"]`,
 				programmed,
@@ -125,7 +127,7 @@ func TestOperatorOutput(t *testing.T) {
 		{
 			name:    "once without ip6tables, masquerading all",
 			runners: map[v1.IPFamily]*xtables.FakeRunner{v1.IPv4Protocol: xtables.NewFakeRunner()},
-			args:    []string{"--once", "--masquerade-all"},
+			args:    []string{"--demo", "--once", "--masquerade-all"},
 			want: []string{
 				`I "IPv6 is not proxied: ip6tables is not usable" err="ip6tables: not found"`,
 				`I "Starting proxy" node="demo-node" ipFamilies=["IPv4"] dataplanes=["iptables (IPv4)"] sources=["demo manifests (built in)"] clusterCIDRs=[] nodePortAddresses=["all"] masqueradeAll=true`,
@@ -136,6 +138,7 @@ func TestOperatorOutput(t *testing.T) {
 			name: "dry run",
 			args: []string{"--dry-run", "--once", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/56"},
 			want: []string{
+				noSource,
 				demoStart + `clusterCIDRs=["10.244.0.0/16","fd00:10:244::/56"] nodePortAddresses=["all"]`,
 				`I "Printed the rules of one sync (dry run: nothing was programmed)" mode="iptables" ipFamilies=["IPv4","IPv6"] servicePorts=8 endpoints=16 elapsed="X"`,
 			},
@@ -167,7 +170,7 @@ func TestOperatorOutput(t *testing.T) {
 // it removed per family, and a second --cleanup finds nothing.
 func TestCleanupSaysWhatItRemoved(t *testing.T) {
 	h := fakeHost(bothFamilies())
-	if code, _, errOut := runOnHost(t, h, "--once"); code != exitOK {
+	if code, _, errOut := runOnHost(t, h, "--demo", "--once"); code != exitOK {
 		t.Fatalf("--once: exit %d, stderr:\n%s", code, errOut)
 	}
 	for _, want := range [][]string{
