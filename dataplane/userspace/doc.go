@@ -16,11 +16,12 @@
 // listen on every address. No root and no netfilter are needed.
 //
 // Redirect mode (Config.Redirect) needs root and serves a node's service
-// traffic as the other modes do: every forwarder listens on a free port of
-// every address, with a transparent socket (IP_TRANSPARENT), a service
-// address's forwarder also on that address and port itself, and netfilter
-// rules, written with xtables' Runner (one iptables-restore
-// per Sync), send each frontend's traffic there:
+// traffic as the other modes do: every forwarder listens on a free port,
+// with a transparent socket (IP_TRANSPARENT), a service address's
+// forwarder on loopback and also on that address and port itself, a node
+// port's on every address, and netfilter rules, written with xtables'
+// Runner (one iptables-restore per Sync), send each frontend's traffic
+// there:
 //
 //   - Traffic entering the node (from pods, whatever the shape of their
 //     network, and from outside) to a service address is diverted by
@@ -38,11 +39,16 @@
 //     found all the same.
 //   - The node's own traffic to a service address is redirected by nat
 //     REDIRECT rules (PKU-SERVICES, hooked from OUTPUT) to the forwarder on
-//     loopback.
+//     loopback (127.0.0.1, ::1), where REDIRECT sends a packet of the node.
 //   - A node port's destination is already the node's: nat DNAT rules that
 //     change only the port (PKU-NODEPORTS, hooked from PREROUTING and, for
 //     local destinations, from PKU-SERVICES) send it to the forwarder on
 //     the address it reached, on NodePortAddresses of the node.
+//   - A forwarder's own port takes nothing else: filter PKU-FORWARDERS,
+//     hooked from INPUT for a connection's first packet, lets through
+//     what a REDIRECT or DNAT sent (conntrack's DNAT state) and refuses
+//     any other new connection to a forwarder's port as the kernel does
+//     where nothing listens (a TCP reset, an ICMP port unreachable).
 //   - What the model drops is dropped ahead of all that (mangle
 //     PKU-FIREWALL, hooked from PREROUTING and OUTPUT): packets to a
 //     cluster IP whose internal traffic policy finds no local endpoint,
@@ -60,6 +66,39 @@
 // needs no address, keeps no NAT state for the connection, and leaves the
 // original destination on the socket; upstream's userspace proxier used
 // REDIRECT and served only pods behind a bridge that has an address.
+//
+// # Nothing to reach but the frontends
+//
+// A forwarder's port is an implementation detail: a connection made to it
+// directly (an outside client probing the node, a pod) would reach the
+// service past every rule, even a service that is only a cluster IP, and
+// past its drops (traffic policies, source ranges). So the forwarders are
+// placed where only the rules reach them. A service address's socket for
+// the node's own traffic listens on loopback, which no packet from
+// another host reaches (unless something set IPv4's route_localnet; this
+// mode never does), and its socket for the traffic entering the node on
+// the service address and port itself: that is the frontend, which
+// TPROXY hands it. There is nothing else to reach, even with the rules
+// flushed. A node port's forwarder must listen on the node's addresses,
+// since a DNAT that keeps the address is the only redirect that works
+// from every interface, pods behind an address-less veth or a
+// br_netfilter bridge included (TPROXY to a loopback socket loses the
+// socket it chose on such a bridge, as described above, and REDIRECT or
+// a DNAT to loopback needs route_localnet in IPv4 and cannot work in
+// IPv6): there the guard chain refuses what no DNAT sent. It guards the
+// loopback sockets too, for a node where route_localnet is set. Until
+// the canary or a Reconcile finds a flushed guard chain and writes it
+// again, a node port's forwarder answers on its own port.
+//
+// kube-proxy (v1.37) opens, besides its netlink sockets: its health
+// server (--healthz-bind-address, 0.0.0.0:10256 by default), its metrics
+// server (--metrics-bind-address, 127.0.0.1:10249) and the health-check
+// node port of each externalTrafficPolicy Local LoadBalancer service; it
+// holds no socket on a node port. A node running redirect mode opens
+// those (the embedding program's, package health) and, on the node's
+// addresses, nothing else that answers: its sockets on service addresses
+// are the frontends, its loopback ones are not reached from outside, and
+// its node port ones answer only through a node port.
 //
 // The Dataplane is then a dataplane.Reconciler (it lists its chains,
 // compares them with their listing right after its last write and looks

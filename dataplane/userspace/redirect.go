@@ -41,7 +41,9 @@ const (
 
 // RedirectConfig configures redirect mode: the node's service traffic is
 // caught by netfilter rules and sent to the forwarders, which listen on a
-// free port of every node address. Traffic entering the node (from pods,
+// free port of loopback (a service address's) or of every address (a node
+// port's), where a filter rule refuses any connection that no rule sent.
+// Traffic entering the node (from pods,
 // whatever their network's shape, and from outside) is diverted with
 // mangle TPROXY rules, which hand a packet to a local socket without
 // rewriting it, plus a policy route that delivers marked packets locally;
