@@ -31,12 +31,14 @@ var vmTools = []string{"iptables", "iptables-restore", "iptables-save", "ip6tabl
 // cluster IPs with UDP and hairpins, LoadBalancer VIPs with source
 // ranges, node ports, external IPs under both external traffic policies,
 // services with both traffic policies Local (where IPVS mode differs
-// most), services without endpoints, and IPv6. Every reproducible case
+// most), services without endpoints, IPv6, names at the API server's
+// limits and upstream e2e's named targetPort. Every reproducible case
 // runs on a host whose kernel has IPVS, and in the VM with
 // allScenariosEnv=1 (over an hour under TCG).
 const vmScenarios = "ClusterIPGeneral|LoadBalancer|NodePorts:_ipv4,_localhost-nodeports_disabled|ExternalTrafficPolicyLocal|" +
 	"ExternalTrafficPolicyCluster|BothTrafficPoliciesLocal|BothTrafficPoliciesLocal_without_local_endpoints|" +
-	"NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal|SessionAffinity"
+	"NoEndpointsReject|IPv6_NoEndpointsReject|IPv6_ExternalTrafficPolicyLocal|SessionAffinity|" +
+	"LongNames|NamedTargetPortDifferentPorts"
 
 // allScenariosEnv=1 makes TestKernelTestsInVM run every scenario.
 const allScenariosEnv = "PROXYKIT_IPVS_VM_ALL"
