@@ -169,9 +169,12 @@
 //   - The nfacct counters (and the counting-only localhost node-port rule
 //     they need) are not written.
 //   - Invalid ports, addresses and endpoints (wrong family, unparsable,
-//     port 0, names unsafe in a comment, out-of-range affinity timeouts)
-//     are skipped and reported through Config.OnSkip instead of reaching
-//     iptables-restore and failing the whole sync.
+//     port 0, names unsafe in a comment or longer than the API server
+//     allows, out-of-range affinity timeouts) are skipped and reported
+//     through Config.OnSkip instead of reaching iptables-restore and
+//     failing the whole sync. Every name the API server accepts is served:
+//     at 63 characters each for namespace, name and port name, the longest
+//     comment is 253 bytes of the 255 iptables holds.
 //   - The health-check rule of a non-TCP port says its protocol in the
 //     comment, so that each rule identifies its service port.
 package iptables
