@@ -116,3 +116,62 @@ func TestLongNames(t *testing.T) {
 		})
 	}
 }
+
+// TestLongNameUnservedChainGoes follows a long-named port from no
+// endpoints (its no-endpoint elements going to its "unserved-" chain) to
+// some and back: the chain is emptied once nothing goes to it, is back
+// when the endpoints go, and the port is named all along.
+func TestLongNameUnservedChainGoes(t *testing.T) {
+	label := func(word string) string { return word + strings.Repeat("x", 63-len(word)) }
+	ns, svc, port := label("namespace"), label("service"), label("port")
+	b := newBuilder()
+	b.UpdateService(nil, dataplanetest.MakeService(ns, svc, func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.ClusterIP = "172.30.0.1"
+		s.Spec.Ports = []v1.ServicePort{dataplanetest.ServicePort(port, v1.ProtocolTCP, 80, 30001, 0)}
+	}))
+	withEndpoints := dataplanetest.MakeSlice(ns, svc, 1, func(s *discovery.EndpointSlice) {
+		s.Ports = []discovery.EndpointPort{dataplanetest.SlicePort(port, v1.ProtocolTCP, 80)}
+		s.Endpoints = []discovery.Endpoint{dataplanetest.ReadyEndpoint("10.1.0.1", "node2")}
+	})
+	fake := knftables.NewFake(knftables.IPv4Family, "proxykit")
+	d, err := New(Config{NFT: fake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dataplanetest.PortName(ns, svc, port, v1.ProtocolTCP)
+	for i, step := range []struct {
+		slice        *discovery.EndpointSlice
+		want         dataplane.Action
+		wantUnserved bool
+	}{
+		{want: dataplane.Reject, wantUnserved: true},
+		{slice: withEndpoints, want: dataplane.DNAT},
+		{want: dataplane.Reject, wantUnserved: true},
+	} {
+		if step.slice != nil {
+			b.UpdateEndpointSlice(nil, step.slice)
+		} else if i > 0 {
+			b.UpdateEndpointSlice(withEndpoints, nil)
+		}
+		if err := d.Sync(context.Background(), b.Build().States[0]); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		// A chain nothing goes to is flushed, and deleted a sync later.
+		unserved := 0
+		for name, c := range fake.Table.Chains {
+			if strings.HasPrefix(name, prefixUnserved) && len(c.Rules) > 0 {
+				unserved++
+			}
+		}
+		if got := unserved == 1; got != step.wantUnserved || unserved > 1 {
+			t.Errorf("step %d: %d unserved chains, want one: %v", i, unserved, step.wantUnserved)
+		}
+		rs := &Ruleset{t: fake.Table}
+		v, _, err := rs.Trace(dataplanetest.MakePacket(dataplane.FromOutside, dataplanetest.ExternalClient, dataplanetest.NodeIP+":30001", v1.ProtocolTCP),
+			[]netip.Addr{netip.MustParseAddr(dataplanetest.NodeIP)})
+		if err != nil || v.Action != step.want || v.Service != want {
+			t.Errorf("step %d: Trace to the node port: %v, %v; want %v of the port", i, v, err, step.want)
+		}
+	}
+}
