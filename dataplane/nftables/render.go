@@ -161,25 +161,14 @@ func (r *renderer) port(out *rendering, p *port) {
 	// The external chain exists whenever some external traffic can reach
 	// an endpoint.
 	useExternal := p.ExternallyAccessible() && hasEndpoints && (svcChain != "" || pol.ExternalLocal && localChain != "")
-	noEndpoint := verdictReject
-	if hasEndpoints {
-		noEndpoint = verdictDrop
-	}
-	// The no-endpoint elements' comments name the port, unless the name
-	// is too long for one: then their verdict is a chain's, whose name
-	// holds it, so that the port is still known from the table.
-	unserved, noEndpointRule := "", noEndpoint
-	if !fitsComment(base) {
-		unserved = names.chain(prefixUnserved)
-		noEndpoint = "goto " + unserved
-	}
-	usedUnserved := false
+	unserved := newUnserved(&names, hasEndpoints)
+	noEndpoint := unserved.verdict
 
 	add := func(set, key, value string) {
 		c := claim{order: p.order, value: value}
 		if set == mapNoEndpointServices || set == mapNoEndpointNodePort {
 			c.comment = commentOf(base)
-			usedUnserved = true
+			unserved.used = true
 		}
 		out.elems = append(out.elems, elemClaim{elemKey{set, key}, c})
 	}
@@ -234,8 +223,38 @@ func (r *renderer) port(out *rendering, p *port) {
 	for _, key := range hairpinKeys(p.Proto, cluster, local) {
 		add(setHairpin, key, "")
 	}
-	if unserved != "" && usedUnserved {
-		out.chains = append(out.chains, newChain(unserved, []string{noEndpointRule}))
+	unserved.addTo(out)
+}
+
+// unserved is the verdict of a port's no-endpoint elements: reject, or
+// drop when the port has endpoints but none for that traffic. Their
+// comments name the port, unless the name is too long for one: then the
+// verdict is that of a chain of the port's, whose name holds it, so that
+// the port is still known from the table.
+type unserved struct {
+	verdict string
+	// chain and rule are the port's chain when it needs one, "" otherwise.
+	chain, rule string
+	// used is set when an element has the verdict.
+	used bool
+}
+
+func newUnserved(names *chainNames, hasEndpoints bool) *unserved {
+	u := &unserved{verdict: verdictReject}
+	if hasEndpoints {
+		u.verdict = verdictDrop
+	}
+	if !fitsComment(names.base) {
+		u.chain, u.rule = names.chain(prefixUnserved), u.verdict
+		u.verdict = "goto " + u.chain
+	}
+	return u
+}
+
+// addTo adds the port's chain to out if an element goes to it.
+func (u *unserved) addTo(out *rendering) {
+	if u.chain != "" && u.used {
+		out.chains = append(out.chains, newChain(u.chain, []string{u.rule}))
 	}
 }
 
