@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/proxykit/proxykit/source/validation"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	networking "k8s.io/api/networking/v1"
@@ -54,14 +55,29 @@ func (e *Error) Unwrap() error { return e.Err }
 // defaults the API server would give it on create (an EndpointSlice port
 // without a name is named "", a Service port without a protocol is TCP,
 // and so on), so that a manifest means what it would mean applied to a
-// cluster. The error, if any, is an *Error.
+// cluster.
+//
+// Every Service, EndpointSlice and Node is then checked as the API server
+// would check it on create (source/validation): one it would refuse is
+// left out, and the others are returned with an error joining one *Error
+// per refused object, whose Line is its document's and whose Err is the
+// API server's own error (apierrors.IsInvalid), naming each field.
+// Otherwise the error, if any, is an *Error and no object is returned.
 func Decode(path string, data []byte) ([]runtime.Object, error) {
-	objs, _, err := newDecoder().decode(path, data, nil)
-	return objs, err
+	d := newDecoder()
+	objs, _, err := d.decode(path, data, nil)
+	if err != nil {
+		return nil, err
+	}
+	return objs, errors.Join(d.refused...)
 }
 
 type decoder struct {
 	decoder runtime.Decoder
+	// checker, when set, checks every object decoded, and logs and counts
+	// those it refuses; without it refused collects them.
+	checker *validation.Checker
+	refused []error
 }
 
 func newDecoder() *decoder {
@@ -101,11 +117,32 @@ func (d *decoder) decode(path string, data []byte, known map[docKey][]runtime.Ob
 			if objs, err = d.decodeRaw(doc); err != nil {
 				return nil, nil, err.withPath(path)
 			}
+			// A refused object is reported once, when its document is
+			// decoded, not at every read of an unchanged one.
+			objs = d.keepValid(path, doc.line, objs)
 		}
 		seen[key] = objs
 		out = append(out, objs...)
 	}
 	return out, seen, nil
+}
+
+// keepValid returns the objects of the document at path:line that the API
+// server would accept, and reports the others.
+func (d *decoder) keepValid(path string, line int, objs []runtime.Object) []runtime.Object {
+	out := objs[:0]
+	for _, o := range objs {
+		var err error
+		if d.checker != nil {
+			err = d.checker.Check(o, "path", path, "line", line)
+		} else if err = validation.Validate(o, validation.Create); err != nil {
+			d.refused = append(d.refused, &Error{Path: path, Line: line, Err: err})
+		}
+		if err == nil {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // decodeRaw converts a YAML document to JSON and decodes it.

@@ -107,6 +107,9 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	if err != nil {
 		return fileError(s.path, err)
 	}
+	if err := s.checkObjects(); err != nil {
+		return err
+	}
 	dir := s.path
 	if !info.IsDir() {
 		dir = filepath.Dir(s.path)

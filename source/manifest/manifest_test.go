@@ -79,11 +79,11 @@ func TestDecode(t *testing.T) {
 			[]string{"Service demo/web", "EndpointSlice demo/web-1", "Node test-node"}},
 		{"other kinds left out", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\n---\n" + svcYAML,
 			[]string{"Service demo/web"}},
-		{"default namespace", "apiVersion: v1\nkind: Service\nmetadata:\n  name: bare\n",
+		{"default namespace", "apiVersion: v1\nkind: Service\nmetadata:\n  name: bare\nspec:\n  ports:\n  - port: 80\n",
 			[]string{"Service default/bare"}},
-		{"list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n- apiVersion: v1\n  kind: Node\n  metadata:\n    name: nd\n",
+		{"list", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n  spec:\n    ports:\n    - port: 80\n- apiVersion: v1\n  kind: Node\n  metadata:\n    name: nd\n",
 			[]string{"Service default/a", "Node nd"}},
-		{"json stream", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"x"}}
+		{"json stream", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"x"},"spec":{"ports":[{"port":80}]}}
 {"apiVersion":"v1","kind":"Node","metadata":{"name":"n"}}`,
 			[]string{"Service x/a", "Node n"}},
 		{"crlf", strings.ReplaceAll(svcYAML, "\n", "\r\n"), []string{"Service demo/web"}},
@@ -282,7 +282,7 @@ func TestSourceFolder(t *testing.T) {
 	errsMu.Unlock()
 
 	// A new file, and the broken one removed: its last good content goes.
-	writeFile(t, filepath.Join(dir, "c.json"), `{"apiVersion":"v1","kind":"Service","metadata":{"name":"api","namespace":"demo"}}`)
+	writeFile(t, filepath.Join(dir, "c.json"), `{"apiVersion":"v1","kind":"Service","metadata":{"name":"api","namespace":"demo"},"spec":{"ports":[{"port":80}]}}`)
 	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
 		t.Fatal(err)
 	}
