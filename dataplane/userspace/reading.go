@@ -15,7 +15,8 @@ import (
 // Reading is the dataplane's kernel in redirect mode (RedirectConfig) as
 // troubleshooting reads it: its rules (mangle TPROXY and DROP for
 // traffic entering the node, nat REDIRECT for the node's own, nat DNAT of
-// the port alone for node ports, filter REJECT), read with everyone's as
+// the port alone for node ports, filter REJECT and the guard of the
+// forwarders' own ports), read with everyone's as
 // xtables.Reading reads them, and the forwarder each of them leads to. A
 // forwarder routes its connections as the model does, so a packet sent to
 // the forwarder of the service port the model names gets the model's

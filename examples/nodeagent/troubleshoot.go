@@ -205,8 +205,10 @@ var errNoKernelReading = errors.New("reading the kernel's rules is built for --p
 
 // listeningSockets reads the TCP and UDP sockets of this network
 // namespace that listen, of both families, with the addresses they are
-// bound to: a forwarder for a REDIRECT or a node port listens on every
-// address, one for a TPROXY on the service address, a dual-stack socket
+// bound to: a forwarder for a REDIRECT listens on loopback, one for a
+// node port on every address, one for a TPROXY on the service address
+// (a REDIRECT or node port's DNAT is read as leading to the unspecified
+// address, which any socket on the port takes), a dual-stack socket
 // under AF_INET6. A TPROXY to a cluster IP finds only a socket on that
 // address or on every address, not another service address's on the same
 // port.
