@@ -27,6 +27,9 @@ type BuilderConfig struct {
 	ProxyName string
 	// Settings are copied into every State; per-family CIDR lists are
 	// filtered to the State's family (see Settings.NodePortAddresses).
+	// Check them with Settings.Validate first: every dataplane of this
+	// module refuses the States of Settings it refuses, and NewBuilder
+	// logs why.
 	Settings Settings
 	// Logger receives why objects or parts of them were skipped; the zero
 	// value (logr.Discard()) logs nothing.
@@ -114,6 +117,9 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 		mode:     cfg.Settings.LocalDetector.Mode,
 		logger:   cfg.Logger,
 		onSkip:   cfg.OnSkip,
+	}
+	if err := cfg.Settings.Validate(); err != nil {
+		b.logger.Error(err, "Invalid settings: every dataplane will refuse the States built with them")
 	}
 	families := cfg.Families
 	if families == nil {

@@ -179,7 +179,8 @@ func (n portNameJSON) compare(o portNameJSON) int { return n.portName().Compare(
 // version and family; service ports with names the Tracker would take
 // (servicemodel.ValidName), a known protocol, a port and a cluster IP, each
 // once; addresses and CIDRs valid and of the State's family (Settings' of
-// either); a ClientIP affinity timeout within the API's range.
+// either); Settings that Settings.Validate accepts; a ClientIP affinity
+// timeout within the API's range.
 // Address lists are sorted and de-duplicated as the trackers do, and
 // endpoint lists as endpoints.NewMap does. Errors wrap ErrStateFormat and
 // name the service port or field at fault.
@@ -223,6 +224,9 @@ func (s *State) UnmarshalJSON(b []byte) error {
 	case LocalModeNone, LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeBridgeInterface, LocalModeInterfaceNamePrefix:
 	default:
 		c.fail("settings localDetector mode %q is not one of kube-proxy's", settings.LocalDetector.Mode)
+	}
+	if err := settings.Validate(); err != nil {
+		c.fail("%v", err)
 	}
 	ports := make([]*servicemodel.ServicePort, 0, len(w.Services))
 	seen := make(map[servicemodel.PortName]bool, len(w.Services))

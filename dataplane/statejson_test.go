@@ -228,6 +228,10 @@ func TestStateJSONRejects(t *testing.T) {
 			m["settings"].(map[string]any)["localDetector"] = map[string]any{"mode": "Magic"}
 		}),
 			`localDetector mode "Magic" is not one of kube-proxy's`},
+		{"detector interface", edit(func(m map[string]any) {
+			m["settings"].(map[string]any)["localDetector"] = map[string]any{"mode": "BridgeInterface", "interface": "br0\n-A INPUT"}
+		}),
+			`Settings.LocalDetector.Interface: Invalid value: "br0\n-A INPUT": must consist of ASCII letters`},
 		{"service CIDR", edit(func(m map[string]any) { m["serviceCIDRs"] = []string{"fd00::/64"} }), "serviceCIDRs: fd00:: is not IPv4"},
 	}
 	for _, tc := range cases {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/internal/ruleport"
 )
 
@@ -66,17 +67,10 @@ func newView(s *dataplane.State, ipv6 bool) *view {
 	case dataplane.LocalModeClusterCIDR, dataplane.LocalModeNodeCIDR:
 		cidrMatch()
 	case dataplane.LocalModeBridgeInterface, dataplane.LocalModeInterfaceNamePrefix:
-		ifc := ld.Interface
-		if ld.Mode == dataplane.LocalModeInterfaceNamePrefix {
-			ifc += "+"
-		}
-		if validInterface(ld.Interface) {
+		// A name no rule may hold never gets here (checkState).
+		if ifc, ok := backend.LocalInterface(ld, "+"); ok {
 			v.ifLocal, v.ifNotLocal = "-i "+ifc, "! -i "+ifc
-		} else {
-			skip("local traffic detector interface name invalid")
 		}
-	default:
-		skip("unknown local traffic detector mode")
 	}
 
 	matchAll, loopback := true, false
@@ -127,17 +121,4 @@ func newView(s *dataplane.State, ipv6 bool) *view {
 		}
 	}
 	return v
-}
-
-func validInterface(s string) bool {
-	if s == "" || len(s) > 15 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c > '~' || c == '/' || c == '"' || c == '\'' || c == '\\' || c == '!' || c == '+' {
-			return false
-		}
-	}
-	return true
 }

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	"github.com/proxykit/proxykit/dataplane/xtables"
+	"github.com/proxykit/proxykit/internal/logtext"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 )
@@ -65,8 +67,9 @@ type Config struct {
 	// namespace), except with an ipvstest.Kernel, where it means an empty
 	// sysctl.Fake: a dataplane on the fakes touches nothing.
 	Sysctl sysctl.Interface
-	// Link is the dummy link's name; "" means DefaultLink. At most 15
-	// characters.
+	// Link is the dummy link's name; "" means DefaultLink. It must be a
+	// name dataplane.IsInterfaceName accepts: at most 15 bytes of ASCII
+	// letters, digits, '-', '_' and '.'.
 	Link string
 	// Prefix prefixes chains and ipsets; "" means DefaultPrefix. At most 8
 	// characters of A-Z, 0-9 and '-'.
@@ -117,8 +120,8 @@ func (cfg Config) resolve() (Config, error) {
 	if cfg.Link == "" {
 		cfg.Link = DefaultLink
 	}
-	if len(cfg.Link) > 15 || strings.ContainsAny(cfg.Link, "/ \t") {
-		return cfg, fmt.Errorf("ipvs: link name %q: want at most 15 characters, no '/' or spaces", cfg.Link)
+	if msgs := dataplane.IsInterfaceName(cfg.Link); len(msgs) > 0 {
+		return cfg, fmt.Errorf("ipvs: link name %q: %s", logtext.String(cfg.Link), strings.Join(msgs, "; "))
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -91,13 +92,10 @@ func podMatch(s *dataplane.State) (string, bool) {
 		if cidr, ok := s.DetectionCIDR(); ok {
 			return " -s " + cidr.String(), true
 		}
-	case dataplane.LocalModeBridgeInterface:
-		if det.Interface != "" {
-			return " -i " + det.Interface, true
-		}
-	case dataplane.LocalModeInterfaceNamePrefix:
-		if det.Interface != "" {
-			return " -i " + det.Interface + "+", true
+	case dataplane.LocalModeBridgeInterface, dataplane.LocalModeInterfaceNamePrefix:
+		// A name no rule may hold never gets here (Sync's CheckState).
+		if name, ok := backend.LocalInterface(det, "+"); ok {
+			return " -i " + name, true
 		}
 	}
 	return "", false

@@ -341,7 +341,11 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Scheduler: "fastest"}, `ipvs: unknown scheduler "fastest": want one of rr, wrr, lc, wlc, lblc, lblcr, dh, sh, mh, sed, nq`},
 		{Config{SchedulerFlags: []string{"flag-9"}}, `ipvs: unknown scheduler flag "flag-9": want flag-1, flag-2, flag-3`},
 		{Config{Prefix: "lower"}, `ipvs: prefix "lower": want at most 8 characters of A-Z, 0-9 and '-'`},
-		{Config{Link: "a-very-long-link-name"}, `ipvs: link name "a-very-long-link-name": want at most 15 characters, no '/' or spaces`},
+		{Config{Prefix: "PKV\n-A"}, `ipvs: prefix "PKV\n-A": want at most 8 characters of A-Z, 0-9 and '-'`},
+		{Config{Link: "a-very-long-link-name"}, `ipvs: link name "a-very-long-link-name": must be no more than 15 bytes (Linux's interface name limit)`},
+		{Config{Link: "ipvs0\n-A INPUT"}, `ipvs: link name "ipvs0\n-A INPUT": must consist of ASCII letters, digits, '-', '_' and '.' (found '\n')`},
+		{Config{Link: "ipvs 0"}, `ipvs: link name "ipvs 0": must consist of ASCII letters, digits, '-', '_' and '.' (found ' ')`},
+		{Config{Link: ".."}, `ipvs: link name "..": must not be "." or ".."`},
 		{Config{TCPTimeout: -time.Second}, `ipvs: TCPTimeout -1s is negative`},
 	} {
 		_, err := New(tc.cfg)

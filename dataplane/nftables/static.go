@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
+	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/internal/ruleport"
 	"sigs.k8s.io/knftables"
 )
@@ -100,28 +101,12 @@ func (d *Dataplane) localMatch(s *dataplane.State, negate bool) string {
 			return d.ipX + " saddr " + not + cidr.String()
 		}
 	case dataplane.LocalModeBridgeInterface, dataplane.LocalModeInterfaceNamePrefix:
-		if det.Interface == "" {
-			return ""
+		// A name no rule may hold never gets here (checkState).
+		if name, ok := backend.LocalInterface(det, "*"); ok {
+			return "iifname " + not + `"` + name + `"`
 		}
-		if !safeInterface(det.Interface) {
-			d.skip("local-traffic detector interface not usable in a rule", "interface", det.Interface)
-			return ""
-		}
-		name := det.Interface
-		if det.Mode == dataplane.LocalModeInterfaceNamePrefix {
-			name += "*"
-		}
-		return "iifname " + not + `"` + name + `"`
 	}
 	return ""
-}
-
-// safeInterface reports whether name is an interface name that can be
-// quoted in a rule.
-func safeInterface(name string) bool {
-	return len(name) <= 15 && strings.IndexFunc(name, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
-	}) < 0
 }
 
 // nodePortAddresses returns the node IPs that serve node ports, or

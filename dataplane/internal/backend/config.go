@@ -47,8 +47,14 @@ func RenderWorkers(name string, n int) (int, error) {
 }
 
 // CheckState refuses a State a dataplane of family (resolved by Family)
-// cannot program at all: nil, or of the other family. A State's "" family
-// is IPv4.
+// cannot program at all: nil, of the other family, or with Settings that
+// Settings.Validate refuses (the error wraps its *dataplane.SettingsError).
+// A State's "" family is IPv4.
+//
+// proxykit.New already refuses such Settings; checking them again on each
+// State costs little and keeps a value no rule may hold out of every
+// dataplane whoever built the State, with an error rather than a rule
+// left out.
 func CheckState(name string, family v1.IPFamily, s *dataplane.State) error {
 	if s == nil {
 		return fmt.Errorf("%s: nil State", name)
@@ -60,5 +66,26 @@ func CheckState(name string, family v1.IPFamily, s *dataplane.State) error {
 	if fam != family {
 		return fmt.Errorf("%s: State is %s, dataplane programs %s", name, fam, family)
 	}
+	if err := s.Settings.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	return nil
+}
+
+// LocalInterface returns the interface match of d in a rule, wildcard
+// (iptables' "+", nft's "*") ending a prefix: "cbr0", "veth+". ok is false
+// when d matches by no interface or names none. It is also false for a
+// name that LocalDetector.Validate refuses, which CheckState keeps from
+// every sync: so a byte of an unchecked name reaches no rule, whatever the
+// caller checked.
+func LocalInterface(d dataplane.LocalDetector, wildcard string) (match string, ok bool) {
+	switch {
+	case d.Interface == "":
+		return "", false
+	case d.Mode == dataplane.LocalModeBridgeInterface && dataplane.IsInterfaceName(d.Interface) == nil:
+		return d.Interface, true
+	case d.Mode == dataplane.LocalModeInterfaceNamePrefix && dataplane.IsInterfaceNamePrefix(d.Interface) == nil:
+		return d.Interface + wildcard, true
+	}
+	return "", false
 }

@@ -66,12 +66,44 @@ func TestCheckState(t *testing.T) {
 		{"IPv6", v1.IPv6Protocol, &dataplane.State{Family: v1.IPv6Protocol}, ""},
 		{"IPv6 into IPv4", v1.IPv4Protocol, &dataplane.State{Family: v1.IPv6Protocol}, "iptables: State is IPv6, dataplane programs IPv4"},
 		{"empty into IPv6", v1.IPv6Protocol, &dataplane.State{}, "iptables: State is IPv4, dataplane programs IPv6"},
+		{"invalid settings", v1.IPv4Protocol, &dataplane.State{Settings: dataplane.Settings{LocalDetector: dataplane.LocalDetector{
+			Mode: dataplane.LocalModeBridgeInterface, Interface: "br0\n"}}},
+			`iptables: Settings.LocalDetector.Interface: Invalid value: "br0\n": must consist of ASCII letters, digits, '-', '_' and '.' (found '\n')`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := fmt.Sprint(CheckState("iptables", tc.family, tc.state))
 			if tc.want == "" {
 				tc.want = "<nil>"
 			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLocalInterface(t *testing.T) {
+	type result struct {
+		Match string
+		OK    bool
+	}
+	for _, tc := range []struct {
+		name string
+		d    dataplane.LocalDetector
+		want result
+	}{
+		{"none", dataplane.LocalDetector{}, result{}},
+		{"cluster CIDR", dataplane.LocalDetector{Mode: dataplane.LocalModeClusterCIDR, Interface: "cbr0"}, result{}},
+		{"bridge", dataplane.LocalDetector{Mode: dataplane.LocalModeBridgeInterface, Interface: "cbr0"}, result{"cbr0", true}},
+		{"prefix", dataplane.LocalDetector{Mode: dataplane.LocalModeInterfaceNamePrefix, Interface: "veth"}, result{"veth+", true}},
+		{"bridge without a name", dataplane.LocalDetector{Mode: dataplane.LocalModeBridgeInterface}, result{}},
+		{"injected bridge", dataplane.LocalDetector{Mode: dataplane.LocalModeBridgeInterface, Interface: "br0\n-A INPUT -j ACCEPT\n#"}, result{}},
+		{"prefix with a quote", dataplane.LocalDetector{Mode: dataplane.LocalModeInterfaceNamePrefix, Interface: `veth"`}, result{}},
+		{"16-byte prefix", dataplane.LocalDetector{Mode: dataplane.LocalModeInterfaceNamePrefix, Interface: "abcdefghijklmnop"}, result{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got result
+			got.Match, got.OK = LocalInterface(tc.d, "+")
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
