@@ -47,7 +47,9 @@ type Config struct {
 	// once and programs an empty State (useful with Proxy.Handler).
 	Sources []source.Source
 	// Settings are copied into every State (per-family CIDR lists are
-	// filtered to the State's family).
+	// filtered to the State's family). New refuses Settings that
+	// Settings.Validate refuses, with an error wrapping ErrInvalidConfig
+	// and the *dataplane.SettingsError.
 	Settings dataplane.Settings
 
 	// MinSyncPeriod is the least time between the end of one sync and the
@@ -183,6 +185,10 @@ func (c Config) withDefaults() (Config, error) {
 		if s == nil {
 			return c, invalidf("Sources[%d] is nil", i)
 		}
+	}
+	if err := c.Settings.Validate(); err != nil {
+		// The *dataplane.SettingsError stays reachable with errors.As.
+		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	for _, p := range []struct {
 		name string

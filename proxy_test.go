@@ -35,6 +35,8 @@ func TestNewValidates(t *testing.T) {
 		{"min above period", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, MinSyncPeriod: time.Hour, SyncPeriod: time.Minute}},
 		{"negative period", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, SyncPeriod: -time.Second}},
 		{"metrics without gatherer", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, MetricsBindAddress: "127.0.0.1:0", Registerer: prometheus.WrapRegistererWithPrefix("x_", prometheus.NewRegistry())}},
+		{"injected bridge", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, Settings: dataplanetest.InvalidSettings()["injected bridge"]}},
+		{"16-byte prefix", Config{Dataplanes: []DataplaneConfig{{Dataplane: rec}}, Settings: dataplanetest.InvalidSettings()["16-byte prefix"]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := New(tc.cfg); !errors.Is(err, ErrInvalidConfig) {
