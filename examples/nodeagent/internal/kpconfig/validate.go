@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/proxykit/proxykit/dataplane"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	v1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
@@ -21,7 +22,12 @@ type ValidateOptions struct {
 // Validate checks a completed configuration as kube-proxy does. Errors
 // name fields by their path in the file (iptables.masqueradeBit). Unlike
 // kube-proxy, an empty metricsBindAddress is valid: it disables the
-// metrics server.
+// metrics server. Stricter than kube-proxy, in every mode, so that no
+// value reaches a rule unchecked: the interface of the detect-local mode
+// in use must be a name dataplane.IsInterfaceName (or, for a prefix,
+// IsInterfaceNamePrefix) accepts, where kube-proxy refuses only an empty
+// one and writes any other into its rules; and clusterCIDR and
+// nodePortAddresses take no IPv4-mapped IPv6 CIDR.
 func Validate(c *v1alpha1.KubeProxyConfiguration, o ValidateOptions) field.ErrorList {
 	var errs field.ErrorList
 	if err := checkGates(c.FeatureGates); err != nil {
@@ -165,8 +171,11 @@ func nodePortAddresses(list []string, p *field.Path) field.ErrorList {
 			seen[s] = true
 			continue
 		}
-		if _, err := netip.ParsePrefix(s); err != nil {
+		switch pfx, err := netip.ParsePrefix(s); {
+		case err != nil:
 			errs = append(errs, field.Invalid(p.Index(i), s, "must be a valid CIDR or one of the keywords 'primary', 'localhost', 'all'"))
+		case pfx.Addr().Is4In6():
+			errs = append(errs, field.Invalid(p.Index(i), s, mappedCIDR))
 		}
 	}
 	return errs
@@ -179,18 +188,30 @@ func detectLocal(c *v1alpha1.KubeProxyConfiguration) field.ErrorList {
 	}
 	switch c.DetectLocalMode {
 	case LocalBridgeInterface:
-		if c.DetectLocal.BridgeInterface == "" {
-			return field.ErrorList{field.Invalid(field.NewPath("detectLocal", "bridgeInterface"), "", "must not be empty")}
-		}
+		return interfaceName(c.DetectLocal.BridgeInterface, field.NewPath("detectLocal", "bridgeInterface"), dataplane.IsInterfaceName)
 	case LocalInterfaceNamePrefix:
-		if c.DetectLocal.InterfaceNamePrefix == "" {
-			return field.ErrorList{field.Invalid(field.NewPath("detectLocal", "interfaceNamePrefix"), "", "must not be empty")}
-		}
+		return interfaceName(c.DetectLocal.InterfaceNamePrefix, field.NewPath("detectLocal", "interfaceNamePrefix"), dataplane.IsInterfaceNamePrefix)
 	case LocalClusterCIDR:
 		return clusterCIDRs(ClusterCIDRs(c), field.NewPath("clusterCIDR"))
 	}
 	return nil
 }
+
+// interfaceName refuses, with one error per reason, a name the rules
+// cannot hold: kube-proxy refuses only an empty one, and writes any other
+// into its rules as given (see dataplane.IsInterfaceName).
+func interfaceName(name string, p *field.Path, check func(string) []string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range check(name) {
+		errs = append(errs, field.Invalid(p, name, msg))
+	}
+	return errs
+}
+
+// mappedCIDR is why an IPv4-mapped IPv6 CIDR is refused, where kube-proxy
+// takes it for IPv4 or IPv6 depending on the check: it matches no packet
+// of either family.
+const mappedCIDR = "must not be an IPv4-mapped IPv6 CIDR: give the IPv4 CIDR"
 
 func clusterCIDRs(list []string, p *field.Path) field.ErrorList {
 	const pair = "must be either a single CIDR or a dual-stack pair of CIDRs (e.g. 10.100.0.0/16,fde4:8dba:82e1::/48)"
@@ -206,6 +227,10 @@ func clusterCIDRs(list []string, p *field.Path) field.ErrorList {
 		pfx, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
 			errs = append(errs, field.Invalid(p.Index(i), s, "must be a valid CIDR block (e.g. 10.100.0.0/16 or fde4:8dba:82e1::/48)"))
+			continue
+		}
+		if pfx.Addr().Is4In6() {
+			errs = append(errs, field.Invalid(p.Index(i), s, mappedCIDR))
 			continue
 		}
 		if pfx.Addr().Is4() {
