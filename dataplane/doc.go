@@ -129,6 +129,15 @@
 // Packet.Interface; traffic from the node has none). With no detector,
 // nothing is local pod traffic and the rules that need one are left out.
 //
+// Settings.Validate refuses what no rule may hold: an unknown detector
+// mode, a CIDR that is no prefix (or an IPv4-mapped IPv6 one), and an
+// interface that is not 1 to 15 bytes of ASCII letters, digits, '-', '_'
+// and '.' (IsInterfaceName, IsInterfaceNamePrefix). proxykit.New refuses
+// such Settings, and every dataplane of this module refuses to program a
+// State that holds them, so that a bad value is an error at start-up,
+// never a rule left out or, worse, a name written verbatim into an
+// iptables-restore input.
+//
 // Verdict.Endpoints is the candidate set, sorted by address, one of which
 // a connection reaches. A connection DNATed back to its own source
 // (hairpin) is always masqueraded: Verdict.Hairpin lists the candidates
@@ -150,6 +159,9 @@
 //     deleted Node keeps its last known information; kube-proxy exits.
 //   - The node's local addresses are Node.IPs (its InternalIPs, then
 //     ExternalIPs) and loopback, rather than whatever the interfaces hold.
+//   - The detector's interface must be a name Settings.Validate accepts;
+//     kube-proxy refuses only an empty one (in its configuration) and
+//     writes any other into its rules as given.
 //
 // # Partial syncs
 //

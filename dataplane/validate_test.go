@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -116,4 +117,22 @@ func TestLocalDetectorValidate(t *testing.T) {
 	if diff := cmp.Diff(want, d.Validate().Error()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+}
+
+// A bridge name that would add a rule to an iptables-restore input is
+// refused before any dataplane sees it.
+func ExampleSettings_Validate() {
+	s := dataplane.Settings{LocalDetector: dataplane.LocalDetector{
+		Mode:      dataplane.LocalModeBridgeInterface,
+		Interface: "br0\n-A INPUT -j ACCEPT",
+	}}
+	err := s.Validate()
+	var fe *field.Error
+	if errors.As(err, &fe) {
+		fmt.Println(fe.Field)
+		fmt.Println(fe.Detail)
+	}
+	// Output:
+	// Settings.LocalDetector.Interface
+	// must be no more than 15 bytes (Linux's interface name limit)
 }

@@ -2,7 +2,8 @@
 // nftables, ipvs, userspace) shares, so that a fix to it is made once: the
 // checks of the Config fields they have in common (IP family, masquerade
 // bit, render workers), the check that a State is one the backend can
-// program, the report of inputs left out as invalid, the read of the last
+// program (its Settings included), the one way the detector's interface
+// is written into a rule, the report of inputs left out as invalid, the read of the last
 // sync's statistics, and the registration of metrics that both families'
 // Dataplanes may share on one Registerer.
 //
