@@ -86,8 +86,9 @@ func badServices(r *rand.Rand, prefix string, eps map[servicemodel.PortName][]*e
 	return ports
 }
 
-// badStateOf is a State of ports and eps on a node and with settings
-// that may be invalid.
+// badStateOf is a State of ports and eps on a node that may be invalid,
+// with any settings Settings.Validate accepts: a dataplane refuses the
+// others whole (TestRefusesInvalidSettings).
 func badStateOf(r *rand.Rand, v6 bool, ports []*servicemodel.ServicePort, eps map[servicemodel.PortName][]*endpoints.Endpoint) *dataplane.State {
 	s := &dataplane.State{
 		Family: v1.IPv4Protocol,
@@ -96,11 +97,11 @@ func badStateOf(r *rand.Rand, v6 bool, ports []*servicemodel.ServicePort, eps ma
 		Settings: dataplane.Settings{
 			MasqueradeAll: r.IntN(2) == 0, LocalhostNodePorts: r.IntN(2) == 0,
 			LocalDetector: dataplane.LocalDetector{
-				Mode:      pick(r, []dataplane.LocalMode{"", "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix", "Bogus"}),
-				CIDRs:     []netip.Prefix{{}, netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/48")},
-				Interface: pick(r, []string{"", "cbr0", "veth", `bad"if`, "waytoolonginterfacename", "a b"}),
+				Mode:      pick(r, []dataplane.LocalMode{"", "ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"}),
+				CIDRs:     []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/48")},
+				Interface: pick(r, []string{"", "cbr0", "veth", "abcdefghijklmno"}),
 			},
-			NodePortAddresses: []netip.Prefix{pick(r, []netip.Prefix{{}, netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("192.168.0.0/16")})},
+			NodePortAddresses: []netip.Prefix{pick(r, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("192.168.0.0/16")})},
 		},
 		Services:  servicemodel.NewMap(ports...),
 		Endpoints: endpoints.NewMap(eps),
