@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -84,6 +84,9 @@ func New(path string, cfg Config) *Source {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
 	return &Source{path: filepath.Clean(path), cfg: cfg, decoder: newDecoder()}
 }
 
@@ -101,7 +104,8 @@ func (s *Source) String() string { return "manifests " + s.path }
 
 // Run reads the manifests, delivers them, calls h.Synced and then follows
 // changes until ctx is done. It fails if the first read fails (a missing
-// path or a broken file): there is no last good state to keep yet.
+// path, a broken file, or a file named that is not read, such as a symlink
+// leading out of its folder): there is no last good state to keep yet.
 func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	info, err := os.Stat(s.path)
 	if err != nil {
@@ -110,27 +114,35 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	if err := s.checkObjects(); err != nil {
 		return err
 	}
-	dir := s.path
-	if !info.IsDir() {
-		dir = filepath.Dir(s.path)
+	refused, err := newFilesRefused(s.cfg.Registerer, s.cfg.MetricsNamespace)
+	if err != nil {
+		return err
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watching manifests: %w", err)
 	}
 	defer w.Close()
+	st := newFileState(info.IsDir(), s.cfg.Logger, refused)
 	// Watch before the first read so that no change slips between them.
-	// The folder is watched even for a single file, because editors and
-	// ConfigMap mounts replace files by renaming.
+	// The folder is watched even for a single file, because editors
+	// replace files by renaming and a ConfigMap or Secret mount swaps its
+	// "..data" symlink, not the file.
+	dir := s.path
+	if !st.isDir {
+		dir = filepath.Dir(s.path)
+	}
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
-
-	st := fileState{files: map[string][]runtime.Object{}, docs: map[string]map[docKey][]runtime.Object{}, isDir: info.IsDir()}
-	if err := st.reload(s); err != nil {
+	if err := st.reload(s, true); err != nil {
 		return err
 	}
+	st.watchTargets(w, dir)
 	current := st.merged(s.cfg.Logger)
+	if len(current) == 0 {
+		s.cfg.Logger.Info("Manifests hold no Service, EndpointSlice or Node", "path", s.path)
+	}
 	diffObjects(h, nil, current)
 	h.Synced()
 
@@ -149,7 +161,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 			if !ok {
 				return nil
 			}
-			if !st.isDir && filepath.Clean(ev.Name) != s.path {
+			if !st.concerns(s.path, ev.Name) {
 				continue
 			}
 			if debounce != nil {
@@ -164,56 +176,170 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 			s.cfg.Logger.Error(err, "Manifest watch error", "path", s.path)
 		case <-fire:
 			fire = nil
-			if err := st.reload(s); err != nil {
+			if err := st.reload(s, false); err != nil {
 				s.cfg.Logger.Error(err, "Failed to re-read manifests; keeping their last good content", "path", s.path)
 				if s.cfg.OnError != nil {
 					s.cfg.OnError(err)
 				}
 			}
+			st.watchTargets(w, dir)
 			next := st.merged(s.cfg.Logger)
-			diffObjects(h, current, next)
+			s.logChange(current, next, diffObjects(h, current, next))
 			current = next
 		}
 	}
 }
 
-// fileState is the last good content of every manifest file.
+// logChange says what a re-read changed, once per change, and says so
+// louder when nothing is left: every rule of the manifests goes, which an
+// emptied folder may mean but a mistake may too.
+func (s *Source) logChange(old, new map[objectKey]runtime.Object, c changeCount) {
+	switch {
+	case len(new) == 0 && len(old) > 0:
+		s.cfg.Logger.Info("Manifests hold no Service, EndpointSlice or Node any more: removing every one they served", "path", s.path, "removed", c.removed)
+	case c != changeCount{}:
+		s.cfg.Logger.Info("Manifests changed", "path", s.path, "added", c.added, "updated", c.updated, "removed", c.removed)
+	}
+}
+
+// fileState is the last good content of every manifest file, and what the
+// last read found about the files it did not read.
 type fileState struct {
 	isDir bool
 	files map[string][]runtime.Object
 	// docs are the documents of each file, by their bytes, for decoding
 	// only what changed.
 	docs map[string]map[docKey][]runtime.Object
+	// root is the folder files must resolve into; targets are the files
+	// read, symlinks resolved; both as of the last read.
+	root    string
+	targets map[string]bool
+	// problems are the files not read or kept at their last good
+	// content, by path, as of the last read: a problem is logged and
+	// counted when it first appears or changes, not at every read.
+	problems map[string]problem
+	watched  map[string]bool
+	log      logr.Logger
+	refused  *prometheus.CounterVec
+}
+
+// problem is why a file was not read: ignored (logged as such), or an
+// error (logged with the other errors of the read).
+type problem struct {
+	ignored
+	isErr bool
+}
+
+func newFileState(isDir bool, log logr.Logger, refused *prometheus.CounterVec) *fileState {
+	return &fileState{
+		isDir:   isDir,
+		files:   map[string][]runtime.Object{},
+		docs:    map[string]map[docKey][]runtime.Object{},
+		watched: map[string]bool{},
+		log:     log,
+		refused: refused,
+	}
+}
+
+// concerns says whether a file event at name may change what is read from
+// path: anything in the folder of a folder source; for a single file, the
+// file itself, or a change in its folder that makes it resolve elsewhere
+// (a ConfigMap mount's swapped "..data"); and a write to a file a symlink
+// led to.
+func (st *fileState) concerns(path, name string) bool {
+	name = filepath.Clean(name)
+	switch {
+	case st.isDir && filepath.Dir(name) == path, name == path, st.targets[name]:
+		return true
+	case !st.isDir && filepath.Dir(name) == filepath.Dir(path):
+		target, _ := filepath.EvalSymlinks(path)
+		return !st.targets[target]
+	}
+	return false
+}
+
+// watchTargets watches the folders of the files read through symlinks
+// (besides dir, the folder watched from the start), so that an edit of a
+// target is seen, and stops watching those no longer needed.
+func (st *fileState) watchTargets(w *fsnotify.Watcher, dir string) {
+	want := map[string]bool{}
+	for t := range st.targets {
+		// The watched folder is not watched again by its resolved name:
+		// inotify would merge the two watches under the second name.
+		if d := filepath.Dir(t); d != st.root {
+			want[d] = true
+		}
+	}
+	for d := range st.watched {
+		if !want[d] {
+			// A ConfigMap's old timestamped folder is gone, and its
+			// watch with it: nothing to report.
+			_ = w.Remove(d)
+			delete(st.watched, d)
+		}
+	}
+	for d := range want {
+		if st.watched[d] {
+			continue
+		}
+		if err := w.Add(d); err != nil {
+			st.log.Error(err, "Cannot watch the folder of a manifest symlink's target; its edits are seen only when the folder watched changes", "folder", d, "watched", dir)
+			continue
+		}
+		st.watched[d] = true
+	}
 }
 
 // reload re-reads every file. A file that fails keeps its previous content
-// (none if it never decoded); a file that is gone is dropped. The errors of
-// all failing files are returned joined.
-func (st *fileState) reload(s *Source) error {
-	paths, err := s.files(st.isDir)
+// (none if it never decoded); a file that is gone or ignored is dropped.
+// The errors of all failing files are returned joined. On the first read a
+// single file that is ignored is an error too.
+func (st *fileState) reload(s *Source, first bool) error {
+	root, err := s.tree(st.isDir)
 	if err != nil {
 		return err
 	}
+	entries, err := s.list(st.isDir, root)
+	if err != nil {
+		return err
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return fileError(root, err)
+	}
+	defer r.Close()
+	st.root, st.targets = root, map[string]bool{}
 	var errs []error
+	problems := map[string]problem{}
 	seen := map[string]bool{}
-	for _, p := range paths {
-		seen[p] = true
-		data, err := os.ReadFile(p)
-		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, fileError(p, err))
-			} else {
-				delete(st.files, p)
-				delete(st.docs, p)
+	for _, en := range entries {
+		if en.ignored != nil {
+			if first && !st.isDir {
+				st.report(map[string]problem{en.path: {ignored: *en.ignored, isErr: true}})
+				return &Error{Path: en.path, Err: errors.New(en.ignored.msg)}
 			}
+			problems[en.path] = problem{ignored: *en.ignored}
 			continue
 		}
-		objs, docs, err := s.decoder.decode(p, data, st.docs[p])
+		seen[en.path] = true
+		st.targets[en.target] = true
+		data, err := read(r, en, s.cfg.MaxFileBytes)
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				delete(seen, en.path)
+				continue
+			}
+			problems[en.path] = problem{ignored: ignored{reasonOf(err), err.Error()}, isErr: true}
 			errs = append(errs, err)
 			continue
 		}
-		st.files[p], st.docs[p] = objs, docs
+		objs, docs, err := s.decoder.decode(en.path, data, st.docs[en.path])
+		if err != nil {
+			problems[en.path] = problem{ignored: ignored{reasonDecode, err.Error()}, isErr: true}
+			errs = append(errs, err)
+			continue
+		}
+		st.files[en.path], st.docs[en.path] = objs, docs
 	}
 	for p := range st.files {
 		if !seen[p] {
@@ -221,39 +347,25 @@ func (st *fileState) reload(s *Source) error {
 			delete(st.docs, p)
 		}
 	}
+	st.report(problems)
 	return errors.Join(errs...)
 }
 
-// files lists the manifest files: the path itself, or the regular files
-// (symlinks followed) with a manifest extension directly in the folder,
-// sorted; hidden files are ignored.
-func (s *Source) files(isDir bool) ([]string, error) {
-	if !isDir {
-		return []string{s.path}, nil
-	}
-	entries, err := os.ReadDir(s.path)
-	if err != nil {
-		return nil, fileError(s.path, err)
-	}
-	var out []string
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
+// report logs the files newly ignored and counts every new problem; the
+// errors are logged by the caller.
+func (st *fileState) report(problems map[string]problem) {
+	paths := slices.Sorted(maps.Keys(problems))
+	for _, p := range paths {
+		pr := problems[p]
+		if old, ok := st.problems[p]; ok && old == pr {
 			continue
 		}
-		switch strings.ToLower(filepath.Ext(name)) {
-		case ".yaml", ".yml", ".json":
-		default:
-			continue
+		st.refused.WithLabelValues(pr.reason).Inc()
+		if !pr.isErr {
+			st.log.Info("Manifest file ignored", "path", p, "reason", pr.msg)
 		}
-		p := filepath.Join(s.path, name)
-		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		out = append(out, p)
 	}
-	slices.Sort(out)
-	return out, nil
+	st.problems = problems
 }
 
 // objectKey identifies a manifest object.
@@ -321,8 +433,13 @@ func (st *fileState) merged(log logr.Logger) map[objectKey]runtime.Object {
 	return out
 }
 
+// changeCount counts the objects a diff added, updated and removed.
+type changeCount struct {
+	added, updated, removed int
+}
+
 // diffObjects hands h what changed from old to new, in a stable order.
-func diffObjects(h source.Handler, old, new map[objectKey]runtime.Object) {
+func diffObjects(h source.Handler, old, new map[objectKey]runtime.Object) changeCount {
 	keys := make([]objectKey, 0, len(old)+len(new))
 	for k := range old {
 		keys = append(keys, k)
@@ -335,6 +452,7 @@ func diffObjects(h source.Handler, old, new map[objectKey]runtime.Object) {
 	slices.SortFunc(keys, func(a, b objectKey) int {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
 	})
+	var c changeCount
 	for _, k := range keys {
 		o, n := old[k], new[k]
 		// An object of a document that did not change is the very
@@ -343,5 +461,14 @@ func diffObjects(h source.Handler, old, new map[objectKey]runtime.Object) {
 			continue
 		}
 		source.Deliver(h, o, n)
+		switch {
+		case o == nil:
+			c.added++
+		case n == nil:
+			c.removed++
+		default:
+			c.updated++
+		}
 	}
+	return c
 }
