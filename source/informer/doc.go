@@ -12,7 +12,25 @@
 // source.ServiceCIDRHandler, the source watches ServiceCIDR objects too,
 // as kube-proxy does; Synced never waits for them.
 //
+// # Objects no API server would send
+//
+// Every Service, EndpointSlice and Node is checked as the API server
+// checks what it stores (source/validation, Stored mode) before it is
+// handed on: a fake clientset, an aggregated or buggy server, or an object
+// written to etcd directly can send what a real API server would have
+// refused, such as an endpoint at 127.0.0.1 or 169.254.169.254. Such an
+// object is handled as absent (an update to it removes the version handed
+// on before, a later valid version is added again), logged at the default
+// level with the API server's own field errors, and counted in
+// proxykit_source_objects_refused_total{source="informers", kind} on
+// Config.Registerer. Each change costs one validation of the object
+// changed; a resync is not checked again.
+//
 // # Differences from kube-proxy
+//
+// kube-proxy trusts the API server and programs whatever it is sent; this
+// source refuses, as above, what the API server itself would refuse.
+//
 //
 // With Config.ProxyName set, the source watches services labelled with
 // that name as well as unlabelled ones (two label selectors, merged), so

@@ -28,7 +28,7 @@ func (c *counter) Synced()                                           { close(c.s
 // delivered its initial list. A proxy passes it in Config.Sources.
 func Example() {
 	client := fake.NewClientset(
-		&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: v1.ServiceSpec{ClusterIP: "172.30.0.10"}},
+		&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"}, Spec: v1.ServiceSpec{ClusterIP: "172.30.0.10", Ports: []v1.ServicePort{{Port: 80}}}},
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
 	)
 	src := informer.New(client, informer.Config{NodeName: "node-1"})

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/source"
+	"github.com/proxykit/proxykit/source/validation"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	networking "k8s.io/api/networking/v1"
@@ -70,6 +72,12 @@ type Config struct {
 	RetryMax time.Duration
 	// Logger is where the source logs; the zero value discards.
 	Logger logr.Logger
+	// Registerer receives the source's metric,
+	// <MetricsNamespace>_source_objects_refused_total{source="informers",
+	// kind} (see the package documentation); nil registers none.
+	Registerer prometheus.Registerer
+	// MetricsNamespace prefixes the metric name; "" means "proxykit".
+	MetricsNamespace string
 }
 
 // Source watches a cluster through client-go informers, filtered on the
@@ -102,6 +110,14 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 		wg     sync.WaitGroup
 		synced []cache.InformerSynced
 	)
+	checker, err := validation.NewChecker(validation.Config{
+		Source: sourceName, Mode: validation.Stored, Logger: s.cfg.Logger,
+		Registerer: s.cfg.Registerer, MetricsNamespace: s.cfg.MetricsNamespace,
+	})
+	if err != nil {
+		return err
+	}
+	checks := newChecked(h, checker)
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -133,7 +149,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	if s.cfg.ProxyName != "" {
 		selectors = append(selectors, mustSelector(labelServiceProxyName, selection.Equals, s.cfg.ProxyName))
 	}
-	merge := newServiceMerger(h)
+	merge := newServiceMerger(checks)
 	services := s.client.CoreV1().Services(metav1.NamespaceAll)
 	for i, sel := range selectors {
 		lw := listWatch(g, "services", services.List, services.Watch, func(o *metav1.ListOptions) {
@@ -149,7 +165,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 	lw := listWatch(g, "endpointslices.discovery.k8s.io", slices.List, slices.Watch, func(o *metav1.ListOptions) {
 		o.LabelSelector = mustSelector(v1.IsHeadlessService, selection.DoesNotExist).String()
 	})
-	if err := start("endpointslices", lw, &discovery.EndpointSlice{}, typedHandler(s.cfg.Logger, h.OnEndpointSlice)); err != nil {
+	if err := start("endpointslices", lw, &discovery.EndpointSlice{}, typedHandler(s.cfg.Logger, checks.OnEndpointSlice)); err != nil {
 		return err
 	}
 
@@ -158,7 +174,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 		lw := listWatch(g, "nodes", nodes.List, nodes.Watch, func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
 		})
-		if err := start("node", lw, &v1.Node{}, typedHandler(s.cfg.Logger, h.OnNode)); err != nil {
+		if err := start("node", lw, &v1.Node{}, typedHandler(s.cfg.Logger, checks.OnNode)); err != nil {
 			return err
 		}
 	}

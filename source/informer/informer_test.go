@@ -20,7 +20,7 @@ func service(name, clusterIP string, labels map[string]string) *v1.Service {
 	return &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: labels,
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
-		Spec: v1.ServiceSpec{ClusterIP: clusterIP, ClusterIPs: []string{clusterIP}},
+		Spec: v1.ServiceSpec{ClusterIP: clusterIP, ClusterIPs: []string{clusterIP}, Ports: []v1.ServicePort{{Port: 80}}},
 	}
 }
 
