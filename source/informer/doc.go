@@ -31,7 +31,6 @@
 // kube-proxy trusts the API server and programs whatever it is sent; this
 // source refuses, as above, what the API server itself would refuse.
 //
-//
 // With Config.ProxyName set, the source watches services labelled with
 // that name as well as unlabelled ones (two label selectors, merged), so
 // that a second proxy can claim services by label.
