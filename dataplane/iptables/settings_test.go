@@ -44,3 +44,24 @@ func fakeDump(r *xtables.FakeRunner) string {
 	rs := r.Ruleset()
 	return fmt.Sprintf("%d restores\n%s%s%s", len(r.Restores()), rs.Save("nat"), rs.Save("filter"), rs.Save("mangle"))
 }
+
+// TestConfigRefusesWhatRulesCannotHold: each configured value written into
+// the restore input is checked by New.
+func TestConfigRefusesWhatRulesCannotHold(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{ChainPrefix: "PK\n-A INPUT -j ACCEPT\n#"}, `iptables: chain prefix "PK\n-A INPUT -j ACCEPT\n#" is too long: at most 11 characters`},
+		{Config{ChainPrefix: "PK\n"}, `iptables: chain prefix "PK\n": only A-Z, 0-9, '-' and '_' are allowed`},
+		{Config{ChainPrefix: "PK X-"}, `iptables: chain prefix "PK X-": only A-Z, 0-9, '-' and '_' are allowed`},
+		{Config{ChainPrefix: `PK"-`}, `iptables: chain prefix "PK\"-": only A-Z, 0-9, '-' and '_' are allowed`},
+		{Config{ChainPrefix: "KUBE-"}, `iptables: chain prefix "KUBE-" would share chains with kube-proxy`},
+		{Config{MasqueradeBit: 32}, "iptables: masquerade bit 32 out of range [0, 31]"},
+	} {
+		tc.cfg.Runner = xtables.NewFakeRunner()
+		if _, err := New(tc.cfg); fmt.Sprint(err) != tc.want {
+			t.Errorf("New(%q) = %v, want %s", tc.cfg.ChainPrefix, err, tc.want)
+		}
+	}
+}

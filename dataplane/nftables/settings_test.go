@@ -1,6 +1,8 @@
 package nftables
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/proxykit/proxykit/dataplane"
@@ -27,5 +29,26 @@ func TestRefusesInvalidSettings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConfigRefusesWhatRulesCannotHold: each configured value written into
+// the table is checked by New.
+func TestConfigRefusesWhatRulesCannotHold(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Table: "proxykit\nadd rule ip filter input accept"}, `nftables: table name "proxykit\nadd rule ip filter input accept": want at most 64 characters of a-z, A-Z, 0-9, '-' and '_'`},
+		{Config{Table: "proxy kit"}, `nftables: table name "proxy kit": want at most 64 characters of a-z, A-Z, 0-9, '-' and '_'`},
+		{Config{Table: `proxy"kit`}, `nftables: table name "proxy\"kit": want at most 64 characters of a-z, A-Z, 0-9, '-' and '_'`},
+		{Config{Table: strings.Repeat("t", 65)}, `nftables: table name "` + strings.Repeat("t", 65) + `": want at most 64 characters of a-z, A-Z, 0-9, '-' and '_'`},
+		{Config{Table: "kube-proxy"}, `nftables: table "kube-proxy" belongs to kube-proxy`},
+		{Config{MasqueradeBit: 32}, "nftables: masquerade bit 32 out of range [0, 31]"},
+	} {
+		tc.cfg.NFT = newFake(false)
+		if _, err := New(tc.cfg); fmt.Sprint(err) != tc.want {
+			t.Errorf("New(%q) = %v, want %s", tc.cfg.Table, err, tc.want)
+		}
 	}
 }

@@ -32,3 +32,24 @@ func TestRefusesInvalidSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestRedirectConfigRefusesWhatRulesCannotHold: each configured value
+// written into the redirect rules or the policy route is checked by New.
+func TestRedirectConfigRefusesWhatRulesCannotHold(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  RedirectConfig
+		want string
+	}{
+		{RedirectConfig{ChainPrefix: "PKU\n-A INPUT -j ACCEPT"}, `userspace: RedirectConfig.ChainPrefix "PKU\n-A INPUT -j ACCEPT": want at most 16 characters of A-Z, 0-9, '-' and '_'`},
+		{RedirectConfig{ChainPrefix: "PKU "}, `userspace: RedirectConfig.ChainPrefix "PKU ": want at most 16 characters of A-Z, 0-9, '-' and '_'`},
+		{RedirectConfig{ChainPrefix: `PKU"`}, `userspace: RedirectConfig.ChainPrefix "PKU\"": want at most 16 characters of A-Z, 0-9, '-' and '_'`},
+		{RedirectConfig{ChainPrefix: "ABCDEFGHIJKLMNOPQ"}, `userspace: RedirectConfig.ChainPrefix "ABCDEFGHIJKLMNOPQ": want at most 16 characters of A-Z, 0-9, '-' and '_'`},
+		{RedirectConfig{RouteTable: 254}, "userspace: RedirectConfig.RouteTable 254: want a table of its own, not 253-255 (the kernel's)"},
+		{RedirectConfig{RulePriority: 32766}, "userspace: RedirectConfig.RulePriority 32766: want 1 to 32765, ahead of the main table's rule"},
+	} {
+		tc.cfg.Runner, tc.cfg.Routing = xtables.NewFakeRunner(), &FakePolicyRouting{}
+		if _, err := New(Config{Redirect: &tc.cfg}); fmt.Sprint(err) != tc.want {
+			t.Errorf("New(%+v) = %v, want %s", tc.cfg, err, tc.want)
+		}
+	}
+}
