@@ -14,4 +14,17 @@
 // fields), so that a manifest written by hand means what it would mean
 // applied with kubectl. Without that an unnamed EndpointSlice port would
 // match no service port.
+//
+// Then every object is checked as the API server checks one it is asked to
+// create (source/validation), in its own words and field paths. One it
+// would refuse (a 200-character Service name, port 0, an endpoint at
+// 127.0.0.1 or 169.254.169.254, a 257 KiB annotation) is left out and the
+// rest of the file is still served: Decode returns it as an *Error beside
+// the valid objects; a Source logs it at the default level with the file
+// and line of its document and counts it in
+// proxykit_source_objects_refused_total{source="manifests", kind} on
+// Config.Registerer, once per edit of the document. An object edited into
+// one the API server would refuse is removed, not kept at its last valid
+// version: what is served is what the files say now, whatever happened
+// before, so a restart never serves something else.
 package manifest
