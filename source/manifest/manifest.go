@@ -30,11 +30,11 @@ import (
 const DefaultDebounce = 200 * time.Millisecond
 
 // DefaultMaxFileBytes is the largest manifest file a Source reads unless
-// Config.MaxFileBytes says otherwise: ten times a file of 10k Services and
-// their EndpointSlices, and far below what decoding it would cost in memory
-// at the API server's own limit per object (about 1.5 MiB) times a large
-// cluster.
-const DefaultMaxFileBytes = 64 << 20
+// Config.MaxFileBytes says otherwise: five times a file of 10k Services
+// with an EndpointSlice each (3.3 MB, whose objects hold 14 MB once
+// decoded, after 360 MB of allocations on the way), so that a runaway
+// generator or a planted file cannot make the proxy's memory balloon.
+const DefaultMaxFileBytes = 16 << 20
 
 // Config configures a Source. The zero value is usable.
 type Config struct {
@@ -69,7 +69,9 @@ type Config struct {
 // the documents whose bytes changed are decoded again (one edit in a file
 // of 10k services: 33 ms instead of 0.66 s here). A file that fails to
 // decode is reported with its path and line and keeps its last good
-// content, so what is programmed stays as it was.
+// content, so what is programmed stays as it was. Symlinks are followed
+// only within the folder, and a ConfigMap or Secret mount's updates are
+// followed; what is not read is logged (see the package documentation).
 type Source struct {
 	path    string
 	cfg     Config
