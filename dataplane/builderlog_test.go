@@ -192,3 +192,20 @@ func TestBuilderWarnsMissingDetectionCIDR(t *testing.T) {
 		})
 	}
 }
+
+// TestBuilderLogsInvalidSettings: a Builder cannot refuse its
+// configuration, so it says at once that every dataplane will refuse its
+// States, quoting the value bounded.
+func TestBuilderLogsInvalidSettings(t *testing.T) {
+	var rec logLines
+	huge := "br0\n" + strings.Repeat("x", 64<<10)
+	dataplane.NewBuilder(dataplane.BuilderConfig{
+		Settings: dataplane.Settings{LocalDetector: dataplane.LocalDetector{Mode: dataplane.LocalModeBridgeInterface, Interface: huge}},
+		Logger:   rec.logger(),
+	})
+	lines := rec.take()
+	if len(lines) != 1 || !strings.Contains(lines[0], "every dataplane will refuse the States") ||
+		!strings.Contains(lines[0], "Settings.LocalDetector.Interface") || len(lines[0]) > 2<<10 {
+		t.Errorf("log lines = %.500q, want one bounded line naming the setting", lines)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/proxykit/proxykit/internal/logtext"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -44,7 +45,7 @@ func IsInterfaceNamePrefix(prefix string) []string {
 		msgs = append(msgs, fmt.Sprintf("must be no more than %d bytes (Linux's interface name limit)", MaxInterfaceName))
 	}
 	if i := strings.IndexFunc(prefix, notInterfaceRune); i >= 0 {
-		r := []rune(prefix[i:])[0]
+		r, _ := utf8.DecodeRuneInString(prefix[i:])
 		msgs = append(msgs, fmt.Sprintf("must consist of ASCII letters, digits, '-', '_' and '.' (found %q)", r))
 	}
 	return msgs
