@@ -83,6 +83,9 @@ func sliceEndpoints(eps []discovery.Endpoint, addressType discovery.AddressType,
 		return field.ErrorList{field.TooMany(path, len(eps), maxEndpoints)}
 	}
 	var errs field.ErrorList
+	// A slice's endpoints share a few node names, whose check is a
+	// regular expression: each valid one is checked once.
+	validNodes := map[string]bool{}
 	for i := range eps {
 		ep := &eps[i]
 		idx := path.Index(i)
@@ -96,8 +99,10 @@ func sliceEndpoints(eps []discovery.Endpoint, addressType discovery.AddressType,
 		for j, a := range ep.Addresses {
 			errs = append(errs, sliceAddress(addrPath, j, a, addressType, mode)...)
 		}
-		if ep.NodeName != nil {
-			errs = append(errs, nodeName(idx.Child("nodeName"), *ep.NodeName)...)
+		if n := ep.NodeName; n != nil && !validNodes[*n] {
+			nodeErrs := nodeName(idx.Child("nodeName"), *n)
+			validNodes[*n] = len(nodeErrs) == 0
+			errs = append(errs, nodeErrs...)
 		}
 		topologyPath := idx.Child("deprecatedTopology")
 		if len(ep.DeprecatedTopology) > maxTopologyLabels {
