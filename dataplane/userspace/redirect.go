@@ -238,7 +238,7 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 			rule{"nat", r.services, join(comment, dst, match, fmt.Sprintf("-j REDIRECT --to-ports %d", bound.Port()))},
 			rule{"mangle", r.divert, join(comment, dst, match,
 				fmt.Sprintf("-j TPROXY --on-port %d --on-ip %s --tproxy-mark %#x/%#x", f.key.port, f.key.addr, r.policy.Mark, r.policy.Mark))},
-			r.guardOf(f, claims, bound))
+			r.guardOf(f, bound))
 	case ok:
 		dsts := r.nodePortDests(rt)
 		local := make([]string, len(dsts))
@@ -249,7 +249,7 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 		for _, dst := range dsts {
 			out = append(out, rule{"nat", r.nodePorts, join(comment, dst, match, fmt.Sprintf("-j DNAT --to-destination :%d", bound.Port()))})
 		}
-		return append(out, r.guardOf(f, claims, bound))
+		return append(out, r.guardOf(f, bound))
 	case !f.want && !f.key.nodePort():
 		return []rule{{"filter", r.reject, fmt.Sprintf("%s -d %s %s -j REJECT", comment, host(f.key.addr), match)}}
 	case !f.want:
@@ -264,11 +264,17 @@ func (r *redirector) rulesOf(f *forwarder, rt *routes) []rule {
 // straight to that port (an outside client probing the node's ports, or a
 // program of the node). The refusal is the kernel's own for a port where
 // nothing listens, a TCP reset or an ICMP port unreachable. Its comment
-// names no service, so that troubleshooting never takes it for one's
-// verdict.
-func (r *redirector) guardOf(f *forwarder, claims []claim, bound netip.AddrPort) rule {
+// names the destination, which the port (the kernel's pick) does not,
+// and no service: troubleshooting then never takes the rule for a
+// service's verdict, and the comment stays within iptables' 255 bytes
+// whatever the names' lengths.
+func (r *redirector) guardOf(f *forwarder, bound netip.AddrPort) rule {
 	proto := strings.ToLower(string(f.key.proto))
-	comment := fmt.Sprintf(`-m comment --comment "forwarder of %s %s"`, claims[0].view.sp.Name, f.fe.Kind)
+	dest := f.fe.String()
+	if f.key.nodePort() {
+		dest = fmt.Sprintf("%d/%s", f.key.port, f.key.proto)
+	}
+	comment := fmt.Sprintf(`-m comment --comment "forwarder of %s %s"`, f.fe.Kind, dest)
 	dst := ""
 	if !bound.Addr().IsUnspecified() {
 		dst = "-d " + host(bound.Addr())

@@ -82,9 +82,9 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			":PKU-REJECT - [0:0]\n" +
 			":PKU-FORWARDERS - [0:0]\n" +
 			"-A PKU-FORWARDERS -m conntrack --ctstate DNAT -j RETURN\n" +
-			`-A PKU-FORWARDERS -m comment --comment "forwarder of ns/dns:dns cluster IP" -d 127.0.0.1/32 -p udp -m udp --dport P -j REJECT` + "\n" +
-			`-A PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http cluster IP" -d 127.0.0.1/32 -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
-			`-A PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http node port" -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
+			`-A PKU-FORWARDERS -m comment --comment "forwarder of cluster IP 10.96.0.11:53/UDP" -d 127.0.0.1/32 -p udp -m udp --dport P -j REJECT` + "\n" +
+			`-A PKU-FORWARDERS -m comment --comment "forwarder of cluster IP 10.96.0.10:80/TCP" -d 127.0.0.1/32 -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
+			`-A PKU-FORWARDERS -m comment --comment "forwarder of node port 30080/TCP" -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
 			"COMMIT\n",
 			// The jumps, in one more restore.
 			"*nat\n" +
@@ -118,8 +118,8 @@ func TestRedirectSyncWritesOnlyChanges(t *testing.T) {
 			"*filter\n" +
 			`-A PKU-REJECT -m comment --comment "ns/web:http node port" -m addrtype --dst-type LOCAL -p tcp -m tcp --dport 30080 -j REJECT` + "\n" +
 			`-A PKU-REJECT -m comment --comment "ns/web:http cluster IP" -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REJECT` + "\n" +
-			`-D PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http cluster IP" -d 127.0.0.1/32 -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
-			`-D PKU-FORWARDERS -m comment --comment "forwarder of ns/web:http node port" -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
+			`-D PKU-FORWARDERS -m comment --comment "forwarder of cluster IP 10.96.0.10:80/TCP" -d 127.0.0.1/32 -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
+			`-D PKU-FORWARDERS -m comment --comment "forwarder of node port 30080/TCP" -p tcp -m tcp --dport P -j REJECT --reject-with tcp-reset` + "\n" +
 			"COMMIT\n"},
 	}, {
 		name:   "service removed",
