@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -137,21 +139,54 @@ func (o *options) logger(w io.Writer) logr.Logger {
 }
 
 // writeConfig writes the effective configuration for --write-config-to.
-func (o *options) writeConfig() (err error) {
+func (o *options) writeConfig() error {
 	codecs, err := kpconfig.NewCodecs()
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(o.writeConfigTo)
+	var b bytes.Buffer
+	if err := codecs.Encode(o.cfg, &b); err != nil {
+		return err
+	}
+	return replaceFile(o.writeConfigTo, b.Bytes())
+}
+
+// replaceFile makes path a new file of mode 0600 holding data: written
+// beside it under another name, then renamed over it. A symlink planted at
+// path is replaced, never followed (kube-proxy's os.Create would truncate
+// whatever it points at, as root), and a reader sees the old file or the
+// new one, never half of one. The mode is the owner's alone: the
+// configuration names the kubeconfig and the node's settings.
+func replaceFile(path string, data []byte) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
+		if err != nil {
+			_ = os.Remove(f.Name())
 		}
 	}()
-	return codecs.Encode(o.cfg, f)
+	if err := f.Chmod(0o600); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // version is the agent's module version, for --version.
