@@ -146,6 +146,7 @@ func runOn(ctx context.Context, h host, args []string, stdout, stderr io.Writer)
 	}
 	log := o.logger(stderr)
 	defer routeKlog(log, o.verbosity)()
+	defer routeLibraryLogs(log)()
 	for _, w := range o.warnings {
 		log.Info(w)
 	}
