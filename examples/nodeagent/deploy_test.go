@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -87,6 +88,9 @@ func TestDeployManifests(t *testing.T) {
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("ClusterRole rules (-want +got):\n%s", diff)
 	}
+	if diff := cmp.Diff(role.Rules, readmeRBAC(t)); diff != "" {
+		t.Errorf("README.md's RBAC table against deploy/rbac.yaml (-file +README):\n%s", diff)
+	}
 	spec := ds.Spec.Template.Spec
 	c := spec.Containers[0]
 	type podShape struct {
@@ -138,4 +142,43 @@ func TestDeployManifests(t *testing.T) {
 	if u := kc.AuthInfos["default"]; u == nil || u.TokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
 		t.Errorf("kubeconfig.conf does not use the pod's service account token: %+v", u)
 	}
+}
+
+// readmeRBAC reads the README's table of the ClusterRole's rules: API
+// groups, resources and verbs, each a comma-separated list of quoted
+// names (`""` is the core group).
+func readmeRBAC(t *testing.T) []rbacv1.PolicyRule {
+	t.Helper()
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(data), "<!-- BEGIN rbac -->\n")
+	table, _, ok2 := strings.Cut(table, "<!-- END rbac -->")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no <!-- BEGIN rbac --> ... <!-- END rbac --> table")
+	}
+	names := func(cell string) []string {
+		var out []string
+		for _, n := range strings.Split(cell, ",") {
+			n = strings.Trim(strings.TrimSpace(n), "`")
+			if n == `""` {
+				n = ""
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	var rules []rbacv1.PolicyRule
+	for i, line := range strings.Split(strings.TrimSpace(table), "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if i < 2 {
+			continue // the header and its rule
+		}
+		if len(cells) != 4 {
+			t.Fatalf("README.md's RBAC table: %q: want 4 columns", line)
+		}
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: names(cells[0]), Resources: names(cells[1]), Verbs: names(cells[2])})
+	}
+	return rules
 }
