@@ -19,7 +19,10 @@
 // decodes (Create), source/informer every object it is sent (Stored);
 // each hands on only the objects that pass, logs the others at the
 // default level and counts them in
-// proxykit_source_objects_refused_total{source, kind} (a Checker).
+// proxykit_source_objects_refused_total{source, kind} (a Checker). A
+// program with a source of its own (source.Static, source.Func) checks its
+// objects with Validate or a Checker before it hands them on: the model
+// and the dataplanes then agree for it too.
 //
 // The checks are the API server's (k8s.io/kubernetes v1.37
 // pkg/apis/core/validation and pkg/apis/discovery/validation), written
@@ -54,9 +57,16 @@
 //     IPv4-mapped and non-canonical IPv6), as the API server still serves
 //     them.
 //   - A Node's status (its addresses, which the API server does not check
-//     either, and its resources), the feature gates' alpha fields, finalizer
-//     names' Kubernetes-specific rules and the annotations kubelet reads
-//     are not checked: no proxy reads them.
+//     either, and its resources) and the annotations kubelet reads, the
+//     Kubernetes-specific rules on finalizer names, and an EndpointSlice
+//     endpoint's reserved deprecatedTopology key are not checked: no proxy
+//     reads them.
+//
+// Otherwise the same: a Service's status.loadBalancer is checked as a
+// status update checks it (the API server drops a status given on create;
+// a manifest carries what a cloud controller would write there), and an
+// EndpointSlice's port numbers are not checked, as the API server does not
+// check them (the trackers skip a port no proxy can use).
 //
 // Stricter: an EndpointSlice's endpoint addresses are refused at
 // loopback, link-local and unspecified addresses in Stored mode too,
