@@ -34,6 +34,9 @@ type Config struct {
 	Agent string
 	// Prefix starts the name of every namespace the lab creates.
 	Prefix string
+	// StateDir is where the lab records what it made, for Down and
+	// RemoveRecorded; "" is DefaultStateDir.
+	StateDir string
 }
 
 // Lab is a running lab: a node namespace running the agent, a client
@@ -52,7 +55,9 @@ type Lab struct {
 	objects []runtime.Object
 	agent   *exec.Cmd
 	procs   []*exec.Cmd
-	made    []string // namespaces, in creation order
+	made    []madeNS // namespaces, in creation order
+	// started holds the start time of each process the lab started.
+	started map[*exec.Cmd]madeProc
 }
 
 // Pod is one endpoint address of the manifests, served in its own
@@ -70,9 +75,16 @@ const childEnv = "PROXYKIT_LAB_CHILD"
 // Up builds the lab and starts the agent; on error it removes what it had
 // made.
 func Up(ctx context.Context, cfg Config) (_ *Lab, err error) {
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
 	l := &Lab{cfg: cfg, Node: cfg.Prefix + "-node", Client: cfg.Prefix + "-client"}
 	if err := l.load(); err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(statePath(cfg.StateDir, cfg.Prefix)); err == nil {
+		return nil, fmt.Errorf("a lab of prefix %s is recorded in %s: another runs, or one was left behind (lab --down --prefix %s)",
+			cfg.Prefix, statePath(cfg.StateDir, cfg.Prefix), cfg.Prefix)
 	}
 	if l.dir, err = os.MkdirTemp("", cfg.Prefix+"-"); err != nil {
 		return nil, err
@@ -108,6 +120,9 @@ func Up(ctx context.Context, cfg Config) (_ *Lab, err error) {
 	l.agent.Stdout, l.agent.Stderr = log, log
 	if err := l.agent.Start(); err != nil {
 		return nil, fmt.Errorf("start the agent %s: %w", cfg.Agent, err)
+	}
+	if err := l.recordStart(l.agent); err != nil {
+		return nil, err
 	}
 	// The agent is up once the service answers.
 	for range 300 {
@@ -263,6 +278,7 @@ func (l *Lab) Fetch(ctx context.Context, n int) ([]string, error) {
 		return nil, err
 	}
 	l.procs = slices.DeleteFunc(l.procs, func(c *exec.Cmd) bool { return c == cmd })
+	delete(l.started, cmd)
 	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("fetch from %s: %w: %s", l.Client, err, out.String())
 	}
@@ -286,11 +302,13 @@ func (l *Lab) start(ns string, out io.Writer, args ...string) (*exec.Cmd, error)
 		return nil, err
 	}
 	l.procs = append(l.procs, cmd)
-	return cmd, nil
+	return cmd, l.recordStart(cmd)
 }
 
 // Down stops the agent and the servers and deletes every namespace the lab
-// made, whatever state it is in.
+// made, whatever state it is in, and then its record. Processes it did not
+// start are left running (a namespace one of them is in lives on until
+// they end).
 func (l *Lab) Down() error {
 	if l.agent != nil && l.agent.Process != nil {
 		_ = l.agent.Process.Signal(syscall.SIGTERM)
@@ -309,21 +327,23 @@ func (l *Lab) Down() error {
 	}
 	var errs []error
 	for _, ns := range slices.Backward(l.made) {
-		errs = append(errs, deleteNS(ns))
+		errs = append(errs, deleteNS(ns.Name))
 	}
 	if l.dir != "" {
 		errs = append(errs, os.RemoveAll(l.dir))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.Remove(statePath(l.cfg.StateDir, l.cfg.Prefix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
-// deleteNS kills what still runs in ns and deletes it.
+// deleteNS deletes the name ns; the namespace itself ends with the last
+// process in it.
 func deleteNS(ns string) error {
-	if pids, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-		for _, pid := range strings.Fields(string(pids)) {
-			_ = exec.Command("kill", "-9", pid).Run()
-		}
-	}
 	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 		return fmt.Errorf("ip netns del %s: %w: %s", ns, err, out)
 	}
@@ -353,7 +373,14 @@ func (l *Lab) wire() error {
 		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip netns add %s: %w: %s", ns, err, out)
 		}
-		l.made = append(l.made, ns)
+		dev, ino, err := nsIdentity(ns)
+		if err != nil {
+			return err
+		}
+		l.made = append(l.made, madeNS{Name: ns, Dev: dev, Ino: ino})
+		if err := l.save(); err != nil {
+			return err
+		}
 		add("-n", ns, "link", "set", "lo", "up")
 	}
 	n, c := l.Node, l.Client

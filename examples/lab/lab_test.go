@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -134,13 +135,13 @@ func answers(t *testing.T, l *Lab, n int) map[string]int {
 func TestRunInterrupted(t *testing.T) {
 	netns.Require(t, "iptables-restore", "iptables-save")
 	agent := buildAgent(t)
-	prefix := testPrefix()
+	prefix, stateDir := testPrefix(), t.TempDir()
 	ctx, cancel := context.WithCancel(t.Context())
 	in, typing := io.Pipe()
 	out := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--agent", agent, "--prefix", prefix, "--manifests", "manifests"}, in, out)
+		done <- run(ctx, []string{"--agent", agent, "--prefix", prefix, "--manifests", "manifests", "--state-dir", stateDir}, in, out)
 	}()
 	t.Cleanup(func() {
 		for _, ns := range mustNamespaces(t, prefix) {
@@ -209,4 +210,85 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestDownRemovesOnlyWhatTheLabMade: --down after a lab that was never
+// taken down (its process killed) kills the processes it started and
+// deletes the namespaces it made, and nothing else: a namespace of the
+// same prefix it did not make, and a process someone started inside the
+// lab's own namespace, are left and named.
+func TestDownRemovesOnlyWhatTheLabMade(t *testing.T) {
+	netns.Require(t, "iptables-restore", "iptables-save")
+	agent := buildAgent(t)
+	prefix, stateDir := testPrefix(), t.TempDir()
+	foreign := prefix + "-foreign"
+	if out, err := exec.Command("ip", "netns", "add", foreign).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = deleteNS(foreign) })
+	sleepIn := func(ns string) *exec.Cmd {
+		c := exec.Command("ip", "netns", "exec", ns, "sleep", "300")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		return c
+	}
+	theirs := sleepIn(foreign)
+
+	l, err := Up(t.Context(), Config{Manifests: "manifests", Mode: "iptables", Agent: agent, Prefix: prefix, StateDir: stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Down() }) // reaps the processes --down killed
+	guest := sleepIn(l.Node)
+
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"--down", "--prefix", prefix, "--state-dir", stateDir}, nil, &out); err != nil {
+		t.Fatalf("--down: %v\n%s", err, out.String())
+	}
+	if left := mustNamespaces(t, prefix); len(left) != 1 || left[0] != foreign {
+		t.Errorf("namespaces left: %v, want only %s, which the lab did not make", left, foreign)
+	}
+	for _, c := range []*exec.Cmd{theirs, guest} {
+		if !running(c.Process.Pid) {
+			t.Errorf("process %d, not the lab's, was killed", c.Process.Pid)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.agent.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the lab's agent (process %d) still runs after --down", l.agent.Process.Pid)
+	}
+	if want := fmt.Sprintf("left running: process %d in namespace %s, not started by the lab", guest.Process.Pid, l.Node); !strings.Contains(out.String(), want) {
+		t.Errorf("--down did not say %q:\n%s", want, out.String())
+	}
+	if _, err := os.Stat(statePath(stateDir, prefix)); !os.IsNotExist(err) {
+		t.Errorf("the lab's record is still there (%v)", err)
+	}
+
+	// With nothing recorded, --down removes nothing.
+	out.Reset()
+	if err := run(t.Context(), []string{"--down", "--prefix", prefix, "--state-dir", stateDir}, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "left alone, not made by a lab: namespaces " + foreign; !strings.Contains(out.String(), want) {
+		t.Errorf("a second --down did not say %q:\n%s", want, out.String())
+	}
+	if left := mustNamespaces(t, prefix); len(left) != 1 {
+		t.Errorf("a second --down removed %s: left %v", foreign, left)
+	}
+}
+
+// running reports whether process pid runs: it exists and is not a
+// zombie (a child killed but not yet waited for).
+func running(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, after, _ := strings.Cut(string(data), ") ")
+	return after != "" && after[0] != 'Z'
 }

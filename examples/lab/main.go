@@ -12,7 +12,7 @@
 //	sudo go run ./examples/lab                           # iptables mode, examples/lab/manifests
 //	sudo go run ./examples/lab --proxy-mode nftables     # or userspace
 //	sudo go run ./examples/lab --manifests DIR           # your own Services, EndpointSlices and Node
-//	sudo go run ./examples/lab --down                    # remove a lab left behind by a killed run
+//	sudo go run ./examples/lab --down                    # remove what a killed run made, and nothing else
 //
 // It builds the node agent from examples/nodeagent (or takes --agent), then
 // reads commands: "curl [N]", "remove POD", "rules", "mode", "quit".
@@ -59,28 +59,23 @@ func run(ctx context.Context, args []string, in io.Reader, out io.Writer) error 
 	agent := fs.String("agent", "", "a built node agent (default: build examples/nodeagent from --repo)")
 	repo := fs.String("repo", ".", "the proxykit repository, to build the agent from")
 	prefix := fs.String("prefix", "pklab", "the prefix of the namespaces' names")
-	down := fs.Bool("down", false, "delete the namespaces of a lab left behind, and exit")
+	down := fs.Bool("down", false, "remove what a lab left behind made (its namespaces, processes and folder, as it recorded them), and exit")
+	stateDir := fs.String("state-dir", DefaultStateDir, "where a lab records what it made, for --down")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("the lab creates network namespaces: run it as root")
 	}
+	if *down {
+		return RemoveRecorded(*stateDir, *prefix, out)
+	}
 	left, err := Namespaces(*prefix)
 	if err != nil {
 		return err
 	}
-	if *down {
-		for _, ns := range left {
-			if err := deleteNS(ns); err != nil {
-				return err
-			}
-			fmt.Fprintln(out, "deleted namespace", ns)
-		}
-		return nil
-	}
 	if len(left) > 0 {
-		return fmt.Errorf("namespaces %v exist: another lab runs, or one was left behind (lab --down --prefix %s)", left, *prefix)
+		return fmt.Errorf("namespaces %v exist: another lab runs, or one was left behind (lab --down --prefix %s removes what a lab made)", left, *prefix)
 	}
 	if *agent == "" {
 		dir, err := os.MkdirTemp("", "pklab-agent-")
@@ -95,7 +90,7 @@ func run(ctx context.Context, args []string, in io.Reader, out io.Writer) error 
 			return fmt.Errorf("go -C %s build: %w: %s", filepath.Join(*repo, "examples", "nodeagent"), err, b)
 		}
 	}
-	l, err := Up(ctx, Config{Manifests: *manifests, Mode: *mode, Agent: *agent, Prefix: *prefix})
+	l, err := Up(ctx, Config{Manifests: *manifests, Mode: *mode, Agent: *agent, Prefix: *prefix, StateDir: *stateDir})
 	if err != nil {
 		return err
 	}
