@@ -14,7 +14,7 @@
 //
 // # Objects no API server would send
 //
-// Every Service, EndpointSlice and Node is checked as the API server
+// Every Service, EndpointSlice, Node and ServiceCIDR is checked as the API server
 // checks what it stores (source/validation, Stored mode) before it is
 // handed on: a fake clientset, an aggregated or buggy server, or an object
 // written to etcd directly can send what a real API server would have

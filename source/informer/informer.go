@@ -187,7 +187,7 @@ func (s *Source) Run(ctx context.Context, h source.Handler) error {
 		cidrs := nc.NetworkingV1().ServiceCIDRs()
 		lw := listWatch(g, "servicecidrs.networking.k8s.io", cidrs.List, cidrs.Watch, func(*metav1.ListOptions) {})
 		essential := synced
-		if err := start("servicecidrs", lw, &networking.ServiceCIDR{}, typedHandler(s.cfg.Logger, ch.OnServiceCIDR)); err != nil {
+		if err := start("servicecidrs", lw, &networking.ServiceCIDR{}, typedHandler(s.cfg.Logger, checks.serviceCIDRs(ch))); err != nil {
 			return err
 		}
 		synced = essential

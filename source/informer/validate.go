@@ -7,12 +7,14 @@ import (
 	"github.com/proxykit/proxykit/source/validation"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// checked stands between the informers and the Handler and hands on only
-// objects a real API server could have sent: a fake clientset, an
+// checked stands between the informers and the Handler (and its
+// ServiceCIDRHandler) and hands on only objects a real API server could
+// have sent: a fake clientset, an
 // aggregated or buggy server, or an object written to etcd directly may
 // send others. A refused object is handled as absent: its add is dropped,
 // an update to it removes the version handed on before, and its delete is
@@ -47,6 +49,11 @@ func (c *checked) OnEndpointSlice(old, new *discovery.EndpointSlice) {
 func (c *checked) OnNode(old, new *v1.Node) { pass(c, 'n', old, new, c.h.OnNode) }
 
 func (c *checked) Synced() { c.h.Synced() }
+
+// serviceCIDRs is ch.OnServiceCIDR behind the same checks.
+func (c *checked) serviceCIDRs(ch source.ServiceCIDRHandler) func(old, new *networking.ServiceCIDR) {
+	return func(old, new *networking.ServiceCIDR) { pass(c, 'c', old, new, ch.OnServiceCIDR) }
+}
 
 // pass hands fn the change from old to new as the handler must see it:
 // without the versions refused.

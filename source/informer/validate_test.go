@@ -12,6 +12,7 @@ import (
 	"github.com/proxykit/proxykit/source/validation"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -191,5 +192,33 @@ func TestCheckedChanges(t *testing.T) {
 	}
 	if len(h.refused) != 0 {
 		t.Errorf("refused keys left behind: %v", h.refused)
+	}
+}
+
+// TestSourceRefusesInvalidServiceCIDR: a ServiceCIDR no API server would
+// store is not handed on either.
+func TestSourceRefusesInvalidServiceCIDR(t *testing.T) {
+	cidr := func(name, c string) *networking.ServiceCIDR {
+		return &networking.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networking.ServiceCIDRSpec{CIDRs: []string{c}}}
+	}
+	client := fake.NewClientset(cidr("kubernetes", "10.96.0.0/16"), cidr("bad", "10.97.0.1/16"))
+	var log logLines
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := cidrRecorder{newRecorder()}
+	go func() { _ = New(client, Config{Logger: log.logger()}).Run(ctx, r) }()
+	var got []string
+	for i := 0; i < 1000 && len(got) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		got = append(got, r.take()...)
+	}
+	time.Sleep(100 * time.Millisecond) // let a stray second call show up
+	got = append(got, r.take()...)
+	if diff := cmp.Diff([]string{"servicecidr nil -> kubernetes"}, got); diff != "" {
+		t.Errorf("handed on (-want +got):\n%s", diff)
+	}
+	want := `spec.cidrs[0]: Invalid value: \"10.97.0.1/16\": must not have bits set beyond the prefix length`
+	if lines := log.refusals(); len(lines) != 1 || !strings.Contains(lines[0], want) {
+		t.Errorf("logged %q, want one refusal with %s", lines, want)
 	}
 }

@@ -172,6 +172,8 @@ var invalidCases = []struct {
 		`metadata.labels: Invalid value: \"` + strings.Repeat("s", 200) + `\": must be no more than 63 bytes`},
 	{"address type", strings.Replace(badSlice("", endpointsAt("10.0.0.5")), "addressType: IPv4", "addressType: IP", 1), "EndpointSlice",
 		`addressType: Unsupported value: \"IP\": supported values: \"FQDN\", \"IPv4\", \"IPv6\"`},
+	{"service CIDR not canonical", "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata:\n  name: bad\nspec:\n  cidrs: [10.96.0.1/16]\n", "ServiceCIDR",
+		`spec.cidrs[0]: Invalid value: \"10.96.0.1/16\": must not have bits set beyond the prefix length`},
 	{"node name", "apiVersion: v1\nkind: Node\nmetadata:\n  name: Node_B\n", "Node",
 		`metadata.name: Invalid value: \"Node_B\": a lowercase RFC 1123 subdomain must consist of`},
 	{"pod CIDR", "apiVersion: v1\nkind: Node\nmetadata:\n  name: bad\nspec:\n  podCIDRs: [10.244.0.0/40]\n", "Node",

@@ -70,7 +70,7 @@ func NewChecker(cfg Config) (*Checker, error) {
 	}
 	// Every kind's series exists from the start, so that a rate over
 	// it is defined before the first refusal.
-	for _, k := range []string{kindService.Kind, kindEndpointSlice.Kind, kindNode.Kind} {
+	for _, k := range []string{kindService.Kind, kindEndpointSlice.Kind, kindNode.Kind, kindServiceCIDR.Kind} {
 		refused.WithLabelValues(cfg.Source, k)
 	}
 	return &Checker{source: cfg.Source, mode: cfg.Mode, log: cfg.Logger, refused: refused}, nil

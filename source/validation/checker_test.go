@@ -51,6 +51,8 @@ test_source_objects_refused_total{kind="Node",source="informers"} 0
 test_source_objects_refused_total{kind="Node",source="manifests"} 0
 test_source_objects_refused_total{kind="Service",source="informers"} 0
 test_source_objects_refused_total{kind="Service",source="manifests"} 0
+test_source_objects_refused_total{kind="ServiceCIDR",source="informers"} 0
+test_source_objects_refused_total{kind="ServiceCIDR",source="manifests"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(metrics)); err != nil {
 		t.Error(err)

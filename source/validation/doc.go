@@ -1,5 +1,5 @@
-// Package validation refuses, at the source, the Services, EndpointSlices
-// and Nodes the Kubernetes API server would refuse, in the API server's
+// Package validation refuses, at the source, the Services, EndpointSlices,
+// Nodes and ServiceCIDRs the Kubernetes API server would refuse, in the API server's
 // own words and field paths ("spec.ports[0].port: Invalid value: 0: must
 // be between 1 and 65535, inclusive").
 //
@@ -25,7 +25,8 @@
 // and the dataplanes then agree for it too.
 //
 // The checks are the API server's (k8s.io/kubernetes v1.37
-// pkg/apis/core/validation and pkg/apis/discovery/validation), written
+// pkg/apis/core/validation, pkg/apis/discovery/validation and
+// pkg/apis/networking/validation), written
 // with apimachinery's own building blocks (its ValidateObjectMeta, name,
 // label, port, IP and CIDR checks, and field errors), so that the
 // messages and paths are the ones kubectl would print. They cover what a
@@ -33,7 +34,8 @@
 // (names, namespaces, labels, the 256 KiB annotation limit), every
 // field of a Service's spec and its status.loadBalancer, every field of
 // an EndpointSlice (at most 1,000 endpoints, 100 addresses each, 20,000
-// ports), and a Node's metadata, spec.podCIDRs and spec.taints.
+// ports), a Node's metadata, spec.podCIDRs and spec.taints, and every
+// field of a ServiceCIDR.
 //
 // # Where it differs from the API server
 //

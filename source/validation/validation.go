@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,11 +40,12 @@ var (
 	kindService       = schema.GroupKind{Kind: "Service"}
 	kindEndpointSlice = schema.GroupKind{Group: discovery.GroupName, Kind: "EndpointSlice"}
 	kindNode          = schema.GroupKind{Kind: "Node"}
+	kindServiceCIDR   = schema.GroupKind{Group: networking.GroupName, Kind: "ServiceCIDR"}
 )
 
 // Validate returns nil if the API server would accept obj, a *v1.Service,
-// a *discovery.EndpointSlice or a *v1.Node (objects of other types are
-// not checked and nil is returned). Otherwise it returns what the API
+// a *discovery.EndpointSlice, a *v1.Node or a *networking.ServiceCIDR
+// (objects of other types are not checked and nil is returned). Otherwise it returns what the API
 // server would answer: an *apierrors.StatusError of reason Invalid
 // (apierrors.IsInvalid), whose message is the server's ("Service \"web\"
 // is invalid: spec.ports[0].port: Invalid value: 0: must be between 1 and
@@ -67,6 +69,8 @@ func check(obj runtime.Object, mode Mode) (schema.GroupKind, error) {
 		errs, gk, name = EndpointSlice(o, mode), kindEndpointSlice, o.Name
 	case *v1.Node:
 		errs, gk, name = Node(o, mode), kindNode, o.Name
+	case *networking.ServiceCIDR:
+		errs, gk, name = ServiceCIDR(o, mode), kindServiceCIDR, o.Name
 	}
 	if len(errs) == 0 {
 		return gk, nil

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -255,6 +256,28 @@ func TestNode(t *testing.T) {
 			n := validNode()
 			tc.modify(n)
 			if diff := cmp.Diff(tc.want, messages(Node(n, Create))); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestServiceCIDR(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cidrs []string
+		want  []string
+	}{
+		{name: "dual-stack", cidrs: []string{"10.96.0.0/16", "fd00:10:96::/112"}},
+		{name: "none", want: []string{`spec.cidrs: Required value: at least one CIDR required`}},
+		{name: "not canonical", cidrs: []string{"10.96.0.1/16"},
+			want: []string{`spec.cidrs[0]: Invalid value: "10.96.0.1/16": must not have bits set beyond the prefix length`}},
+		{name: "one family twice", cidrs: []string{"10.96.0.0/16", "10.97.0.0/16"},
+			want: []string{`spec.cidrs: Invalid value: ["10.96.0.0/16","10.97.0.0/16"]: may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := &networking.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"}, Spec: networking.ServiceCIDRSpec{CIDRs: tc.cidrs}}
+			if diff := cmp.Diff(tc.want, messages(ServiceCIDR(sc, Stored))); diff != "" {
 				t.Errorf("errors (-want +got):\n%s", diff)
 			}
 		})
