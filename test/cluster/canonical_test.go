@@ -161,18 +161,22 @@ func elem(key int, addr string) string {
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func TestRenumberPorts(t *testing.T) {
-	// Two userspace states that differ only in the forwarders' ports.
-	a := "-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports 41001\n" +
+	// Two userspace states that differ only in the forwarders' ports,
+	// which the guard chain's rules name too.
+	a := "-A PKU-FORWARDERS -d 127.0.0.1/32 -p tcp -m comment --comment \"forwarder of cluster IP 10.96.0.1:80/TCP\" -m tcp --dport 41001 -j REJECT --reject-with tcp-reset\n" +
+		"-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports 41001\n" +
 		"-A PKU-TP -d 10.96.0.1/32 -p tcp --dport 80 -j TPROXY --on-port 41001 --on-ip 0.0.0.0\n" +
 		"-A PKU-SVC -d 10.96.0.2/32 -p tcp --dport 80 -j REDIRECT --to-ports 39000\n" +
 		"-A PKU-NODEPORTS -p tcp -m tcp --dport 30001 -j DNAT --to-destination :39000\n" +
 		"listen 0.0.0.0:39000\nlisten 0.0.0.0:41001\nlisten 127.0.0.1:10249"
-	b := "-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports 35555\n" +
+	b := "-A PKU-FORWARDERS -d 127.0.0.1/32 -p tcp -m comment --comment \"forwarder of cluster IP 10.96.0.1:80/TCP\" -m tcp --dport 35555 -j REJECT --reject-with tcp-reset\n" +
+		"-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports 35555\n" +
 		"-A PKU-TP -d 10.96.0.1/32 -p tcp --dport 80 -j TPROXY --on-port 35555 --on-ip 0.0.0.0\n" +
 		"-A PKU-SVC -d 10.96.0.2/32 -p tcp --dport 80 -j REDIRECT --to-ports 46000\n" +
 		"-A PKU-NODEPORTS -p tcp -m tcp --dport 30001 -j DNAT --to-destination :46000\n" +
 		"listen 0.0.0.0:35555\nlisten 0.0.0.0:46000\nlisten 127.0.0.1:10249"
-	want := "-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports P1\n" +
+	want := "-A PKU-FORWARDERS -d 127.0.0.1/32 -p tcp -m comment --comment \"forwarder of cluster IP 10.96.0.1:80/TCP\" -m tcp --dport P1 -j REJECT --reject-with tcp-reset\n" +
+		"-A PKU-SVC -d 10.96.0.1/32 -p tcp --dport 80 -j REDIRECT --to-ports P1\n" +
 		"-A PKU-TP -d 10.96.0.1/32 -p tcp --dport 80 -j TPROXY --on-port P1 --on-ip 0.0.0.0\n" +
 		"-A PKU-SVC -d 10.96.0.2/32 -p tcp --dport 80 -j REDIRECT --to-ports P2\n" +
 		"-A PKU-NODEPORTS -p tcp -m tcp --dport 30001 -j DNAT --to-destination :P2\n" +

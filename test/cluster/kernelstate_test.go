@@ -368,9 +368,10 @@ func canonicalListeners(ss string) (string, int) {
 }
 
 // forwarderPort matches where mode userspace names a forwarder's port:
-// its REDIRECT, TPROXY and (node ports) DNAT targets and a listening
-// socket.
-var forwarderPort = regexp.MustCompile(`(--to-ports |--on-port |--to-destination [0-9.]*:|listen [0-9.*\[\]:]*:)(\d+)`)
+// its REDIRECT, TPROXY and (node ports) DNAT targets, the rule of chain
+// PKU-FORWARDERS that guards it (its comment names the destination) and
+// a listening socket.
+var forwarderPort = regexp.MustCompile(`(--to-ports |--on-port |--to-destination [0-9.]*:|--comment "forwarder of [^"]*" -m (?:tcp|udp) --dport |listen [0-9.*\[\]:]*:)(\d+)`)
 
 // renumberPorts replaces each forwarder port in s by its rank among them
 // in order of first appearance, so that two states that differ only in the
