@@ -6,14 +6,17 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	netutils "k8s.io/utils/net"
 )
 
-// FuzzValidate builds a Service, an EndpointSlice and a Node from the
+// FuzzValidate builds a Service, an EndpointSlice, a Node and a
+// ServiceCIDR from the
 // fuzzer's values and checks that none panics the validator or is
 // modified by it, that every refusal is the API server's Invalid error
 // with a field path on each cause, and that what passes can be proxied:
@@ -61,6 +64,9 @@ func FuzzValidate(f *testing.F) {
 		node.Name, node.Labels = nodeName, map[string]string{v1.LabelTopologyZone: labelValue}
 		node.Spec.PodCIDRs = []string{cidr}
 		check1(t, node, mode)
+
+		sc := &networking.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: nodeName}, Spec: networking.ServiceCIDRSpec{CIDRs: []string{cidr}}}
+		check1(t, sc, mode)
 	})
 }
 
