@@ -16,12 +16,11 @@ import (
 )
 
 // FuzzValidate builds a Service, an EndpointSlice, a Node and a
-// ServiceCIDR from the
-// fuzzer's values and checks that none panics the validator or is
-// modified by it, that every refusal is the API server's Invalid error
-// with a field path on each cause, and that what passes can be proxied:
-// names a rule can hold, port numbers, protocols, cluster IPs and
-// endpoint addresses a dataplane writes rather than skips.
+// ServiceCIDR from the fuzzer's values and checks that none panics the
+// validator or is modified by it, that every refusal is the API server's
+// Invalid error with a field path on each cause, and that what passes can
+// be proxied: names a rule can hold, port numbers, protocols, cluster IPs
+// and endpoint addresses a dataplane writes rather than skips.
 func FuzzValidate(f *testing.F) {
 	f.Add("web", "ns", "app", "web", "http", int32(80), "TCP", "8080", "10.96.0.10", "10.244.1.5", "node-a", "10.244.1.0/24", false)
 	f.Add("web", "ns", "app", "web", "http", int32(80), "", "http", "fd00::10", "fd00::5", "node-a", "fd00:10:244::/64", true)
