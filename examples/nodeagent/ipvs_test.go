@@ -46,7 +46,7 @@ func (h *fakeIPVSHost) host() host {
 
 func TestIPVSMissing(t *testing.T) {
 	h := newFakeIPVSHost(true)
-	code, out, errOut := runOnHost(t, h.host(), "--proxy-mode", "ipvs", "--once")
+	code, out, errOut := runOnHost(t, h.host(), "--demo", "--proxy-mode", "ipvs", "--once")
 	want := "nodeagent: --proxy-mode ipvs: this kernel has no ip_vs module: the generic netlink family IPVS is not registered (no such file or directory); load it with modprobe ip_vs, or use another proxy mode\n"
 	if code != exitFailure || out != "" || errOut != want {
 		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and stderr %q", code, out, errOut, exitFailure, want)
@@ -80,7 +80,7 @@ func TestIPVSDryRun(t *testing.T) {
 
 func TestIPVSOnceAndCleanup(t *testing.T) {
 	h := newFakeIPVSHost(false)
-	code, _, errOut := runOnHost(t, h.host(), "--proxy-mode", "ipvs", "--ipvs-scheduler", "lc", "--ipvs-tcp-timeout", "15m", "--once")
+	code, _, errOut := runOnHost(t, h.host(), "--demo", "--proxy-mode", "ipvs", "--ipvs-scheduler", "lc", "--ipvs-tcp-timeout", "15m", "--once")
 	if code != exitOK {
 		t.Fatalf("--once: exit %d, stderr:\n%s", code, errOut)
 	}

@@ -89,7 +89,7 @@ func TestModeSwitchRemovesThePreviousMode(t *testing.T) {
 		}},
 		{"iptables", nil},
 	} {
-		code, _, errOut := runOnHost(t, n.host(), "--proxy-mode", step.mode, "--once")
+		code, _, errOut := runOnHost(t, n.host(), "--demo", "--proxy-mode", step.mode, "--once")
 		if code != exitOK {
 			t.Fatalf("%s --once: exit %d, stderr:\n%s", step.mode, code, errOut)
 		}
@@ -114,7 +114,7 @@ func TestModeSwitchRemovesThePreviousMode(t *testing.T) {
 
 	n.probeErr = ipvs.ErrNoIPVS
 	n.opened = 0
-	code, _, errOut := runOnHost(t, n.host(), "--proxy-mode", "nftables", "--once")
+	code, _, errOut := runOnHost(t, n.host(), "--demo", "--proxy-mode", "nftables", "--once")
 	if code != exitOK {
 		t.Fatalf("without IPVS: exit %d, stderr:\n%s", code, errOut)
 	}
@@ -130,7 +130,7 @@ func TestModeSwitchRemovesThePreviousMode(t *testing.T) {
 // kube-proxy's does, whichever --proxy-mode it is given.
 func TestCleanupRemovesEveryMode(t *testing.T) {
 	n := newFakeNode()
-	if code, _, errOut := runOnHost(t, n.host(), "--proxy-mode", "ipvs", "--once"); code != exitOK {
+	if code, _, errOut := runOnHost(t, n.host(), "--demo", "--proxy-mode", "ipvs", "--once"); code != exitOK {
 		t.Fatalf("ipvs --once: exit %d, stderr:\n%s", code, errOut)
 	}
 	code, _, errOut := runOnHost(t, n.host(), "--cleanup")

@@ -55,7 +55,7 @@ func TestNFTablesOnceAndCleanup(t *testing.T) {
 		v1.IPv6Protocol: knftables.NewFake(knftables.IPv6Family, nftables.DefaultTable),
 	}
 	h := fakeNFTHost(fakes)
-	code, _, errOut := runOnHost(t, h, "--proxy-mode", "nftables", "--once")
+	code, _, errOut := runOnHost(t, h, "--demo", "--proxy-mode", "nftables", "--once")
 	if code != exitOK {
 		t.Fatalf("--once: exit %d, stderr:\n%s", code, errOut)
 	}
@@ -80,7 +80,7 @@ func TestNFTablesOnceAndCleanup(t *testing.T) {
 }
 
 func TestNFTablesMissing(t *testing.T) {
-	code, out, errOut := runOnHost(t, fakeNFTHost(nil), "--proxy-mode", "nftables", "--once")
+	code, out, errOut := runOnHost(t, fakeNFTHost(nil), "--demo", "--proxy-mode", "nftables", "--once")
 	want := "nodeagent: nftables: this host cannot run the nftables dataplane (it needs a kernel with nf_tables and CAP_NET_ADMIN): nftnl: netlink socket: protocol not supported\n"
 	if code != exitFailure || out != "" || !strings.HasSuffix(errOut, want) {
 		t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and stderr ending in %q", code, out, errOut, exitFailure, want)

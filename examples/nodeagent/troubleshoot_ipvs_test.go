@@ -22,7 +22,7 @@ func programmedIPVSDemo(t *testing.T) (host, *fakeIPVSHost) {
 	t.Helper()
 	fh := newFakeIPVSHost(false)
 	h := fh.host()
-	if code, _, errOut := runOnHost(t, h, "--proxy-mode", "ipvs", "--once"); code != exitOK {
+	if code, _, errOut := runOnHost(t, h, "--demo", "--proxy-mode", "ipvs", "--once"); code != exitOK {
 		t.Fatalf("--once: exit %d, stderr:\n%s", code, errOut)
 	}
 	return h, fh

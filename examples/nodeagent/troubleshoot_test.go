@@ -20,7 +20,7 @@ func programmedDemo(t *testing.T) (host, map[v1.IPFamily]*xtables.FakeRunner) {
 	t.Helper()
 	runners := bothFamilies()
 	h := fakeHost(runners)
-	if code, _, errOut := runOnHost(t, h, "--once"); code != exitOK {
+	if code, _, errOut := runOnHost(t, h, "--demo", "--once"); code != exitOK {
 		t.Fatalf("--once: exit %d, stderr:\n%s", code, errOut)
 	}
 	return h, runners
