@@ -57,7 +57,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // and so on), so that a manifest means what it would mean applied to a
 // cluster.
 //
-// Every Service, EndpointSlice and Node is then checked as the API server
+// Every object is then checked as the API server
 // would check it on create (source/validation): one it would refuse is
 // left out, and the others are returned with an error joining one *Error
 // per refused object, whose Line is its document's and whose Err is the
