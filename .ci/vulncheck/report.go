@@ -58,9 +58,9 @@ type scan struct {
 	// findings with a call trace (govulncheck's exit status 3 in text
 	// mode).
 	Called map[string][]*finding
-	// Imported and Required count the vulnerabilities only in packages
-	// the code imports, and only in modules it requires.
-	Imported, Required int
+	// Imported and Required are the vulnerabilities only in packages the
+	// code imports, and only in modules it requires, sorted.
+	Imported, Required []string
 	Summary            map[string]string
 }
 
@@ -104,12 +104,12 @@ func readScan(r io.Reader) (*scan, error) {
 			level[f.OSV] = max(level[f.OSV], l)
 		}
 	}
-	for _, l := range level {
-		switch l {
+	for _, id := range slices.Sorted(maps.Keys(level)) {
+		switch level[id] {
 		case imported:
-			s.Imported++
+			s.Imported = append(s.Imported, id)
 		case required:
-			s.Required++
+			s.Required = append(s.Required, id)
 		}
 	}
 	return s, nil
@@ -209,10 +209,18 @@ func (v verdict) write(w io.Writer, s *scan) {
 	}
 	fmt.Fprintf(w, "%s %s (%s): %d reachable", status, v.Module, s.GoVersion, len(s.Called))
 	if len(v.Accepted) > 0 {
-		fmt.Fprintf(w, ", of which accepted (accepted.txt): %s", strings.Join(v.Accepted, ", "))
+		fmt.Fprintf(w, ", accepted: %s", strings.Join(v.Accepted, ", "))
 	}
-	fmt.Fprintf(w, "; not called: %d in imported packages, %d in required modules\n", s.Imported, s.Required)
+	fmt.Fprintf(w, "; not called: %s in imported packages, %s in required modules\n", ids(s.Imported), ids(s.Required))
 	for _, f := range v.Failures {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
+}
+
+// ids counts vulnerabilities and names them.
+func ids(l []string) string {
+	if len(l) == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", len(l), strings.Join(l, ", "))
 }

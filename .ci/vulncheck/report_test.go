@@ -39,7 +39,10 @@ func TestReadScan(t *testing.T) {
 {"finding": {"osv": "GO-1", "trace": [{"module": "m"}]}}
 {"finding": {"osv": "GO-1", "trace": [{"module": "m", "package": "m/p"}]}}
 {"finding": {"osv": "GO-2", "trace": [{"module": "n"}]}}`,
-		want: &scan{GoVersion: "go1.27.3", Called: map[string][]*finding{}, Summary: map[string]string{}, Imported: 1, Required: 1},
+		want: &scan{
+			GoVersion: "go1.27.3", Called: map[string][]*finding{}, Summary: map[string]string{},
+			Imported: []string{"GO-1"}, Required: []string{"GO-2"},
+		},
 	}, {
 		name:   "nothing found",
 		stream: `{"config": {"go_version": "go1.27.3"}}`,
