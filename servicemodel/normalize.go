@@ -399,10 +399,14 @@ func (n *normalizer) ports(svc *v1.Service, base ServicePort) []*ServicePort {
 // not. It accepts what any Kubernetes object or port name may contain, and
 // is deliberately looser than API validation (it admits upper case, as
 // hand-written fixtures often use), but keeps out the quotes, spaces and
-// control characters that could break out of a generated rule comment. A
-// caller that builds ServicePorts without a Tracker checks names with it.
+// control characters that could break out of a generated rule comment. Its
+// length limit is the API server's for all three (each is a DNS label of
+// at most 63 characters): every dataplane writes such a name into its
+// rules, so a longer one, which no API server stores, would be served by
+// the model and skipped by every kernel. A caller that builds ServicePorts
+// without a Tracker checks names with it.
 func ValidName(s string) bool {
-	if s == "" || len(s) > 253 {
+	if s == "" || len(s) > 63 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

@@ -557,6 +557,29 @@ func TestNormalize(t *testing.T) {
 			svc:       svc(func(s *v1.Service) { s.Namespace = "a\nb" }),
 			wantSkips: []string{"service: invalid-name metadata.namespace"},
 		},
+		{
+			name: "namespace, name and port name at the API server's 63 characters",
+			svc: makeService(strings.Repeat("n", 63), strings.Repeat("s", 63), func(s *v1.Service) {
+				s.Spec.ClusterIP = "10.0.0.1"
+				s.Spec.Ports = addPort(nil, strings.Repeat("p", 63), v1.ProtocolTCP, 80, 0, 8080)
+			}),
+			want: []*ServicePort{wantPort(portName(strings.Repeat("n", 63), strings.Repeat("s", 63), strings.Repeat("p", 63), v1.ProtocolTCP), "10.0.0.1", 80)},
+		},
+		{
+			name:      "service name of 64 characters, which no API server stores",
+			svc:       svc(func(s *v1.Service) { s.Name = strings.Repeat("s", 64) }),
+			wantSkips: []string{"service: invalid-name metadata.name"},
+		},
+		{
+			name:      "namespace of 64 characters",
+			svc:       svc(func(s *v1.Service) { s.Namespace = strings.Repeat("n", 64) }),
+			wantSkips: []string{"service: invalid-name metadata.namespace"},
+		},
+		{
+			name:      "port name of 64 characters",
+			svc:       svc(withPorts(v1.ServicePort{Name: strings.Repeat("p", 64), Protocol: v1.ProtocolTCP, Port: 80})),
+			wantSkips: []string{"invalid-name spec.ports[0].name"},
+		},
 		// B3: external IPs.
 		{
 			name: "external IPs: sloppy, filtered, sorted, de-duplicated",
