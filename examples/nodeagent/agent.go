@@ -237,14 +237,17 @@ type input struct {
 	// named no source (nor --demo): the proxy then only prints its rules.
 	noSource bool
 	recorder proxykit.EventRecorder
-	close    func()
+	// reg is the registry /metrics serves; the source counts what it
+	// refuses on it, so it is made with the source, before the proxy.
+	reg   *prometheus.Registry
+	close func()
 }
 
 // String implements fmt.Stringer.
 func (s *input) String() string { return s.what }
 
 func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, error) {
-	s := &input{nodeName: o.cfg.HostnameOverride, close: func() {}}
+	s := &input{nodeName: o.cfg.HostnameOverride, reg: prometheus.NewRegistry(), close: func() {}}
 	var cfg *rest.Config
 	var err error
 	switch {
@@ -261,7 +264,7 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 			}
 			return nil, fmt.Errorf("--manifests %s: %w", o.manifests, err)
 		}
-		s.Source = manifest.New(o.manifests, manifest.Config{Logger: log})
+		s.Source = manifest.New(o.manifests, manifest.Config{Logger: log, Registerer: s.reg})
 		s.what = "manifests " + o.manifests
 	case o.cfg.ClientConnection.Kubeconfig != "" || o.master != "":
 		kubeconfig := o.cfg.ClientConnection.Kubeconfig
@@ -301,7 +304,7 @@ func (o *options) openSource(ctx context.Context, log logr.Logger) (*input, erro
 		if err != nil {
 			return nil, err
 		}
-		s.Source = informer.New(client, informer.Config{NodeName: s.nodeName, ResyncPeriod: o.cfg.ConfigSyncPeriod.Duration, Logger: log})
+		s.Source = informer.New(client, informer.Config{NodeName: s.nodeName, ResyncPeriod: o.cfg.ConfigSyncPeriod.Duration, Logger: log, Registerer: s.reg})
 		if o.explain == nil && o.troubleshoot == nil {
 			b := record.NewBroadcaster(record.WithContext(ctx))
 			b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
@@ -422,7 +425,7 @@ type plane struct {
 
 func (o *options) runProxy(ctx context.Context, h host, log logr.Logger, src *input, stdout io.Writer) error {
 	start := time.Now()
-	reg := prometheus.NewRegistry()
+	reg := src.reg
 	// kube-proxy's registry carries the process's and the Go runtime's
 	// series (RSS, open files, goroutines): what a leak shows in first.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())

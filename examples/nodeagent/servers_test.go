@@ -68,6 +68,12 @@ func TestServersOfARunningAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An object no API server stores: the source refuses it and /metrics
+	// counts it.
+	refused := "apiVersion: v1\nkind: Service\nmetadata:\n  name: " + strings.Repeat("s", 64) + "\nspec:\n  clusterIP: 10.96.9.9\n  ports:\n  - port: 80\n"
+	if err := os.WriteFile(filepath.Join(dir, "refused.yaml"), []byte(refused), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	metrics, healthz := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut lockedBuffer
@@ -141,6 +147,21 @@ func TestServersOfARunningAgent(t *testing.T) {
 	mfs, err := p.TextToMetricFamilies(strings.NewReader(scrape))
 	if err != nil {
 		t.Fatal(err)
+	}
+	refusedBy := map[string]float64{}
+	for _, m := range mfs["proxykit_source_objects_refused_total"].GetMetric() {
+		var ls []string
+		for _, l := range m.Label {
+			ls = append(ls, l.GetName()+"="+l.GetValue())
+		}
+		refusedBy[strings.Join(ls, ",")] = m.GetCounter().GetValue()
+	}
+	wantRefused := map[string]float64{
+		"kind=EndpointSlice,source=manifests": 0, "kind=Node,source=manifests": 0,
+		"kind=Service,source=manifests": 1, "kind=ServiceCIDR,source=manifests": 0,
+	}
+	if diff := cmp.Diff(wantRefused, refusedBy); diff != "" {
+		t.Errorf("proxykit_source_objects_refused_total (-want +got):\n%s", diff)
 	}
 	labels := map[string][]string{}
 	for name, mf := range mfs {
