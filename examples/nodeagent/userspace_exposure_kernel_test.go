@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,7 +40,10 @@ func TestKernelUserspaceExposesOnlyWhatKubeProxyDoes(t *testing.T) {
 	for _, f := range usFamilies {
 		kubeProxy["tcp/"+strconv.Itoa(f.NodePort(90))] = true
 	}
-	tcp, udp := listeningPorts(t, l.node)
+	tcp, udp, err := l.node.ListeningPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var forwarders int
 	for _, p := range tcp {
 		if !kubeProxy["tcp/"+strconv.Itoa(int(p))] {
@@ -108,51 +110,4 @@ func TestKernelUserspaceExposesOnlyWhatKubeProxyDoes(t *testing.T) {
 			t.Errorf("from %s, /healthz at %s did not answer", from, addr)
 		}
 	}
-}
-
-// listeningPorts reads the socket tables of ns (/proc/net/tcp, tcp6, udp
-// and udp6 as its threads see them) and returns the ports of its TCP
-// listeners and of its UDP sockets that are bound and not connected,
-// whatever their address, sorted.
-func listeningPorts(t *testing.T, ns *netns.NS) (tcp, udp []uint16) {
-	t.Helper()
-	if err := ns.Do(func() error {
-		for _, tab := range []struct {
-			file string
-			into *[]uint16
-		}{{"tcp", &tcp}, {"tcp6", &tcp}, {"udp", &udp}, {"udp6", &udp}} {
-			b, err := os.ReadFile("/proc/thread-self/net/" + tab.file)
-			if err != nil {
-				return err
-			}
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			for _, l := range lines[1:] {
-				// sl local_address rem_address st ...
-				fields := strings.Fields(l)
-				if len(fields) < 4 {
-					return fmt.Errorf("/proc/net/%s: short line %q", tab.file, l)
-				}
-				_, lport, _ := strings.Cut(fields[1], ":")
-				remote, rport, _ := strings.Cut(fields[2], ":")
-				listens := fields[3] == "0A" // TCP_LISTEN
-				if strings.HasPrefix(tab.file, "udp") {
-					listens = rport == "0000" && strings.Trim(remote, "0") == ""
-				}
-				if !listens {
-					continue
-				}
-				port, err := strconv.ParseUint(lport, 16, 16)
-				if err != nil {
-					return fmt.Errorf("/proc/net/%s: port %q: %w", tab.file, lport, err)
-				}
-				*tab.into = append(*tab.into, uint16(port))
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(tcp)
-	slices.Sort(udp)
-	return slices.Compact(tcp), slices.Compact(udp)
 }

@@ -1,10 +1,13 @@
 package netns
 
 import (
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestVethPing(t *testing.T) {
@@ -42,4 +45,39 @@ func TestCleanupSparesTheTestBinary(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestListeningPorts(t *testing.T) {
+	Require(t, "ip")
+	ns := New(t, "ports")
+	var want [2][]uint16
+	if err := ns.Do(func() error {
+		ln, err := net.Listen("tcp", "[::]:0")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { ln.Close() })
+		pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { pc.Close() })
+		// A connected UDP socket listens on nothing.
+		c, err := net.Dial("udp4", "127.0.0.1:9")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { c.Close() })
+		want = [2][]uint16{{uint16(ln.Addr().(*net.TCPAddr).Port)}, {uint16(pc.LocalAddr().(*net.UDPAddr).Port)}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tcp, udp, err := ns.ListeningPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, [2][]uint16{tcp, udp}); diff != "" {
+		t.Errorf("ListeningPorts (-want +got):\n%s", diff)
+	}
 }
