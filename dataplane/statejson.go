@@ -220,11 +220,6 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		Topology:           affinity.Options{DeriveHints: w.Settings.DeriveTopologyHints},
 	}
 	serviceCIDRs := c.prefixes("serviceCIDRs", w.ServiceCIDRs, normalize)
-	switch settings.LocalDetector.Mode {
-	case LocalModeNone, LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeBridgeInterface, LocalModeInterfaceNamePrefix:
-	default:
-		c.fail("settings localDetector mode %q is not one of kube-proxy's", settings.LocalDetector.Mode)
-	}
 	if err := settings.Validate(); err != nil {
 		c.fail("%v", err)
 	}

@@ -227,7 +227,7 @@ func TestStateJSONRejects(t *testing.T) {
 		{"detector mode", edit(func(m map[string]any) {
 			m["settings"].(map[string]any)["localDetector"] = map[string]any{"mode": "Magic"}
 		}),
-			`localDetector mode "Magic" is not one of kube-proxy's`},
+			`Settings.LocalDetector.Mode: Unsupported value: "Magic"`},
 		{"detector interface", edit(func(m map[string]any) {
 			m["settings"].(map[string]any)["localDetector"] = map[string]any{"mode": "BridgeInterface", "interface": "br0\n-A INPUT"}
 		}),
