@@ -47,29 +47,7 @@ func (l *refusalLog) refusals() []string {
 // refusedObjects reads proxykit_source_objects_refused_total by kind.
 func refusedObjects(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "proxykit_source_objects_refused_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["source"] != "manifests" {
-				t.Errorf("source label %q", labels["source"])
-			}
-			if v := m.GetCounter().GetValue(); v != 0 {
-				out[labels["kind"]] = v
-			}
-		}
-	}
-	return out
+	return counterBy(t, reg, "proxykit_source_objects_refused_total", "kind")
 }
 
 // badService is a Service document named "bad" with the given spec (and

@@ -66,18 +66,32 @@ func (l *logLines) wait(t *testing.T, msg string, parts ...string) {
 // zero.
 func refused(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
+	return counterBy(t, reg, "proxykit_source_files_refused_total", "reason")
+}
+
+// counterBy returns the values of the counter name that are not zero, by
+// their label; a series that names its source must name "manifests".
+func counterBy(t *testing.T, reg *prometheus.Registry, name, label string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "proxykit_source_files_refused_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if s, ok := labels["source"]; ok && s != "manifests" {
+				t.Errorf("%s: source label %q", name, s)
+			}
 			if v := m.GetCounter().GetValue(); v != 0 {
-				out[m.GetLabel()[0].GetValue()] = v
+				out[labels[label]] = v
 			}
 		}
 	}
