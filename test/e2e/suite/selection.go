@@ -8,6 +8,12 @@ import (
 	"strings"
 )
 
+// The upstream suite the selection is read from.
+const (
+	KubernetesVersion = "v1.37.2"
+	Kubernetes        = "k8s.io/kubernetes " + KubernetesVersion
+)
+
 // The describe blocks of k8s.io/kubernetes/test/e2e (v1.37.2) that test a
 // service proxy: every spec whose full name starts with one of them is in
 // the selection.
