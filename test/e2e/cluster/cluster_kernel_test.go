@@ -1,0 +1,229 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxykit/proxykit/test/e2e/build"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Environment of the kernel tests.
+const (
+	requireKernelEnv = "PROXYKIT_REQUIRE_KERNEL"
+	// binDirsEnv lists (colon-separated) directories holding the programs
+	// by their usual names (etcd, kube-apiserver, ..., nodeagent); the
+	// first directory holding a program wins.
+	binDirsEnv = "PROXYKIT_E2E_BINDIR"
+	// imagesEnv lists (colon-separated) the image tarballs to import.
+	imagesEnv = "PROXYKIT_E2E_IMAGES"
+	// nodesEnv is how many nodes TestClusterUp brings up (default 1).
+	nodesEnv = "PROXYKIT_E2E_NODES"
+	// workDirEnv keeps the cluster's files and logs in a directory of its
+	// own instead of a temporary one removed after the test.
+	workDirEnv = "PROXYKIT_E2E_WORKDIR"
+)
+
+// testBinaries finds the programs and images, or skips: they take half an
+// hour to build, which the e2e command does and a test run must not. So
+// their absence skips even under PROXYKIT_REQUIRE_KERNEL=1, which fails
+// only the absence of root.
+func testBinaries(t *testing.T) (build.Binaries, []string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		msg := "the cluster test needs root (namespaces, mounts, cgroups)"
+		if os.Getenv(requireKernelEnv) == "1" {
+			t.Fatalf("%s (%s=1 forbids skipping)", msg, requireKernelEnv)
+		}
+		t.Skip(msg)
+	}
+	dirs := filepath.SplitList(os.Getenv(binDirsEnv))
+	find := func(name string) string {
+		for _, d := range dirs {
+			p := filepath.Join(d, name)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				return p
+			}
+		}
+		return ""
+	}
+	b := build.Binaries{
+		Etcd: find("etcd"), APIServer: find("kube-apiserver"), ControllerManager: find("kube-controller-manager"),
+		Scheduler: find("kube-scheduler"), Kubelet: find("kubelet"), Kubectl: find("kubectl"),
+		KubeProxy: find("kube-proxy"), CoreDNS: find("coredns"), Agent: find("nodeagent"),
+	}
+	var missing []string
+	for name, p := range map[string]string{
+		"etcd": b.Etcd, "kube-apiserver": b.APIServer, "kube-controller-manager": b.ControllerManager,
+		"kube-scheduler": b.Scheduler, "kubelet": b.Kubelet, "coredns": b.CoreDNS, "nodeagent": b.Agent,
+	} {
+		if p == "" {
+			missing = append(missing, name)
+		}
+	}
+	images := filepath.SplitList(os.Getenv(imagesEnv))
+	if len(missing) > 0 || len(images) == 0 {
+		t.Skipf("the cluster test needs built programs (%s=dirs; missing: %s) and image tarballs (%s=files; got %d): the e2e command builds them",
+			binDirsEnv, strings.Join(missing, ", "), imagesEnv, len(images))
+	}
+	return b, images
+}
+
+// TestClusterUp brings up a cluster (one node, or PROXYKIT_E2E_NODES),
+// runs the node agent in iptables mode, serves agnhost pods (one per node)
+// behind a ClusterIP Service, checks the Service answers from every node
+// and every pod from every node, and checks Down leaves nothing.
+func TestClusterUp(t *testing.T) {
+	bin, images := testBinaries(t)
+	nodes := 1
+	if s := os.Getenv(nodesEnv); s != "" {
+		var err error
+		if nodes, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("%s=%q: %v", nodesEnv, s, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	workDir := os.Getenv(workDirEnv)
+	if workDir == "" {
+		workDir = t.TempDir()
+	}
+	mountsBefore := hostMounts(t)
+	start := time.Now()
+	c, err := Up(ctx, Config{Nodes: nodes, Bin: bin, Images: images, WorkDir: workDir, Log: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("up in %v", time.Since(start).Round(time.Millisecond))
+	downed := false
+	defer func() {
+		if !downed {
+			if err := c.Down(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	if err := c.StartProxy(ctx, Proxy{Name: "proxykit", Binary: bin.Agent, Mode: "iptables"}); err != nil {
+		t.Fatal(err)
+	}
+	checkServiceFromEveryNode(ctx, t, c)
+	if err := c.StopProxy(ctx); err != nil {
+		t.Error(err)
+	}
+	downed = true
+	if err := c.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := Reclaim(ctx, nil); err != nil {
+		t.Error(err)
+	}
+	if after := hostMounts(t); after != mountsBefore {
+		t.Errorf("host mounts changed:\nbefore:\n%s\nafter:\n%s", mountsBefore, after)
+	}
+}
+
+// checkServiceFromEveryNode runs one agnhost netexec pod per node behind a
+// ClusterIP Service and checks, from every node, that each pod answers on
+// its own IP (pod-to-pod across nodes) and that the Service answers.
+func checkServiceFromEveryNode(ctx context.Context, t *testing.T, c *Cluster) {
+	t.Helper()
+	cs := c.Client()
+	ns := "default"
+	var podIPs []string
+	for i := 1; i <= c.Nodes(); i++ {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("netexec-%d", i), Labels: map[string]string{"app": "netexec"}},
+			Spec: corev1.PodSpec{
+				NodeName: NodeName(i),
+				Containers: []corev1.Container{{
+					Name: "netexec", Image: "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+					ImagePullPolicy: corev1.PullIfNotPresent, Args: []string{"netexec", "--http-port=8080"},
+				}},
+			},
+		}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "netexec"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "netexec"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	svc, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= c.Nodes(); i++ {
+		name := fmt.Sprintf("netexec-%d", i)
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				podIPs = append(podIPs, p.Status.PodIP)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pod %s not running: %v %+v; kubelet log:\n%s", name, err, p.Status, tail(c.logPath(NodeName(i), "kubelet"), 30))
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	t.Logf("pods running at %v; Service %s", podIPs, svc.Spec.ClusterIP)
+	for i := 1; i <= c.Nodes(); i++ {
+		for _, ip := range podIPs {
+			curl(ctx, t, c, i, fmt.Sprintf("http://%s:8080/hostname", ip))
+		}
+		curl(ctx, t, c, i, fmt.Sprintf("http://%s:80/hostname", svc.Spec.ClusterIP))
+	}
+}
+
+// curl fetches url from node i, retrying for a while (the proxy syncs the
+// new Service in its own time).
+func curl(ctx context.Context, t *testing.T, c *Cluster, i int, url string) {
+	t.Helper()
+	var out []byte
+	var err error
+	for try := 0; try < 60; try++ {
+		out, err = c.NodeCommand(ctx, i, "curl", "-sS", "--max-time", "2", url).CombinedOutput()
+		if err == nil {
+			t.Logf("%s: %s -> %s", NodeName(i), url, strings.TrimSpace(string(out)))
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Errorf("%s: %s: %v: %s", NodeName(i), url, err, out)
+}
+
+// hostMounts is the host's mount table, without the IDs that change.
+func hostMounts(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(l); len(f) > 4 {
+			lines = append(lines, strings.Join(f[3:], " "))
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Logf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

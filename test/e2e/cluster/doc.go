@@ -1,0 +1,29 @@
+// Package cluster is the real-cluster fixture of proxykit's upstream e2e
+// runs: one to three Kubernetes nodes on one machine, each a network and
+// mount namespace of its own running containerd and kubelet, the control
+// plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+// CoreDNS as processes) on the first, all joined by a bridge in a "runner"
+// namespace where the suite and kubectl run, outside the cluster as on a CI
+// runner.
+//
+// Nothing it does touches the machine's own network namespace or mounts:
+// links, routes and rules live in namespaces held by holder processes, the
+// nodes' /run, /var/lib and /var/log are tmpfs mounts private to each
+// node's mount namespace (so containerd, kubelet and the CNI plugins keep
+// their default paths), and every process the fixture starts, holders
+// included, sits in the cgroup tree proxykit-e2e of every mounted
+// hierarchy. [Reclaim] kills what that tree holds and removes it, which
+// removes the namespaces with their last process; [Up] calls it first, so
+// a killed run is cleaned up by the next, and [Cluster.Down] ends with it.
+//
+// Addresses: the runner's bridge br0 is 10.88.0.1/24, node i (1-based) is
+// e2e-node-<i> at 10.88.0.<i+1> on its eth0, the API server listens on
+// 10.88.0.2:6443, Services get 10.96.0.0/16 (kube-dns is 10.96.0.10,
+// served by CoreDNS on 10.88.0.2:53) and pods 10.244.0.0/16, a /24 per
+// node allocated by kube-controller-manager and routed through the node's
+// IP from the runner and every other node.
+//
+// The fixture starts no service proxy: [Cluster.StartProxy] runs one (the
+// node agent or kube-proxy, both with kube-proxy's command line) on every
+// node and [Cluster.StopProxy] stops it and runs its --cleanup.
+package cluster
