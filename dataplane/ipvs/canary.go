@@ -1,22 +1,19 @@
 package ipvs
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"hash/fnv"
 
 	"github.com/proxykit/proxykit/dataplane"
 )
 
 var _ dataplane.KernelWatcher = (*Dataplane)(nil)
 
-// canary is what KernelChanged compares the kernel with, taken when the
-// last successful Sync or Reconcile ended.
+// canary is what KernelChanged compares the iptables rules with, taken
+// when the last successful Sync or Reconcile ended. (The IPVS table and
+// the sets are compared with the desired table, which says what they
+// hold.)
 type canary struct {
-	// table fingerprints the family's part of the IPVS table (tableSum);
-	// 0 when it could not be read.
-	table uint64
 	// gen is the generation of the iptables rules (xtables.GenerationOf)
 	// at which the owned chains were last seen as programmed, and rules
 	// their fingerprint then (xtables.SumOf); seen is unset when there is
@@ -31,10 +28,11 @@ type canary struct {
 //   - the addresses: one dump of the family's addresses tells whether the
 //     node gained or lost an address that serves node ports, or whether
 //     someone removed the link or unbound a service address from it;
-//   - the IPVS table: one read of /proc/net/ip_vs, the family's virtual
-//     and real servers without the connection counters, whose fingerprint
-//     is compared with the one taken after the last write (a virtual or
-//     real server deleted, added or changed, "ipvsadm -C");
+//   - the IPVS table: one read of /proc/net/ip_vs, whose fingerprint of
+//     the dataplane's virtual servers and their real servers (without the
+//     connection counters) is compared with the one the desired table
+//     says they have (a virtual or real server deleted, added or changed,
+//     "ipvsadm -C");
 //   - the sets: one listing of each of the dataplane's ipsets, compared
 //     with the members it programmed;
 //   - the iptables rules: only when their generation
@@ -43,10 +41,13 @@ type canary struct {
 //     into them (xtables.SumOf: over netlink with the nft backend, no
 //     iptables-save; from a listing with legacy).
 //
-// A change another program made while the dataplane was writing is taken
-// into the fingerprints and found by the next Reconcile instead; one made
-// before a Sync that does not rewrite what it changed is not (the Sync
-// leaves that fingerprint as it was).
+// The table and the sets are compared with what the dataplane wants, so a
+// change another program made is reported until a Sync or Reconcile
+// repairs it, whenever it was made. The rules' fingerprint is taken after
+// each write: a change made while the dataplane was writing them is found
+// by the next Reconcile instead; one made before a Sync that does not
+// rewrite them is not taken as the Sync's own (the Sync leaves that
+// fingerprint as it was).
 func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	// A sync or reconcile under way answers for now (it leaves what
 	// someone else moved for the next poll): waiting for it would count
@@ -82,22 +83,17 @@ func (d *Dataplane) KernelChanged(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// noteCanary takes the canary's fingerprints of what the dataplane just
-// wrote, but those keep says someone else had moved before the write: a
-// sync that repairs nothing must not take another program's change as
-// its own, or the canary would miss it until the next Reconcile. A
-// failure to read only leaves that part unwatched until the next write.
-func (d *Dataplane) noteCanary(ctx context.Context, keep moved) {
+// noteCanary takes the rules' fingerprint after a write, unless keep
+// says someone else had moved them before it: a sync that repairs nothing
+// must not take another program's change as its own, or the canary would
+// miss it until the next Reconcile. A failure to read only leaves the
+// rules unwatched until the next write.
+func (d *Dataplane) noteCanary(ctx context.Context, keep bool) {
 	old := d.canary
 	d.canary = canary{}
-	if keep.table {
-		d.canary.table = old.table
-	} else if sum, ok, err := d.tableSum(); err == nil && ok {
-		d.canary.table = sum
-	}
 	switch {
-	case keep.gen:
-		d.canary.gen, d.canary.rules, d.canary.seen = old.gen, old.rules, old.seen
+	case keep:
+		d.canary = old
 	case d.gen != nil:
 		g, err := d.gen(ctx)
 		if err != nil {
@@ -105,109 +101,54 @@ func (d *Dataplane) noteCanary(ctx context.Context, keep moved) {
 		}
 		if old.seen && g == old.gen {
 			// Nothing written since the fingerprint.
-			d.canary.gen, d.canary.rules, d.canary.seen = g, old.rules, true
+			d.canary = old
 			return
 		}
 		if sum, err := d.rulesSum(ctx, d.owned()); err == nil {
-			d.canary.gen, d.canary.rules, d.canary.seen = g, sum, true
+			d.canary = canary{gen: g, rules: sum, seen: true}
 		}
 	}
 }
 
-// moved says which of the canary's fingerprints the kernel no longer
-// matches.
-type moved struct{ table, gen bool }
-
-// canaryMoved compares the IPVS table's fingerprint and the rules' with
-// the canary's, before a sync that repairs neither writes (one read of
-// /proc/net/ip_vs and one netlink round trip, plus the rules' fingerprint
-// when their generation moved): what moved is someone else's doing, and
-// stays for the canary to report. The generation alone would not do:
-// any nftables commit in the namespace moves it (the other family's
-// dataplane, a container runtime's), and keeping the old fingerprint for
-// that would report the sync's own rewrite of its chains as a change.
-func (d *Dataplane) canaryMoved(ctx context.Context) moved {
-	var m moved
-	if d.canary.table != 0 {
-		sum, ok, err := d.tableSum()
-		m.table = err == nil && ok && sum != d.canary.table
+// rulesMoved compares the rules' fingerprint with the canary's, before a
+// sync that does not rewrite them writes (one netlink round trip, plus
+// the fingerprint when their generation moved): what moved is someone
+// else's doing, and stays for the canary to report. The generation alone
+// would not do: any nftables commit in the namespace moves it (the other
+// family's dataplane, a container runtime's), and keeping the old
+// fingerprint for that would report the sync's own rewrite of its chains
+// as a change.
+func (d *Dataplane) rulesMoved(ctx context.Context) bool {
+	if d.gen == nil || !d.canary.seen {
+		return false
 	}
-	if d.gen != nil && d.canary.seen {
-		if g, err := d.gen(ctx); err == nil && g != d.canary.gen {
-			sum, err := d.rulesSum(ctx, d.owned())
-			m.gen = err != nil || sum != d.canary.rules
-		}
+	g, err := d.gen(ctx)
+	if err != nil || g == d.canary.gen {
+		return false
 	}
-	return m
+	sum, err := d.rulesSum(ctx, d.owned())
+	return err != nil || sum != d.canary.rules
 }
 
+// tableChanged reads the kernel's table once and compares the
+// fingerprint of the dataplane's virtual servers in it with the one the
+// desired table says they have.
 func (d *Dataplane) tableChanged(context.Context) (bool, error) {
-	if d.canary.table == 0 {
-		return false, nil
-	}
-	sum, ok, err := d.tableSum()
-	if err != nil || !ok {
-		return false, err
-	}
-	return sum != d.canary.table, nil
-}
-
-// tableSum fingerprints the virtual servers of the dataplane's family and
-// their real servers as the table lists them, without the connection
-// counters that traffic moves; never 0. ok is false when the kernel has
-// no table to read.
-func (d *Dataplane) tableSum() (uint64, bool, error) {
 	if d.table == nil {
-		return 0, false, nil
+		return false, nil
 	}
 	text, err := d.table()
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
-	h := fnv.New64a()
-	mine := false
-	for line := range bytes.Lines(text) {
-		first, rest := nextField(line)
-		if len(first) == 0 {
-			continue
+	var sum uint64
+	scanTable(text, d.ipv6, func(k vsKey, s uint64) {
+		if _, ok := d.owner[k]; ok {
+			sum += s
 		}
-		limit := -1
-		if string(first) != "->" {
-			// A virtual server: IPv6 addresses are bracketed, in the
-			// kernel's listing and the fake's alike.
-			mine = bytes.IndexByte(line, '[') >= 0 == d.ipv6
-		} else {
-			limit = 4 // "->", address, forwarding method, weight
-		}
-		if !mine {
-			continue
-		}
-		for f := first; len(f) > 0 && limit != 0; f, rest = nextField(rest) {
-			h.Write(f)
-			h.Write(space)
-			limit--
-		}
-		h.Write(newline)
-	}
-	return h.Sum64() | 1, true, nil
+	})
+	return sum != d.expect, nil
 }
-
-var space, newline = []byte{' '}, []byte{'\n'}
-
-// nextField splits the first field, separated by blanks, off b.
-func nextField(b []byte) (field, rest []byte) {
-	i := 0
-	for i < len(b) && isBlank(b[i]) {
-		i++
-	}
-	j := i
-	for j < len(b) && !isBlank(b[j]) {
-		j++
-	}
-	return b[i:j], b[j:]
-}
-
-func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\n' }
 
 // setsChanged lists the dataplane's ipsets and compares their members
 // with those it programmed: the entries its services need and, in the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
@@ -45,6 +44,13 @@ type virtualServer struct {
 	timeout uint32
 	// dests are the real servers, sorted.
 	dests []netip.AddrPort
+	// sum is its fingerprint as the kernel's table lists it (vsSum).
+	sum uint64
+}
+
+// same reports whether a and b program the same virtual server.
+func (a *virtualServer) same(b *virtualServer) bool {
+	return a.key == b.key && a.flags == b.flags && a.timeout == b.timeout && slices.Equal(a.dests, b.dests)
 }
 
 // program is everything the dataplane writes for one service.
@@ -57,20 +63,189 @@ type program struct {
 	internal []string
 }
 
-// sortEntries sorts es as ipset lists them, formatting each entry once.
-func sortEntries(es []entry) {
-	type keyed struct {
-		key string
-		e   entry
+// equal reports whether p and q write the same; nil is no program.
+func (p *program) equal(q *program) bool {
+	if p == nil || q == nil {
+		return p == q
 	}
-	ks := make([]keyed, len(es))
-	for i, e := range es {
-		ks[i] = keyed{e.String(), e}
+	return slices.EqualFunc(p.vss, q.vss, func(a, b virtualServer) bool { return a.same(&b) && a.port == b.port }) &&
+		slices.Equal(p.sets, q.sets) && slices.Equal(p.binds, q.binds) && slices.Equal(p.internal, q.internal)
+}
+
+// vs returns p's virtual server k, nil if it has none.
+func (p *program) vs(k vsKey) *virtualServer {
+	if p == nil {
+		return nil
 	}
-	slices.SortFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	for i := range ks {
-		es[i] = ks[i].e
+	i, ok := slices.BinarySearchFunc(p.vss, k, func(vs virtualServer, k vsKey) int { return compareKeys(vs.key, k) })
+	if !ok {
+		return nil
 	}
+	return &p.vss[i]
+}
+
+// The desired table is what the State of the last Sync needs, kept in
+// the Dataplane's fields (progs, owner, rivals and the counts) and
+// brought to the next State service by service: a Sync computes only the
+// programs of the services State.ChangedFrom names, whatever its kind,
+// so that a forced full sync rebuilds nothing that did not change. It is
+// pure computation and never fails half-way: a Sync whose calls fail
+// leaves it describing the new State, which the next (full) Sync
+// compares with the kernel.
+
+// desire brings the desired table to s on a node with addrs: only the
+// services names lists (every one of s when all), each of whose changes
+// dl records, when dl is not nil.
+func (d *Dataplane) desire(s *dataplane.State, addrs nodeAddrs, names []types.NamespacedName, all bool, dl *delta) {
+	if all {
+		d.resetTable()
+		names = names[:0]
+		for nn := range s.Services.Services() {
+			names = append(names, nn)
+		}
+		slices.SortFunc(names, servicemodel.CompareNames)
+	}
+	for _, nn := range names {
+		old := d.progs[nn]
+		pr := d.programOf(s, nn, addrs)
+		if old.equal(pr) {
+			continue
+		}
+		if dl != nil {
+			dl.note(d, old)
+			dl.note(d, pr)
+		}
+		d.expect -= d.sumOf(old, pr)
+		count(d.binds, d.entries, d.internal, old, -1)
+		count(d.binds, d.entries, d.internal, pr, 1)
+		if old != nil {
+			for i := range old.vss {
+				d.release(old.vss[i].key, nn)
+			}
+		}
+		if pr == nil {
+			delete(d.progs, nn)
+			d.expect += d.sumOf(old, pr)
+			continue
+		}
+		d.progs[nn] = pr
+		for i := range pr.vss {
+			d.claim(pr.vss[i].key, nn)
+		}
+		d.expect += d.sumOf(old, pr)
+	}
+	d.desired, d.addrs = s, addrs
+}
+
+// sumOf is the fingerprint the desired table says the virtual servers of
+// old and pr (each once) have.
+func (d *Dataplane) sumOf(old, pr *program) uint64 {
+	var sum uint64
+	add := func(k vsKey) {
+		if vs := d.vsOf(k); vs != nil {
+			sum += vs.sum
+		}
+	}
+	if old != nil {
+		for i := range old.vss {
+			add(old.vss[i].key)
+		}
+	}
+	if pr != nil {
+		for i := range pr.vss {
+			if old.vs(pr.vss[i].key) == nil {
+				add(pr.vss[i].key)
+			}
+		}
+	}
+	return sum
+}
+
+// count adds pr's addresses, set members and INTERNAL rules to the
+// counts, n times (-1 to remove them).
+func count(binds map[netip.Addr]int, entries map[setEntry]int, internal map[string]int, pr *program, n int) {
+	if pr == nil {
+		return
+	}
+	for _, r := range pr.internal {
+		internal[r] += n
+		if internal[r] == 0 {
+			delete(internal, r)
+		}
+	}
+	for _, a := range pr.binds {
+		binds[a] += n
+		if binds[a] == 0 {
+			delete(binds, a)
+		}
+	}
+	for _, se := range pr.sets {
+		entries[se] += n
+		if entries[se] == 0 {
+			delete(entries, se)
+		}
+	}
+}
+
+// resetTable empties the desired table.
+func (d *Dataplane) resetTable() {
+	d.desired = nil
+	d.progs = map[types.NamespacedName]*program{}
+	d.owner = map[vsKey]types.NamespacedName{}
+	d.rivals = map[vsKey][]types.NamespacedName{}
+	d.binds = map[netip.Addr]int{}
+	d.entries = map[setEntry]int{}
+	d.internal = map[string]int{}
+	d.expect = 0
+	for _, ds := range d.drainSums {
+		d.expect += ds.sum
+	}
+}
+
+// claim records that service nn wants virtual server k: the first service
+// by name that wants one gets it, the others wait in rivals.
+func (d *Dataplane) claim(k vsKey, nn types.NamespacedName) {
+	o, taken := d.owner[k]
+	if !taken {
+		d.owner[k] = nn
+		return
+	}
+	if servicemodel.CompareNames(nn, o) < 0 {
+		d.owner[k], nn = nn, o
+	}
+	r := d.rivals[k]
+	i, _ := slices.BinarySearchFunc(r, nn, servicemodel.CompareNames)
+	d.rivals[k] = slices.Insert(r, i, nn)
+}
+
+// release records that service nn no longer wants virtual server k: the
+// first rival by name gets it.
+func (d *Dataplane) release(k vsKey, nn types.NamespacedName) {
+	r := d.rivals[k]
+	if d.owner[k] == nn {
+		if len(r) == 0 {
+			delete(d.owner, k)
+			return
+		}
+		d.owner[k], r = r[0], r[1:]
+	} else if i, ok := slices.BinarySearchFunc(r, nn, servicemodel.CompareNames); ok {
+		r = slices.Delete(r, i, i+1)
+	}
+	if len(r) == 0 {
+		delete(d.rivals, k)
+	} else {
+		d.rivals[k] = r
+	}
+}
+
+// vsOf returns virtual server k as the desired table has it (its owner's),
+// nil when no service wants it.
+func (d *Dataplane) vsOf(k vsKey) *virtualServer {
+	nn, ok := d.owner[k]
+	if !ok {
+		return nil
+	}
+	return d.progs[nn].vs(k)
 }
 
 // programOf returns what service nn of s needs; nil when it has no usable
@@ -91,15 +266,13 @@ func (d *Dataplane) programOf(s *dataplane.State, nn types.NamespacedName, addrs
 	pr.vss = slices.CompactFunc(pr.vss, func(a, b virtualServer) bool { return a.key == b.key })
 	slices.SortFunc(pr.binds, netip.Addr.Compare)
 	pr.binds = slices.Compact(pr.binds)
-	slices.SortFunc(pr.sets, func(a, b setEntry) int {
-		if c := cmp.Compare(a.set, b.set); c != 0 {
-			return c
-		}
-		return strings.Compare(a.e.String(), b.e.String())
-	})
+	slices.SortFunc(pr.sets, compareSetEntries)
 	pr.sets = slices.Compact(pr.sets)
 	slices.Sort(pr.internal)
 	pr.internal = slices.Compact(pr.internal)
+	for i := range pr.vss {
+		pr.vss[i].sum = d.vsSum(&pr.vss[i])
+	}
 	return pr
 }
 

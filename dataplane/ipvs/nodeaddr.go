@@ -139,3 +139,10 @@ func (d *Dataplane) addrsChanged() (bool, error) {
 	}
 	return false, nil
 }
+
+func (d *Dataplane) addrFamily() int {
+	if d.ipv6 {
+		return netlink.FAMILY_V6
+	}
+	return netlink.FAMILY_V4
+}

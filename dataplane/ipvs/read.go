@@ -151,7 +151,7 @@ func (d *Dataplane) readVirtualServers(r *Reading, have map[setID]map[entry]bool
 	}
 	for _, ks := range kernel {
 		k := keyOfService(ks)
-		if ks.FWMark != 0 || (ks.AddressFamily == unix.AF_INET6) != d.ipv6 || !d.owns(have, k) {
+		if ks.FWMark != 0 || (ks.AddressFamily == unix.AF_INET6) != d.ipv6 || !owns(have, k) {
 			continue
 		}
 		dests, err := d.ipvs.GetDestinations(ks)

@@ -2,16 +2,14 @@ package ipvs
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/netip"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/internal/backend"
 	"github.com/proxykit/proxykit/dataplane/xtables"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // rulesText is the iptables-restore input of the dataplane's chains for
@@ -69,6 +67,24 @@ func (d *Dataplane) rulesText(s *dataplane.State) string {
 	line("-A %s -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT", n.forward)
 	line("COMMIT")
 	return b.String()
+}
+
+// rulesKey is what of a State's settings the rules follow: rulesText is
+// the same for two States with the same key.
+type rulesKey struct {
+	masqueradeAll bool
+	// pod is podMatch's match, "" without one.
+	pod string
+}
+
+func rulesKeyOf(s *dataplane.State) rulesKey {
+	pod, _ := podMatch(s)
+	return rulesKey{s.Settings.MasqueradeAll, pod}
+}
+
+// internalText is the INTERNAL chain's rules, sorted.
+func internalText(internal map[string]int) string {
+	return strings.Join(slices.Sorted(maps.Keys(internal)), "")
 }
 
 // clusterMasquerade returns the match that makes traffic to a cluster IP
@@ -196,92 +212,3 @@ func (d *Dataplane) syncInternal(ctx context.Context) (int, error) {
 	return len(text), nil
 }
 
-// Cleanup implements dataplane.Dataplane: it removes what the dataplane
-// created, as its sets record it, whether this Dataplane or an earlier
-// process with the same Config programmed it: the virtual servers on
-// addresses it bound and on its node ports, those addresses, its link
-// (unless another program put addresses on it), its chains and its sets.
-// Nothing else is touched. A kernel without any of it is no error.
-func (d *Dataplane) Cleanup(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	defer d.reset()
-	var errs []error
-	have := map[setID]map[entry]bool{}
-	for id := range numSets {
-		have[id] = map[entry]bool{}
-		res, err := d.nl.IpsetList(d.names.set[id])
-		if err != nil {
-			continue
-		}
-		for i := range res.Entries {
-			have[id][entryFromNetlink(setSpecs[id].typ, &res.Entries[i])] = true
-		}
-	}
-	for k := range d.owner {
-		have[setIPs][entry{ip: k.addr}] = true
-	}
-	if kernel, err := d.ipvs.GetServices(); err != nil {
-		errs = append(errs, fmt.Errorf("list virtual servers: %w", err))
-	} else {
-		for _, ks := range kernel {
-			k := keyOfService(ks)
-			_, mine := d.owner[k]
-			if ks.FWMark != 0 || (ks.AddressFamily == unix.AF_INET6) != d.ipv6 || !d.owns(have, k) && !mine {
-				continue
-			}
-			if err := d.ipvs.DelService(ks); err != nil && !errors.Is(err, unix.ESRCH) {
-				errs = append(errs, fmt.Errorf("delete virtual server %s: %w", k, err))
-			}
-		}
-	}
-	clear(d.draining)
-	errs = append(errs, d.removeLink(have[setIPs]))
-	if err := d.owned().Remove(ctx, d.runner); err != nil {
-		errs = append(errs, err)
-	}
-	for id := range numSets {
-		if err := d.nl.IpsetDestroy(d.names.set[id]); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("destroy ipset %s: %w", d.names.set[id], err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("ipvs: cleanup: %w", err)
-	}
-	return nil
-}
-
-// removeLink unbinds the addresses the dataplane bound and deletes the
-// link when nothing else is left on it.
-func (d *Dataplane) removeLink(ours map[entry]bool) error {
-	link, err := d.nl.LinkByName(d.cfg.Link)
-	if err != nil {
-		return nil
-	}
-	addrs, err := d.nl.AddrList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return fmt.Errorf("list the addresses of %s: %w", d.cfg.Link, err)
-	}
-	foreign := 0
-	for _, a := range addrs {
-		ip, _ := netip.AddrFromSlice(a.IP)
-		ip = ip.Unmap()
-		if !ours[entry{ip: ip}] || ip.Is6() != d.ipv6 {
-			if !ip.IsLinkLocalUnicast() {
-				foreign++
-			}
-			continue
-		}
-		if err := d.nl.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("unbind %s from %s: %w", ip, d.cfg.Link, err)
-		}
-	}
-	if foreign > 0 {
-		d.log.Info("Leaving the link: it holds addresses the dataplane did not bind", "link", d.cfg.Link, "addresses", foreign)
-		return nil
-	}
-	if err := d.nl.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
-		return fmt.Errorf("delete link %s: %w", d.cfg.Link, err)
-	}
-	return nil
-}

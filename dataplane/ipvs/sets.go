@@ -1,9 +1,9 @@
 package ipvs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"strings"
@@ -143,8 +143,8 @@ func entryFromNetlink(typ string, n *netlink.IPSetEntry) entry {
 
 // ensureSets creates the sets that are missing and returns what every set
 // holds: one call per set, plus one per missing set.
-func (d *Dataplane) ensureSets() (map[setID]map[entry]bool, error) {
-	out := map[setID]map[entry]bool{}
+func (d *Dataplane) ensureSets() (setsReading, error) {
+	var out setsReading
 	for id := range numSets {
 		name, spec := d.names.set[id], setSpecs[id]
 		res, err := d.nl.IpsetList(name)
@@ -154,72 +154,46 @@ func (d *Dataplane) ensureSets() (map[setID]map[entry]bool, error) {
 				opts.Family = unix.AF_INET6
 			}
 			if cerr := d.nl.IpsetCreate(name, spec.typ, opts); cerr != nil && !errors.Is(cerr, unix.EEXIST) {
-				return nil, fmt.Errorf("create ipset %s of type %s: %w", name, spec.typ, withModuleHint(cerr, setTypeModule(spec.typ)))
+				return out, fmt.Errorf("create ipset %s of type %s: %w", name, spec.typ, withModuleHint(cerr, setTypeModule(spec.typ)))
 			}
-			out[id] = map[entry]bool{}
 			continue
 		}
-		got := map[entry]bool{}
+		members := make([]entry, len(res.Entries))
 		for i := range res.Entries {
-			got[entryFromNetlink(spec.typ, &res.Entries[i])] = true
+			members[i] = entryFromNetlink(spec.typ, &res.Entries[i])
 		}
-		out[id] = got
+		out.members[id] = members
+	}
+	for _, id := range indexed {
+		out.index[id] = make(map[entry]bool, len(out.members[id]))
+		for _, e := range out.members[id] {
+			out.index[id][e] = true
+		}
 	}
 	return out, nil
 }
 
-// addEntry and delEntry change one member; an entry already there (or
-// already gone) is no error.
-func (d *Dataplane) addEntry(se setEntry) error {
-	name, typ := d.names.set[se.set], setSpecs[se.set].typ
-	if err := d.nl.IpsetAdd(name, se.e.netlink(typ)); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("add %s to ipset %s: %w", se.e, name, err)
+// compareEntries orders entries by their fields, as no listing needs
+// them in ipset's own order.
+func compareEntries(a, b entry) int {
+	if c := a.ip.Compare(b.ip); c != 0 {
+		return c
 	}
-	return nil
+	if c := cmp.Compare(a.proto, b.proto); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.port, b.port); c != 0 {
+		return c
+	}
+	if c := a.ip2.Compare(b.ip2); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.bits2, b.bits2)
 }
 
-func (d *Dataplane) delEntry(se setEntry) error {
-	name, typ := d.names.set[se.set], setSpecs[se.set].typ
-	err := d.nl.IpsetDel(name, se.e.netlink(typ))
-	if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EEXIST) {
-		// ipset answers a missing member with IPSET_ERR_EXIST (4103).
-		if !strings.Contains(err.Error(), "4103") {
-			return fmt.Errorf("remove %s from ipset %s: %w", se.e, name, err)
-		}
+func compareSetEntries(a, b setEntry) int {
+	if c := cmp.Compare(a.set, b.set); c != 0 {
+		return c
 	}
-	return nil
-}
-
-// syncSets makes the kernel's sets hold want, given what they hold:
-// one call per difference.
-func (d *Dataplane) syncSets(have map[setID]map[entry]bool, want map[setEntry]int) ([]string, error) {
-	var changed []string
-	for se := range want {
-		if !have[se.set][se.e] {
-			if err := d.addEntry(se); err != nil {
-				return changed, err
-			}
-			changed = append(changed, fmt.Sprintf("ipset %s: added %s", d.names.set[se.set], se.e))
-		}
-	}
-	for id, got := range have {
-		for _, e := range sortedEntries(got) {
-			if _, ok := want[setEntry{id, e}]; !ok {
-				if err := d.delEntry(setEntry{id, e}); err != nil {
-					return changed, err
-				}
-				changed = append(changed, fmt.Sprintf("ipset %s: removed %s", d.names.set[id], e))
-			}
-		}
-	}
-	return changed, nil
-}
-
-func sortedEntries(m map[entry]bool) []entry {
-	out := make([]entry, 0, len(m))
-	for e := range maps.Keys(m) {
-		out = append(out, e)
-	}
-	sortEntries(out)
-	return out
+	return compareEntries(a.e, b.e)
 }

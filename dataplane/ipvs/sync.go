@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -28,6 +27,12 @@ import (
 // Dataplane programs States into the kernel's IPVS table, a dummy link,
 // ipsets and a few iptables chains. Its methods are safe for concurrent
 // use; they are serialized, as moby/ipvs handles must be.
+//
+// A Sync passes through three stages, one file each: the desired table
+// from the State (desired.go), the difference from what is programmed
+// (diff.go) and the calls that apply it (apply.go); the iptables rules,
+// which change only with the settings and the INTERNAL chain, are
+// rules.go's.
 type Dataplane struct {
 	cfg    Config
 	ipv6   bool
@@ -39,25 +44,39 @@ type Dataplane struct {
 	names  names
 
 	mu sync.Mutex
-	// valid is set while the memory below is what the kernel holds, as the
-	// last Sync left it; a failure clears it and the next Sync is a full
-	// one.
+	// valid is set while the kernel holds what the desired table says, as
+	// the last Sync left it; a failure clears it and the next Sync is a
+	// full one.
 	valid bool
-	last  *dataplane.State
-	progs map[types.NamespacedName]*program
-	// owner is the service each programmed virtual server belongs to.
-	owner map[vsKey]types.NamespacedName
-	// binds, entries and internal count the services that need each
-	// address on the link, each set member and each rule of the INTERNAL
-	// chain.
+	// last is the State of the last successful Sync, and rulesKey what
+	// its settings made of the iptables rules.
+	last     *dataplane.State
+	rulesKey rulesKey
+
+	// The desired table (desired.go): what desired, the State it was
+	// last brought to, needs on a node with addrs. progs are the
+	// services' programs; owner is the service each virtual server
+	// belongs to, rivals the others that want it; binds, entries and
+	// internal count the services that need each address on the link,
+	// each set member and each rule of the INTERNAL chain.
+	desired  *dataplane.State
+	addrs    nodeAddrs
+	progs    map[types.NamespacedName]*program
+	owner    map[vsKey]types.NamespacedName
+	rivals   map[vsKey][]types.NamespacedName
 	binds    map[netip.Addr]int
 	entries  map[setEntry]int
 	internal map[string]int
-	// addrs are the node's addresses the last full sync read; partial
-	// syncs use them, and KernelChanged compares the kernel's with them.
-	addrs nodeAddrs
-	// draining holds the deadline of each real server at weight 0.
-	draining map[drainKey]time.Time
+	// expect is the fingerprint (fingerprint.go) the kernel's table has of
+	// the desired virtual servers, their draining real servers included.
+	expect uint64
+
+	// draining holds the deadline of each real server at weight 0, and
+	// drainSums their fingerprints by virtual server.
+	draining  map[drainKey]time.Time
+	drainSums map[vsKey]drainSum
+	// link is the dummy link, once a Sync looked it up.
+	link netlink.Link
 	// rules is the iptables input last written but the INTERNAL chain's
 	// rules, internalText those; listed is the chains as listed right
 	// after.
@@ -66,18 +85,13 @@ type Dataplane struct {
 	listed       xtables.Listing
 	prepared     bool
 	report       dataplane.SyncReport
-	// table reads the IPVS table for the canary, gen the iptables rules'
-	// generation (nil when the kernel or backend has none) and rulesSum
-	// their fingerprint; canary is what they said after the last write.
+	// table reads the IPVS table, gen the iptables rules' generation (nil
+	// when the kernel or backend has none) and rulesSum their
+	// fingerprint; canary is what the rules' said after the last write.
 	table    func() ([]byte, error)
 	gen      func(context.Context) (uint32, error)
 	rulesSum func(context.Context, *xtables.OwnedChains) (uint64, error)
 	canary   canary
-}
-
-type drainKey struct {
-	vs   vsKey
-	dest netip.AddrPort
 }
 
 // New returns a Dataplane for cfg. Without Config.Kernel it opens the
@@ -90,12 +104,13 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{
-		cfg:      cfg,
-		ipv6:     cfg.Family == v1.IPv6Protocol,
-		log:      cfg.Logger.WithValues("dataplane", "ipvs", "ipFamily", cfg.Family),
-		runner:   cfg.Runner,
-		sysctl:   cfg.Sysctl,
-		draining: map[drainKey]time.Time{},
+		cfg:       cfg,
+		ipv6:      cfg.Family == v1.IPv6Protocol,
+		log:       cfg.Logger.WithValues("dataplane", "ipvs", "ipFamily", cfg.Family),
+		runner:    cfg.Runner,
+		sysctl:    cfg.Sysctl,
+		draining:  map[drainKey]time.Time{},
+		drainSums: map[vsKey]drainSum{},
 	}
 	d.names = newNames(cfg.Prefix, d.ipv6)
 	d.reset()
@@ -127,12 +142,8 @@ func New(cfg Config) (*Dataplane, error) {
 }
 
 func (d *Dataplane) reset() {
-	d.valid, d.last = false, nil
-	d.progs = map[types.NamespacedName]*program{}
-	d.owner = map[vsKey]types.NamespacedName{}
-	d.binds = map[netip.Addr]int{}
-	d.entries = map[setEntry]int{}
-	d.internal = map[string]int{}
+	d.valid, d.last, d.link = false, nil, nil
+	d.resetTable()
 	d.addrs = nodeAddrs{}
 	d.rules, d.internalText, d.listed = "", "", nil
 }
@@ -146,9 +157,10 @@ func (d *Dataplane) LastSync() dataplane.SyncReport { return backend.Locked(&d.m
 
 // Sync implements dataplane.Dataplane: a full diff against the kernel's
 // IPVS table, link and ipsets on the first Sync, after a failure and when
-// the State cannot say what changed; otherwise only the services
-// State.ChangedSince names, each compared with the kernel's real servers
-// of its virtual servers.
+// the settings the rules follow changed; otherwise only the services
+// State.ChangedFrom names, each compared with what was programmed. Either
+// way the desired table is brought to s service by service: only a State
+// that cannot say what changed since the last one rebuilds it whole.
 func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if err := backend.CheckState("ipvs", d.cfg.Family, s); err != nil {
 		return err
@@ -158,43 +170,117 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// Before drain, the dataplane's own change to the table.
-	var keep moved
-	if d.valid && d.last != nil {
-		keep = d.canaryMoved(ctx)
-	}
+	keep := d.valid && d.rulesMoved(ctx)
 	d.drain()
-	var changed []types.NamespacedName
-	full := !d.valid || d.last == nil || d.last.Settings.MasqueradeAll != s.Settings.MasqueradeAll ||
-		d.last.Settings.LocalDetector.Mode != s.Settings.LocalDetector.Mode ||
+	names, known := d.changedNames(s)
+	rk := rulesKeyOf(s)
+	full := !d.valid || !known || d.last == nil || rk != d.rulesKey ||
 		!slices.Equal(d.last.Settings.NodePortAddresses, s.Settings.NodePortAddresses)
-	if !full {
-		full = d.rulesText(s) != d.rules
-	}
-	if !full {
-		set, ok := s.ChangedFrom(d.last)
-		full = !ok
-		changed = slices.SortedFunc(maps.Keys(set), servicemodel.CompareNames)
-	}
 	var err error
 	var report dataplane.SyncReport
 	if full {
 		_, report, err = d.fullSync(ctx, s)
 	} else {
-		report, err = d.partialSync(ctx, s, changed)
+		report, err = d.partialSync(ctx, s, names)
 	}
 	if err != nil {
 		d.valid = false
 		return fmt.Errorf("ipvs: %w", err)
 	}
-	d.valid, d.last, d.report = true, s, report
-	if full {
-		// A full sync diffed everything: it repaired what moved.
-		keep = moved{}
-	}
-	d.noteCanary(ctx, keep)
+	d.valid, d.last, d.rulesKey, d.report = true, s, rk, report
+	// A full sync rewrote the rules where they moved.
+	d.noteCanary(ctx, keep && !full)
 	d.log.V(2).Info("Synced", "full", report.Full, "services", report.Services)
 	return nil
+}
+
+// changedNames returns the services whose programs may differ between the
+// desired table and s, sorted; known is false when s cannot tell, and
+// the table must be rebuilt.
+func (d *Dataplane) changedNames(s *dataplane.State) (names []types.NamespacedName, known bool) {
+	if s == d.desired {
+		return nil, d.desired != nil
+	}
+	set, ok := s.ChangedFrom(d.desired)
+	if !ok {
+		return nil, false
+	}
+	return slices.SortedFunc(maps.Keys(set), servicemodel.CompareNames), true
+}
+
+// fullSync brings the desired table to s and diffs everything the
+// dataplane owns in the kernel against it, changing only the difference;
+// it returns what it changed. It reads the family's addresses (one dump),
+// the sets (one listing each), the virtual servers (one dump) and the
+// table (one read of /proc/net/ip_vs), then dumps the real servers of
+// the virtual servers whose fingerprint differs, and makes one call per
+// difference.
+func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string, dataplane.SyncReport, error) {
+	report := dataplane.SyncReport{Full: true}
+	link, err := d.prepare()
+	if err != nil {
+		return nil, report, err
+	}
+	k := &kernelReading{}
+	if k.sets, err = d.ensureSets(); err != nil {
+		return nil, report, err
+	}
+	ka, err := d.readAddrs(link.Attrs().Index)
+	if err != nil {
+		return nil, report, err
+	}
+	k.link = ka.link
+	addrs := nodeAddrsOf(s, ka.local, d.ipv6)
+	names, known := d.changedNames(s)
+	d.desire(s, addrs, names, !known || !addrs.equal(d.addrs), nil)
+	report.Services = len(d.progs)
+	if err := d.readServers(k); err != nil {
+		return nil, report, err
+	}
+	changes, err := d.apply(d.kernelPlan(k), func() (netlink.Link, error) { return link, nil })
+	if err != nil {
+		return changes, report, err
+	}
+	n, more, err := d.syncRules(ctx, s, internalText(d.internal))
+	changes = append(changes, more...)
+	report.Bytes = n
+	return changes, report, err
+}
+
+// partialSync brings the desired table to s for the services in names
+// and applies the difference: for each virtual server that differs, one
+// dump of its real servers and one call per difference; for each address
+// or set member that appears or goes, one call; one restore of the
+// INTERNAL chain when its rules changed. It reads nothing else.
+func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, names []types.NamespacedName) (dataplane.SyncReport, error) {
+	report := dataplane.SyncReport{}
+	if len(names) == 0 {
+		return report, nil
+	}
+	dl := newDelta()
+	d.desire(s, d.addrs, names, false, dl)
+	report.Services = dl.services
+	p := d.partialPlan(dl)
+	if _, err := d.apply(p, d.linkOnce); err != nil {
+		return report, err
+	}
+	if p.internal {
+		n, err := d.syncInternal(ctx)
+		if err != nil {
+			return report, err
+		}
+		report.Bytes = n
+	}
+	return report, nil
+}
+
+// linkOnce returns the dummy link, looked up (and created when missing)
+// at most once per Dataplane until a full sync looks again.
+func (d *Dataplane) linkOnce() (netlink.Link, error) {
+	if d.link != nil {
+		return d.link, nil
+	}
+	return d.prepare()
 }
 
 // prepare sets the sysctls and timeouts once, and makes sure the link
@@ -219,6 +305,7 @@ func (d *Dataplane) prepare() (netlink.Link, error) {
 	}
 	link, err := d.nl.LinkByName(d.cfg.Link)
 	if err == nil {
+		d.link = link
 		return link, nil
 	}
 	var nf netlink.LinkNotFoundError
@@ -232,6 +319,7 @@ func (d *Dataplane) prepare() (netlink.Link, error) {
 	if link, err = d.nl.LinkByName(d.cfg.Link); err != nil {
 		return nil, fmt.Errorf("find link %s: %w", d.cfg.Link, err)
 	}
+	d.link = link
 	return link, nil
 }
 
@@ -255,175 +343,3 @@ func (d *Dataplane) sysctls() []sysctlValue {
 	return out
 }
 
-// service returns the moby/ipvs service of vs.
-func (d *Dataplane) service(k vsKey, flags, timeout uint32) *mobyipvs.Service {
-	s := &mobyipvs.Service{
-		Address: net.IP(k.addr.AsSlice()), Protocol: k.proto, Port: k.port,
-		SchedName: d.cfg.Scheduler, Flags: flags, Timeout: timeout,
-		AddressFamily: unix.AF_INET, Netmask: 0xffffffff,
-	}
-	if d.ipv6 {
-		s.AddressFamily, s.Netmask = unix.AF_INET6, 128
-	}
-	return s
-}
-
-func destination(ap netip.AddrPort, weight int) *mobyipvs.Destination {
-	return &mobyipvs.Destination{Address: net.IP(ap.Addr().AsSlice()), Port: ap.Port(), Weight: weight,
-		ConnectionFlags: mobyipvs.ConnectionFlagMasq}
-}
-
-func destAddr(dst *mobyipvs.Destination) netip.AddrPort {
-	a, _ := netip.AddrFromSlice(dst.Address)
-	return netip.AddrPortFrom(a.Unmap(), dst.Port)
-}
-
-func keyOfService(s *mobyipvs.Service) vsKey {
-	a, _ := netip.AddrFromSlice(s.Address)
-	return vsKey{a.Unmap(), s.Protocol, s.Port}
-}
-
-// syncVS makes the kernel's virtual server k what want says, given the
-// kernel's (nil when absent); it returns what it changed.
-func (d *Dataplane) syncVS(k vsKey, kernel *mobyipvs.Service, want *virtualServer) ([]string, error) {
-	svc := d.service(k, want.flags, want.timeout)
-	if kernel == nil {
-		err := d.ipvs.NewService(svc)
-		if err == nil {
-			changes := []string{fmt.Sprintf("virtual server %s: created", k)}
-			for _, ap := range want.dests {
-				if err := d.ipvs.NewDestination(svc, destination(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
-					return changes, fmt.Errorf("add real server %s to %s: %w", ap, k, err)
-				}
-			}
-			return changes, nil
-		}
-		if !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("create virtual server %s: %w", k, err)
-		}
-		kernel = &mobyipvs.Service{SchedName: "?"}
-	}
-	var changes []string
-	if kernel.SchedName != svc.SchedName || kernel.Flags&^handle.FlagHashed != svc.Flags || kernel.Timeout != svc.Timeout {
-		if err := d.ipvs.UpdateService(svc); err != nil {
-			return nil, fmt.Errorf("update virtual server %s: %w", k, err)
-		}
-		changes = append(changes, fmt.Sprintf("virtual server %s: options updated", k))
-	}
-	have, err := d.ipvs.GetDestinations(svc)
-	if err != nil {
-		return changes, fmt.Errorf("list real servers of %s: %w", k, err)
-	}
-	more, err := d.syncDests(k, svc, have, want.dests)
-	return append(changes, more...), err
-}
-
-// syncDests makes the real servers of k want, given the kernel's have: a
-// real server no longer wanted is drained (weight 0) while it has active
-// TCP connections, deleted otherwise.
-func (d *Dataplane) syncDests(k vsKey, svc *mobyipvs.Service, have []*mobyipvs.Destination, want []netip.AddrPort) ([]string, error) {
-	var changes []string
-	seen := map[netip.AddrPort]bool{}
-	for _, h := range have {
-		ap := destAddr(h)
-		seen[ap] = true
-		if _, ok := slices.BinarySearchFunc(want, ap, netip.AddrPort.Compare); ok {
-			delete(d.draining, drainKey{k, ap})
-			if h.Weight != 1 || h.ConnectionFlags&mobyipvs.ConnectionFlagFwdMask != mobyipvs.ConnectionFlagMasq {
-				if err := d.ipvs.UpdateDestination(svc, destination(ap, 1)); err != nil {
-					return changes, fmt.Errorf("update real server %s of %s: %w", ap, k, err)
-				}
-				changes = append(changes, fmt.Sprintf("virtual server %s: real server %s set to weight 1", k, ap))
-			}
-			continue
-		}
-		if _, ok := d.draining[drainKey{k, ap}]; ok {
-			continue
-		}
-		if err := d.removeDest(k, svc, h); err != nil {
-			return changes, err
-		}
-		changes = append(changes, fmt.Sprintf("virtual server %s: real server %s removed", k, ap))
-	}
-	for _, ap := range want {
-		if seen[ap] {
-			continue
-		}
-		if err := d.ipvs.NewDestination(svc, destination(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
-			return changes, fmt.Errorf("add real server %s to %s: %w", ap, k, err)
-		}
-		changes = append(changes, fmt.Sprintf("virtual server %s: real server %s added", k, ap))
-	}
-	return changes, nil
-}
-
-// removeDest starts graceful termination of a TCP real server with active
-// connections and deletes any other at once.
-func (d *Dataplane) removeDest(k vsKey, svc *mobyipvs.Service, h *mobyipvs.Destination) error {
-	ap := destAddr(h)
-	if k.proto == unix.IPPROTO_TCP && h.ActiveConnections > 0 {
-		if h.Weight != 0 {
-			if err := d.ipvs.UpdateDestination(svc, destination(ap, 0)); err != nil {
-				return fmt.Errorf("quiesce real server %s of %s: %w", ap, k, err)
-			}
-		}
-		d.draining[drainKey{k, ap}] = d.cfg.Clock.Now().Add(d.cfg.DrainTimeout)
-		d.log.V(4).Info("Draining real server", "virtualServer", k.String(), "realServer", ap, "activeConnections", h.ActiveConnections)
-		return nil
-	}
-	if err := d.ipvs.DelDestination(svc, h); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("delete real server %s of %s: %w", ap, k, err)
-	}
-	return nil
-}
-
-// drain deletes the draining real servers whose connections are gone or
-// whose time is up: one dump per virtual server with draining real
-// servers, never a wait. Errors are logged; the next call retries.
-func (d *Dataplane) drain() {
-	byVS := map[vsKey][]netip.AddrPort{}
-	for k := range d.draining {
-		byVS[k.vs] = append(byVS[k.vs], k.dest)
-	}
-	now := d.cfg.Clock.Now()
-	for k, dests := range byVS {
-		svc := d.service(k, 0, 0)
-		have, err := d.ipvs.GetDestinations(svc)
-		if err != nil {
-			// The virtual server is gone, and its real servers with it.
-			for _, ap := range dests {
-				delete(d.draining, drainKey{k, ap})
-			}
-			continue
-		}
-		for _, ap := range dests {
-			dk := drainKey{k, ap}
-			i := slices.IndexFunc(have, func(h *mobyipvs.Destination) bool { return destAddr(h) == ap })
-			if i < 0 {
-				delete(d.draining, dk)
-				continue
-			}
-			if have[i].ActiveConnections > 0 && now.Before(d.draining[dk]) {
-				continue
-			}
-			if err := d.ipvs.DelDestination(svc, have[i]); err != nil && !errors.Is(err, unix.ENOENT) {
-				d.log.Error(err, "Deleting a drained real server", "virtualServer", k.String(), "realServer", ap)
-				continue
-			}
-			delete(d.draining, dk)
-		}
-	}
-}
-
-// Draining returns the real servers at weight 0 waiting for their
-// connections to end, as "TCP 10.96.0.1:80 -> 10.1.0.1:8080", sorted.
-func (d *Dataplane) Draining() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []string
-	for k := range d.draining {
-		out = append(out, k.vs.String()+" -> "+k.dest.String())
-	}
-	slices.Sort(out)
-	return out
-}

@@ -1,10 +1,12 @@
 package ipvstest
 
 import (
+	"cmp"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -107,7 +109,7 @@ func (f *FakeIPVS) GetServices() ([]*mobyipvs.Service, error) {
 		s.Flags |= handle.FlagHashed
 		out = append(out, &s)
 	}
-	sort.Slice(out, func(i, j int) bool { return serviceString(out[i]) < serviceString(out[j]) })
+	slices.SortFunc(out, func(a, b *mobyipvs.Service) int { return compareKeys(keyOf(a), keyOf(b)) })
 	return out, nil
 }
 
@@ -288,6 +290,120 @@ func (f *FakeIPVS) Dump() string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+func compareKeys(a, b fakeVSKey) int {
+	if c := a.addr.Compare(b.addr); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.proto, b.proto); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.port, b.port)
+}
+
+// procTable lists the table as the kernel's /proc/net/ip_vs does: a
+// header, then each virtual server ("TCP  0A600001:0050 rr ", IPv6
+// addresses bracketed, with "persistent TIMEOUT NETMASK" when it is) and
+// its real servers ("  -> 0A010001:1F90      Masq    1      0          0",
+// forwarding method, weight and connection counters), in no particular
+// order. It is not counted.
+func (f *FakeIPVS) procTable() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, vs := range f.services {
+		n += 1 + len(vs.dests)
+	}
+	b := make([]byte, 0, 160+n*64)
+	b = append(b, "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n"...)
+	for _, vs := range f.services {
+		s := &vs.svc
+		b = append(b, handle.ProtoName(s.Protocol)...)
+		b = append(b, "  "...)
+		b = appendHexAddrPort(b, s.Address, s.Port)
+		b = append(b, ' ')
+		b = append(b, s.SchedName...)
+		b = append(b, ' ')
+		if s.Flags&handle.FlagPersistent != 0 {
+			b = append(b, "persistent "...)
+			b = strconv.AppendUint(b, uint64(s.Timeout), 10)
+			b = append(b, ' ')
+			b = appendHex(b, uint64(s.Netmask), 8)
+		}
+		b = append(b, '\n')
+		for _, d := range vs.dests {
+			b = append(b, "  -> "...)
+			b = appendHexAddrPort(b, d.Address, d.Port)
+			b = append(b, "      "...)
+			b = appendPadded(b, fwdName(d.ConnectionFlags), 8)
+			b = appendPadded(b, strconv.Itoa(d.Weight), 7)
+			b = appendPadded(b, strconv.Itoa(d.ActiveConnections), 11)
+			b = strconv.AppendInt(b, int64(d.InactiveConnections), 10)
+			b = append(b, '\n')
+		}
+	}
+	return b
+}
+
+// fwdName is the kernel's name of a forwarding method.
+func fwdName(flags uint32) string {
+	switch flags & mobyipvs.ConnectionFlagFwdMask {
+	case mobyipvs.ConnectionFlagLocalNode:
+		return "Local"
+	case mobyipvs.ConnectionFlagTunnel:
+		return "Tunnel"
+	case mobyipvs.ConnectionFlagDirectRoute:
+		return "Route"
+	}
+	return "Masq"
+}
+
+// appendHexAddrPort writes "0A600001:0050", or "[fd00:0000:…:000a]:0050"
+// for an IPv6 address.
+func appendHexAddrPort(b []byte, ip net.IP, port uint16) []byte {
+	a, _ := netip.AddrFromSlice(ip)
+	a = a.Unmap()
+	if a.Is4() {
+		v := a.As4()
+		b = appendHex(b, uint64(v[0])<<24|uint64(v[1])<<16|uint64(v[2])<<8|uint64(v[3]), 8)
+	} else {
+		v := a.As16()
+		b = append(b, '[')
+		for i := 0; i < 16; i += 2 {
+			if i > 0 {
+				b = append(b, ':')
+			}
+			b = appendLowerHex(b, uint64(v[i])<<8|uint64(v[i+1]), 4)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, ':')
+	return appendHex(b, uint64(port), 4)
+}
+
+func appendHex(b []byte, v uint64, width int) []byte {
+	const digits = "0123456789ABCDEF"
+	for i := width - 1; i >= 0; i-- {
+		b = append(b, digits[v>>(4*i)&0xf])
+	}
+	return b
+}
+
+func appendLowerHex(b []byte, v uint64, width int) []byte {
+	const digits = "0123456789abcdef"
+	for i := width - 1; i >= 0; i-- {
+		b = append(b, digits[v>>(4*i)&0xf])
+	}
+	return b
+}
+
+func appendPadded(b []byte, s string, width int) []byte {
+	b = append(b, s...)
+	for range width - len(s) {
+		b = append(b, ' ')
+	}
+	return b
 }
 
 func copyService(s *mobyipvs.Service) mobyipvs.Service {

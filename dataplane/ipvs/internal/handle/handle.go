@@ -54,8 +54,8 @@ type Handles struct {
 	Netlink Netlink
 	Fake    bool
 	// Table, when set, returns the whole IPVS table in one read, as
-	// /proc/net/ip_vs lists it (the fake: as FakeIPVS.Dump does), for the
-	// canary; the bytes are valid until the next call.
+	// /proc/net/ip_vs lists it (the fake's too), for the canary and full
+	// syncs; the bytes are valid until the next call.
 	Table func() ([]byte, error)
 }
 
