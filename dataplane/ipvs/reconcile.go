@@ -28,4 +28,3 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	slices.Sort(changes)
 	return dataplane.Drift{Repaired: changes}, nil
 }
-

@@ -211,4 +211,3 @@ func (d *Dataplane) syncInternal(ctx context.Context) (int, error) {
 	d.listed[xtables.Chain{Table: "nat", Name: d.names.internal}] = rules
 	return len(text), nil
 }
-

@@ -342,4 +342,3 @@ func (d *Dataplane) sysctls() []sysctlValue {
 	}
 	return out
 }
-
