@@ -89,17 +89,23 @@ func hostHierarchies() ([]hierarchy, error) {
 	return hs, nil
 }
 
-// cgroups makes and fills the fixture's tree.
+// cgroups makes and fills one cluster's part of the fixture's tree:
+// proxykit-e2e/<id> in every hierarchy. Several clusters may run at once,
+// each under its own id.
 type cgroups struct {
 	hs []hierarchy
+	id string
 }
 
-// makeDir creates rel (a path under the fixture's tree, "" for the tree
-// itself) in every hierarchy, each missing level with what it needs to
-// hold processes: cpuset's cpus and mems copied from its parent (v1), and
-// on cgroup2 the parent's available controllers delegated to it.
+// base is the cluster's directory relative to a hierarchy's mount.
+func (c cgroups) base() string { return filepath.Join(cgroupTree, c.id) }
+
+// makeDir creates rel (a path under the cluster's directory, "" for the
+// directory itself) in every hierarchy, each missing level with what it
+// needs to hold processes: cpuset's cpus and mems copied from its parent
+// (v1), and on cgroup2 the parent's available controllers delegated to it.
 func (c cgroups) makeDir(rel string) error {
-	parts := strings.Split(strings.Trim(filepath.Join(cgroupTree, rel), "/"), "/")
+	parts := strings.Split(strings.Trim(filepath.Join(c.base(), rel), "/"), "/")
 	for _, h := range c.hs {
 		dir := h.Mount
 		for _, p := range parts {
@@ -153,22 +159,28 @@ func copyCpuset(parent, dir string) error {
 	return nil
 }
 
+// nodeRoot is node i's kubelet cgroupRoot, made in every hierarchy before
+// kubelet starts (it refuses to start otherwise).
+func (c cgroups) nodeRoot(i int) string { return "/" + filepath.Join(c.base(), fmt.Sprintf("node-%d", i)) }
+
 // procsFiles are the cgroup.procs files of rel in every hierarchy: a
-// process written to all of them is in the fixture's tree wherever
+// process written to all of them is in the cluster's tree wherever
 // Reclaim looks.
 func (c cgroups) procsFiles(rel string) []string {
 	files := make([]string, len(c.hs))
 	for i, h := range c.hs {
-		files[i] = filepath.Join(h.Mount, cgroupTree, rel, "cgroup.procs")
+		files[i] = filepath.Join(h.Mount, c.base(), rel, "cgroup.procs")
 	}
 	return files
 }
 
-// Reclaim removes what an earlier run left: it kills every process in the
-// proxykit-e2e tree of every cgroup hierarchy (namespace holders included,
+// Reclaim removes what earlier runs left: for every cluster under the
+// proxykit-e2e tree whose owner is gone (its lock is free), it kills every
+// process in its cgroups in every hierarchy (namespace holders included,
 // so their namespaces, links, rules and mounts go with them) and removes
-// the tree, deepest first. It is safe to call when nothing is left, and
-// Up calls it first.
+// the cgroups, deepest first; then the tree itself once no cluster is
+// left. Clusters still running (in this process or another) are left
+// alone. It is safe to call when nothing is left, and Up calls it first.
 func Reclaim(ctx context.Context, log io.Writer) error {
 	if log == nil {
 		log = io.Discard
@@ -177,17 +189,56 @@ func Reclaim(ctx context.Context, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return reclaim(ctx, hs, log)
+	unlock, err := lockTree(ctx, hs)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := reclaimDead(ctx, hs, log); err != nil {
+		return err
+	}
+	return removeTreeIfEmpty(hs)
+}
+
+// reclaimDead reclaims every cluster whose lock is free. The caller holds
+// the tree's lock, so no cluster is being made meanwhile.
+func reclaimDead(ctx context.Context, hs []hierarchy, log io.Writer) error {
+	ids := map[string]bool{}
+	for _, h := range hs {
+		entries, _ := os.ReadDir(filepath.Join(h.Mount, cgroupTree))
+		for _, e := range entries {
+			if e.IsDir() {
+				ids[e.Name()] = true
+			}
+		}
+	}
+	var errs []error
+	for id := range ids {
+		lock, err := lockCluster(hs, id)
+		if errors.Is(err, errBusy) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := reclaim(ctx, cgroups{hs: hs, id: id}, log); err != nil {
+			errs = append(errs, err)
+		}
+		lock.Close()
+	}
+	return errors.Join(errs...)
 }
 
 // reclaimRounds bounds the kill rounds: a dying containerd may start a shim
 // or two, but nothing restarts processes forever.
 const reclaimRounds = 100
 
-func reclaim(ctx context.Context, hs []hierarchy, log io.Writer) error {
+// reclaim kills every process in cg's cgroups and removes them.
+func reclaim(ctx context.Context, cg cgroups, log io.Writer) error {
 	var roots []string
-	for _, h := range hs {
-		root := filepath.Join(h.Mount, cgroupTree)
+	for _, h := range cg.hs {
+		root := filepath.Join(h.Mount, cg.base())
 		if _, err := os.Stat(root); err == nil {
 			roots = append(roots, root)
 		}
@@ -202,7 +253,7 @@ func reclaim(ctx context.Context, hs []hierarchy, log io.Writer) error {
 			break
 		}
 		if round == reclaimRounds {
-			return fmt.Errorf("cluster: reclaim: processes %v still in %s after %d rounds of SIGKILL", pids, cgroupTree, round)
+			return fmt.Errorf("cluster: reclaim: processes %v still in %s after %d rounds of SIGKILL", pids, cg.base(), round)
 		}
 		for _, pid := range pids {
 			killed[pid] = true
@@ -213,7 +264,7 @@ func reclaim(ctx context.Context, hs []hierarchy, log io.Writer) error {
 		}
 	}
 	if len(killed) > 0 {
-		fmt.Fprintf(log, "reclaim: killed %d processes left in %s\n", len(killed), cgroupTree)
+		fmt.Fprintf(log, "reclaim: killed %d processes in %s\n", len(killed), cg.base())
 	}
 	var errs []error
 	for _, root := range roots {

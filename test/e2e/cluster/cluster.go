@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,6 +25,7 @@ import (
 type Cluster struct {
 	cfg   Config
 	cg    cgroups
+	lock  *os.File // this cluster's lock, held until Down
 	start time.Time
 
 	runner   *process
@@ -58,10 +61,10 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := reclaim(ctx, hs, cfg.Log); err != nil {
+	c := &Cluster{cfg: cfg, start: time.Now(), runnerNS: -1}
+	if err := c.claim(ctx, hs); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, cg: cgroups{hs: hs}, start: time.Now(), runnerNS: -1}
 	if err := c.up(ctx); err != nil {
 		if derr := c.Down(context.WithoutCancel(ctx)); derr != nil {
 			err = errors.Join(err, derr)
@@ -71,15 +74,38 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
+// claim reclaims what dead runs left and makes this cluster's cgroup
+// directory, locked until Down, under the tree's lock.
+func (c *Cluster) claim(ctx context.Context, hs []hierarchy) error {
+	unlock, err := lockTree(ctx, hs)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := reclaimDead(ctx, hs, c.cfg.Log); err != nil {
+		return err
+	}
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("cluster: id: %w", err)
+	}
+	c.cg = cgroups{hs: hs, id: "c-" + hex.EncodeToString(b[:])}
+	if err := c.cg.makeDir(""); err != nil {
+		return err
+	}
+	if c.lock, err = lockCluster(hs, c.cg.id); err != nil {
+		return err
+	}
+	c.logf("cgroups under %s", c.cg.base())
+	return nil
+}
+
 func (c *Cluster) up(ctx context.Context) error {
 	if err := c.writeFiles(); err != nil {
 		return err
 	}
-	if err := c.cg.makeDir(""); err != nil {
-		return err
-	}
 	for i := 1; i <= c.cfg.Nodes; i++ {
-		if err := c.cg.makeDir(cgroupRoot(i)[len("/"+cgroupTree):]); err != nil {
+		if err := c.cg.makeDir(fmt.Sprintf("node-%d", i)); err != nil {
 			return err
 		}
 	}
@@ -155,7 +181,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 		_ = c.runnerNS.Close()
 		c.runnerNS = -1
 	}
-	err := reclaim(ctx, c.cg.hs, c.cfg.Log)
+	err := reclaim(ctx, c.cg, c.cfg.Log)
 	for _, p := range procs {
 		select {
 		case <-p.done:
@@ -166,17 +192,29 @@ func (c *Cluster) Down(ctx context.Context) error {
 	if err == nil {
 		err = c.leftovers()
 	}
+	if c.lock != nil {
+		c.lock.Close()
+		c.lock = nil
+	}
+	if unlock, lerr := lockTree(ctx, c.cg.hs); lerr != nil {
+		err = errors.Join(err, lerr)
+	} else {
+		err = errors.Join(err, removeTreeIfEmpty(c.cg.hs))
+		unlock()
+	}
 	c.logf("down")
 	return err
 }
 
-// leftovers names what Down should have removed and did not: the cgroup
-// tree, or a holder (whose namespaces live as long as it does).
+// leftovers names what Down should have removed and did not: the
+// cluster's cgroups (its holders, whose namespaces live as long as they
+// do, were in them).
 func (c *Cluster) leftovers() error {
 	var errs []error
 	for _, h := range c.cg.hs {
-		if _, err := os.Stat(filepath.Join(h.Mount, cgroupTree)); err == nil {
-			errs = append(errs, fmt.Errorf("cluster: down left cgroup %s", filepath.Join(h.Mount, cgroupTree)))
+		dir := filepath.Join(h.Mount, c.cg.base())
+		if _, err := os.Stat(dir); err == nil {
+			errs = append(errs, fmt.Errorf("cluster: down left cgroup %s", dir))
 		}
 	}
 	return errors.Join(errs...)

@@ -96,7 +96,7 @@ func TestClusterUp(t *testing.T) {
 	if workDir == "" {
 		workDir = t.TempDir()
 	}
-	mountsBefore := hostMounts(t)
+	mountsBefore := hostMounts(t, workDir)
 	start := time.Now()
 	c, err := Up(ctx, Config{Nodes: nodes, Bin: bin, Images: images, WorkDir: workDir, Log: testLog{t}})
 	if err != nil {
@@ -118,15 +118,80 @@ func TestClusterUp(t *testing.T) {
 	if err := c.StopProxy(ctx); err != nil {
 		t.Error(err)
 	}
+	left := c.footprint(t)
 	downed = true
 	if err := c.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := Reclaim(ctx, nil); err != nil {
-		t.Error(err)
-	}
-	if after := hostMounts(t); after != mountsBefore {
+	left.check(t)
+	if after := hostMounts(t, workDir); after != mountsBefore {
 		t.Errorf("host mounts changed:\nbefore:\n%s\nafter:\n%s", mountsBefore, after)
+	}
+}
+
+// footprint is what a running cluster holds that Down must release.
+type footprint struct {
+	cgroups    []string        // the cluster's directory in every hierarchy
+	holders    []int           // PIDs of the namespace holders
+	namespaces map[string]bool // their net and mnt namespaces ("net:[4026...]")
+	workDir    string          // in every fixture process's command line but the holders'
+}
+
+func (c *Cluster) footprint(t *testing.T) footprint {
+	t.Helper()
+	f := footprint{namespaces: map[string]bool{}, workDir: c.cfg.WorkDir}
+	for _, h := range c.cg.hs {
+		f.cgroups = append(f.cgroups, filepath.Join(h.Mount, c.cg.base()))
+	}
+	holders := []*process{c.runner}
+	for _, n := range c.nodes {
+		holders = append(holders, n.holder)
+	}
+	for _, h := range holders {
+		f.holders = append(f.holders, h.pid())
+		for _, kind := range []string{"net", "mnt"} {
+			ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", h.pid(), kind))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.namespaces[ns] = true
+		}
+	}
+	return f
+}
+
+// check fails t if anything of f is left: a cgroup, a holder, a process
+// in one of the namespaces or running a program with WorkDir in its
+// command line.
+func (f footprint) check(t *testing.T) {
+	t.Helper()
+	for _, dir := range f.cgroups {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("cgroup %s left", dir)
+		}
+	}
+	for _, pid := range f.holders {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("holder %d left", pid)
+		}
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		for _, kind := range []string{"net", "mnt"} {
+			if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind)); err == nil && f.namespaces[ns] {
+				t.Errorf("process %d left in the cluster's namespace %s", pid, ns)
+			}
+		}
+		if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmdline), f.workDir+"/") {
+			t.Errorf("process %d left: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
 	}
 }
 
@@ -205,16 +270,28 @@ func curl(ctx context.Context, t *testing.T, c *Cluster, i int, url string) {
 	t.Errorf("%s: %s: %v: %s", NodeName(i), url, err, out)
 }
 
-// hostMounts is the host's mount table, without the IDs that change.
-func hostMounts(t *testing.T) string {
+// hostMounts are the host's mounts the fixture could leave: over the
+// directories a node mounts over, or from WorkDir. Other tests on the
+// machine mount and unmount elsewhere at any time.
+func hostMounts(t *testing.T, workDir string) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
+	watched := append(nodeTmpfs[:], "/etc/resolv.conf", "/var/run")
 	var lines []string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if f := strings.Fields(l); len(f) > 4 {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		mnt := unescapeMount(f[4])
+		hit := strings.Contains(l, workDir) || strings.Contains(l, cgroupTree)
+		for _, w := range watched {
+			hit = hit || mnt == w || strings.HasPrefix(mnt, w+"/")
+		}
+		if hit {
 			lines = append(lines, strings.Join(f[3:], " "))
 		}
 	}

@@ -51,7 +51,7 @@ func (c *Cluster) writeFiles() error {
 		files[id.File] = b
 	}
 	for i := 1; i <= c.cfg.Nodes; i++ {
-		b, err := kubeletConfigYAML(i)
+		b, err := kubeletConfigYAML(i, c.cg.nodeRoot(i))
 		if err != nil {
 			return err
 		}

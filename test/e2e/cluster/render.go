@@ -23,21 +23,17 @@ const (
 	pauseImage       = "registry.k8s.io/pause:3.10.2"
 )
 
-// cgroupRoot is node i's kubelet cgroupRoot, made in every hierarchy
-// before kubelet starts (it refuses to start otherwise).
-func cgroupRoot(i int) string { return "/" + cgroupTree + "/" + fmt.Sprintf("node-%d", i) }
-
-// kubeletConfig is node i's KubeletConfiguration: cgroupfs under the
-// fixture's tree (cgroup v1 accepted: the machines are hybrid hosts
+// kubeletConfig is node i's KubeletConfiguration: cgroupfs under
+// cgroupRoot, in the fixture's tree (cgroup v1 accepted: the machines are hybrid hosts
 // without systemd), no swap check, anonymous and always-allowed access
 // (the API server's exec, logs and port-forward need no kubelet client
 // certificate), and images never collected (they cannot be pulled again).
-func kubeletConfig(i int) *kubeletv1beta1.KubeletConfiguration {
+func kubeletConfig(i int, cgroupRoot string) *kubeletv1beta1.KubeletConfiguration {
 	return &kubeletv1beta1.KubeletConfiguration{
 		TypeMeta:                 metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
 		FailCgroupV1:             ptr.To(false),
 		CgroupDriver:             "cgroupfs",
-		CgroupRoot:               cgroupRoot(i),
+		CgroupRoot:               cgroupRoot,
 		FailSwapOn:               ptr.To(false),
 		ContainerRuntimeEndpoint: "unix://" + containerdSocket,
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -62,9 +58,9 @@ func kubeletConfig(i int) *kubeletv1beta1.KubeletConfiguration {
 	}
 }
 
-// kubeletConfigYAML is kubeletConfig(i) as kubelet's --config file.
-func kubeletConfigYAML(i int) ([]byte, error) {
-	b, err := yaml.Marshal(kubeletConfig(i))
+// kubeletConfigYAML is kubeletConfig as kubelet's --config file.
+func kubeletConfigYAML(i int, cgroupRoot string) ([]byte, error) {
+	b, err := yaml.Marshal(kubeletConfig(i, cgroupRoot))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: kubelet config of node %d: %w", i, err)
 	}
