@@ -3,7 +3,6 @@ package ipvs
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -19,73 +18,88 @@ import (
 // differ), in the plan's order. It returns what it changed, as Reconcile
 // reports it.
 
-// apply carries out p; link returns the dummy link, looked up only when an
-// address is bound or unbound.
-func (d *Dataplane) apply(p *plan, link func() (netlink.Link, error)) ([]string, error) {
-	var changes []string
+// changeLog collects what the apply stage changed, as Reconcile reports
+// it. A Sync, which reports nothing, leaves it off, and then nothing is
+// formatted: a first sync changes a quarter of a million things.
+type changeLog struct {
+	on   bool
+	list []string
+}
+
+func (c *changeLog) add(format string, args ...any) {
+	c.list = append(c.list, fmt.Sprintf(format, args...))
+}
+
+// apply carries out p, noting what it changed in log; link returns the
+// dummy link, looked up only when an address is bound or unbound.
+func (d *Dataplane) apply(p *plan, link func() (netlink.Link, error), log *changeLog) error {
 	for _, ks := range p.delVS {
 		k := keyOfService(ks)
 		if err := d.ipvs.DelService(ks); err != nil && !errors.Is(err, unix.ESRCH) {
-			return changes, fmt.Errorf("delete virtual server %s: %w", k, err)
+			return fmt.Errorf("delete virtual server %s: %w", k, err)
 		}
 		d.forgetDrains(k)
-		changes = append(changes, fmt.Sprintf("virtual server %s: deleted", k))
+		if log.on {
+			log.add("virtual server %s: deleted", k)
+		}
 	}
 	// Unbind first, then forget the address, so that the set of the
 	// dataplane's addresses never misses one on the link.
-	for i := range p.unbind {
-		a := &p.unbind[i]
+	for _, a := range p.unbind {
 		l, err := link()
 		if err != nil {
-			return changes, err
+			return err
 		}
-		ip := linkAddr(*a)
+		ip := linkAddr(a)
 		if err := d.nl.AddrDel(l, a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return changes, fmt.Errorf("unbind %s from %s: %w", ip, d.cfg.Link, err)
+			return fmt.Errorf("unbind %s from %s: %w", ip, d.cfg.Link, err)
 		}
-		changes = append(changes, fmt.Sprintf("link %s: unbound %s", d.cfg.Link, ip))
+		if log.on {
+			log.add("link %s: unbound %s", d.cfg.Link, ip)
+		}
 	}
-	more, err := d.applySets(p)
-	changes = append(changes, more...)
-	if err != nil {
-		return changes, err
+	if err := d.applySets(p, log); err != nil {
+		return err
 	}
 	for _, a := range p.bind {
 		l, err := link()
 		if err != nil {
-			return changes, err
+			return err
 		}
 		if err := d.nl.AddrAdd(l, handle.HostAddr(a)); err != nil && !errors.Is(err, unix.EEXIST) {
-			return changes, fmt.Errorf("bind %s to %s: %w", a, d.cfg.Link, err)
+			return fmt.Errorf("bind %s to %s: %w", a, d.cfg.Link, err)
 		}
-		changes = append(changes, fmt.Sprintf("link %s: bound %s", d.cfg.Link, a))
+		if log.on {
+			log.add("link %s: bound %s", d.cfg.Link, a)
+		}
 	}
 	for _, vs := range p.vss {
-		more, err := d.syncVS(vs.kernel, vs.want)
-		changes = append(changes, more...)
-		if err != nil {
-			return changes, err
+		if err := d.syncVS(vs.kernel, vs.want, log); err != nil {
+			return err
 		}
 	}
-	return changes, nil
+	return nil
 }
 
 // applySets removes and adds the plan's set members.
-func (d *Dataplane) applySets(p *plan) ([]string, error) {
-	var changes []string
+func (d *Dataplane) applySets(p *plan, log *changeLog) error {
 	for _, se := range p.delSets {
 		if err := d.delEntry(se); err != nil {
-			return changes, err
+			return err
 		}
-		changes = append(changes, fmt.Sprintf("ipset %s: removed %s", d.names.set[se.set], se.e))
+		if log.on {
+			log.add("ipset %s: removed %s", d.names.set[se.set], se.e)
+		}
 	}
 	for _, se := range p.addSets {
 		if err := d.addEntry(se); err != nil {
-			return changes, err
+			return err
 		}
-		changes = append(changes, fmt.Sprintf("ipset %s: added %s", d.names.set[se.set], se.e))
+		if log.on {
+			log.add("ipset %s: added %s", d.names.set[se.set], se.e)
+		}
 	}
-	return changes, nil
+	return nil
 }
 
 // addEntry and delEntry change one member; an entry already there (or
@@ -112,20 +126,30 @@ func (d *Dataplane) delEntry(se setEntry) error {
 
 // service returns the moby/ipvs service of vs.
 func (d *Dataplane) service(k vsKey, flags, timeout uint32) *mobyipvs.Service {
-	s := &mobyipvs.Service{
-		Address: net.IP(k.addr.AsSlice()), Protocol: k.proto, Port: k.port,
+	n := &struct {
+		mobyipvs.Service
+		ip [16]byte
+	}{}
+	n.Service = mobyipvs.Service{
+		Address: putIP(&n.ip, k.addr), Protocol: k.proto, Port: k.port,
 		SchedName: d.cfg.Scheduler, Flags: flags, Timeout: timeout,
 		AddressFamily: unix.AF_INET, Netmask: 0xffffffff,
 	}
 	if d.ipv6 {
-		s.AddressFamily, s.Netmask = unix.AF_INET6, 128
+		n.AddressFamily, n.Netmask = unix.AF_INET6, 128
 	}
-	return s
+	return &n.Service
 }
 
+// destination returns the moby/ipvs real server ap, in one allocation.
 func destination(ap netip.AddrPort, weight int) *mobyipvs.Destination {
-	return &mobyipvs.Destination{Address: net.IP(ap.Addr().AsSlice()), Port: ap.Port(), Weight: weight,
+	n := &struct {
+		mobyipvs.Destination
+		ip [16]byte
+	}{}
+	n.Destination = mobyipvs.Destination{Address: putIP(&n.ip, ap.Addr()), Port: ap.Port(), Weight: weight,
 		ConnectionFlags: mobyipvs.ConnectionFlagMasq}
+	return &n.Destination
 }
 
 func destAddr(dst *mobyipvs.Destination) netip.AddrPort {
@@ -139,46 +163,47 @@ func keyOfService(s *mobyipvs.Service) vsKey {
 }
 
 // syncVS makes the kernel's virtual server want.key what want says, given
-// the kernel's (nil when absent); it returns what it changed.
-func (d *Dataplane) syncVS(kernel *mobyipvs.Service, want *virtualServer) ([]string, error) {
+// the kernel's (nil when absent), noting what it changed in log.
+func (d *Dataplane) syncVS(kernel *mobyipvs.Service, want *virtualServer, log *changeLog) error {
 	k := want.key
 	svc := d.service(k, want.flags, want.timeout)
 	if kernel == nil {
 		err := d.ipvs.NewService(svc)
 		if err == nil {
-			changes := []string{fmt.Sprintf("virtual server %s: created", k)}
+			if log.on {
+				log.add("virtual server %s: created", k)
+			}
 			for _, ap := range want.dests {
 				if err := d.ipvs.NewDestination(svc, destination(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
-					return changes, fmt.Errorf("add real server %s to %s: %w", ap, k, err)
+					return fmt.Errorf("add real server %s to %s: %w", ap, k, err)
 				}
 			}
-			return changes, nil
+			return nil
 		}
 		if !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("create virtual server %s: %w", k, err)
+			return fmt.Errorf("create virtual server %s: %w", k, err)
 		}
 		kernel = &mobyipvs.Service{SchedName: "?"}
 	}
-	var changes []string
 	if kernel.SchedName != svc.SchedName || kernel.Flags&^handle.FlagHashed != svc.Flags || kernel.Timeout != svc.Timeout {
 		if err := d.ipvs.UpdateService(svc); err != nil {
-			return nil, fmt.Errorf("update virtual server %s: %w", k, err)
+			return fmt.Errorf("update virtual server %s: %w", k, err)
 		}
-		changes = append(changes, fmt.Sprintf("virtual server %s: options updated", k))
+		if log.on {
+			log.add("virtual server %s: options updated", k)
+		}
 	}
 	have, err := d.ipvs.GetDestinations(svc)
 	if err != nil {
-		return changes, fmt.Errorf("list real servers of %s: %w", k, err)
+		return fmt.Errorf("list real servers of %s: %w", k, err)
 	}
-	more, err := d.syncDests(k, svc, have, want.dests)
-	return append(changes, more...), err
+	return d.syncDests(k, svc, have, want.dests, log)
 }
 
 // syncDests makes the real servers of k want, given the kernel's have: a
 // real server no longer wanted is drained (weight 0) while it has active
 // TCP connections, deleted otherwise.
-func (d *Dataplane) syncDests(k vsKey, svc *mobyipvs.Service, have []*mobyipvs.Destination, want []netip.AddrPort) ([]string, error) {
-	var changes []string
+func (d *Dataplane) syncDests(k vsKey, svc *mobyipvs.Service, have []*mobyipvs.Destination, want []netip.AddrPort, log *changeLog) error {
 	seen := make([]bool, len(want))
 	for _, h := range have {
 		ap := destAddr(h)
@@ -187,9 +212,11 @@ func (d *Dataplane) syncDests(k vsKey, svc *mobyipvs.Service, have []*mobyipvs.D
 			d.undrain(drainKey{k, ap})
 			if h.Weight != 1 || h.ConnectionFlags&mobyipvs.ConnectionFlagFwdMask != mobyipvs.ConnectionFlagMasq {
 				if err := d.ipvs.UpdateDestination(svc, destination(ap, 1)); err != nil {
-					return changes, fmt.Errorf("update real server %s of %s: %w", ap, k, err)
+					return fmt.Errorf("update real server %s of %s: %w", ap, k, err)
 				}
-				changes = append(changes, fmt.Sprintf("virtual server %s: real server %s set to weight 1", k, ap))
+				if log.on {
+					log.add("virtual server %s: real server %s set to weight 1", k, ap)
+				}
 			}
 			continue
 		}
@@ -197,20 +224,24 @@ func (d *Dataplane) syncDests(k vsKey, svc *mobyipvs.Service, have []*mobyipvs.D
 			continue
 		}
 		if err := d.removeDest(k, svc, h); err != nil {
-			return changes, err
+			return err
 		}
-		changes = append(changes, fmt.Sprintf("virtual server %s: real server %s removed", k, ap))
+		if log.on {
+			log.add("virtual server %s: real server %s removed", k, ap)
+		}
 	}
 	for i, ap := range want {
 		if seen[i] {
 			continue
 		}
 		if err := d.ipvs.NewDestination(svc, destination(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
-			return changes, fmt.Errorf("add real server %s to %s: %w", ap, k, err)
+			return fmt.Errorf("add real server %s to %s: %w", ap, k, err)
 		}
-		changes = append(changes, fmt.Sprintf("virtual server %s: real server %s added", k, ap))
+		if log.on {
+			log.add("virtual server %s: real server %s added", k, ap)
+		}
 	}
-	return changes, nil
+	return nil
 }
 
 // removeDest starts graceful termination of a TCP real server with active

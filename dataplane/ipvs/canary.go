@@ -137,16 +137,16 @@ func (d *Dataplane) tableChanged(context.Context) (bool, error) {
 	if d.table == nil {
 		return false, nil
 	}
-	text, err := d.table()
-	if err != nil {
+	var sum uint64
+	if err := d.table(func(text []byte) {
+		scanTable(text, d.ipv6, func(k vsKey, s uint64) {
+			if _, ok := d.owner[k]; ok {
+				sum += s
+			}
+		})
+	}); err != nil {
 		return false, err
 	}
-	var sum uint64
-	scanTable(text, d.ipv6, func(k vsKey, s uint64) {
-		if _, ok := d.owner[k]; ok {
-			sum += s
-		}
-	})
 	return sum != d.expect, nil
 }
 

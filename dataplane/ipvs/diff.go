@@ -69,7 +69,7 @@ func (dl *delta) note(d *Dataplane, pr *program) {
 // INTERNAL chain rewritten.
 type plan struct {
 	delVS            []*mobyipvs.Service
-	unbind           []netlink.Addr
+	unbind           []*netlink.Addr
 	bind             []netip.Addr
 	delSets, addSets []setEntry
 	vss              []vsSync
@@ -102,7 +102,7 @@ func (d *Dataplane) partialPlan(dl *delta) *plan {
 	for a, n := range dl.binds {
 		switch now := d.binds[a]; {
 		case n > 0 && now == 0:
-			p.unbind = append(p.unbind, *handle.HostAddr(a))
+			p.unbind = append(p.unbind, handle.HostAddr(a))
 			p.delSets = append(p.delSets, setEntry{setIPs, entry{ip: a}})
 		case n == 0 && now > 0:
 			p.addSets = append(p.addSets, setEntry{setIPs, entry{ip: a}})
@@ -128,7 +128,7 @@ func (d *Dataplane) partialPlan(dl *delta) *plan {
 // same order whatever the maps' order.
 func (p *plan) sort() {
 	slices.SortFunc(p.delVS, func(a, b *mobyipvs.Service) int { return compareKeys(keyOfService(a), keyOfService(b)) })
-	slices.SortFunc(p.unbind, func(a, b netlink.Addr) int { return linkAddr(a).Compare(linkAddr(b)) })
+	slices.SortFunc(p.unbind, func(a, b *netlink.Addr) int { return linkAddr(a).Compare(linkAddr(b)) })
 	slices.SortFunc(p.bind, netip.Addr.Compare)
 	slices.SortFunc(p.delSets, compareSetEntries)
 	slices.SortFunc(p.addSets, compareSetEntries)
@@ -150,7 +150,7 @@ func (d *Dataplane) kernelPlan(k *kernelReading) *plan {
 			p.bind = append(p.bind, a)
 		}
 	}
-	p.delSets, p.addSets = k.sets.diff(d)
+	p.delSets, p.addSets = k.sets.del, k.sets.add
 	for key, nn := range d.owner {
 		want := d.progs[nn].vs(key)
 		ks := k.vss[key]
@@ -181,7 +181,7 @@ func (d *Dataplane) kernelPlan(k *kernelReading) *plan {
 // servers and, from the table's one listing, a fingerprint of each of
 // the desired table's virtual servers with its real servers.
 type kernelReading struct {
-	link []netlink.Addr
+	link []*netlink.Addr
 	// linkAt indexes link by address, when there are many.
 	linkAt map[netip.Addr]bool
 	sets   setsReading
@@ -218,32 +218,34 @@ func (d *Dataplane) readServers(k *kernelReading) error {
 	if d.table == nil {
 		return nil
 	}
-	text, err := d.table()
-	if err != nil {
+	sums := make(map[vsKey]uint64, len(d.owner))
+	if err := d.table(func(text []byte) {
+		scanTable(text, d.ipv6, func(key vsKey, sum uint64) {
+			if _, ok := d.owner[key]; ok {
+				sums[key] = sum
+			}
+		})
+	}); err != nil {
 		// The dumps per virtual server answer instead.
 		d.log.V(2).Info("Reading the IPVS table failed", "err", err)
 		return nil
 	}
-	k.sums = make(map[vsKey]uint64, len(d.owner))
-	scanTable(text, d.ipv6, func(key vsKey, sum uint64) {
-		if _, ok := d.owner[key]; ok {
-			k.sums[key] = sum
-		}
-	})
+	k.sums = sums
 	return nil
 }
 
-func linkAddr(a netlink.Addr) netip.Addr {
+func linkAddr(a *netlink.Addr) netip.Addr {
 	ip, _ := netip.AddrFromSlice(a.IP)
 	return ip.Unmap()
 }
 
-// setsReading is what the dataplane's sets held when a full Sync listed
-// them: their members and, for the sets that say which virtual servers
-// are the dataplane's (its addresses, its node ports), an index.
+// setsReading is what a full Sync found in the dataplane's sets: the
+// members to remove and to add, and, for the sets that say which virtual
+// servers are the dataplane's (its addresses, its node ports), an index
+// of what they held.
 type setsReading struct {
-	members [numSets][]entry
-	index   [numSets]map[entry]bool
+	del, add []setEntry
+	index    [numSets]map[entry]bool
 }
 
 // indexed are the sets setsReading indexes.
@@ -261,50 +263,75 @@ func (r *setsReading) owns(k vsKey) bool {
 	return r.has(setNodePort, e) || r.has(setNodePortLocal, e)
 }
 
-// diff returns the members the sets hold that the desired table does not
-// want, and those it wants that they lack: one pass over each set's
-// members, and over the wanted ones only for a set that lacks some.
-func (r *setsReading) diff(d *Dataplane) (del, add []setEntry) {
+// readSets lists every set (creating those that are missing: one call
+// per set, plus one per missing set) and compares its members with those
+// the desired table wants as it reads them: one pass over the listing,
+// and over the wanted members only for a set that lacks some.
+func (d *Dataplane) readSets() (setsReading, error) {
+	var r setsReading
 	var want [numSets]int
 	for se := range d.entries {
 		want[se.set]++
 	}
 	want[setIPs] = len(d.binds)
-	wanted := func(id setID, e entry) bool {
-		if id == setIPs {
-			return e == entry{ip: e.ip} && d.binds[e.ip] > 0
-		}
-		return d.entries[setEntry{id, e}] > 0
-	}
 	for id := range numSets {
+		res, err := d.ensureSet(id)
+		if err != nil {
+			return r, err
+		}
+		var listed []netlink.IPSetEntry
+		if res != nil {
+			listed = res.Entries
+		}
+		if slices.Contains(indexed[:], id) {
+			r.index[id] = make(map[entry]bool, len(listed))
+		}
 		found := 0
-		for _, e := range r.members[id] {
-			if wanted(id, e) {
+		for i := range listed {
+			e := entryFromNetlink(setSpecs[id].typ, &listed[i])
+			if r.index[id] != nil {
+				r.index[id][e] = true
+			}
+			if d.wantsEntry(id, e) {
 				found++
 			} else {
-				del = append(del, setEntry{id, e})
+				r.del = append(r.del, setEntry{id, e})
 			}
 		}
-		if found == want[id] {
-			continue
-		}
-		held := make(map[entry]bool, len(r.members[id]))
-		for _, e := range r.members[id] {
-			held[e] = true
-		}
-		if id == setIPs {
-			for a := range d.binds {
-				if !held[entry{ip: a}] {
-					add = append(add, setEntry{id, entry{ip: a}})
-				}
-			}
-			continue
-		}
-		for se := range d.entries {
-			if se.set == id && !held[se.e] {
-				add = append(add, se)
-			}
+		if found < want[id] {
+			r.add = d.missingEntries(r.add, id, listed)
 		}
 	}
-	return del, add
+	return r, nil
+}
+
+// wantsEntry reports whether the desired table wants e in set id.
+func (d *Dataplane) wantsEntry(id setID, e entry) bool {
+	if id == setIPs {
+		return e == entry{ip: e.ip} && d.binds[e.ip] > 0
+	}
+	return d.entries[setEntry{id, e}] > 0
+}
+
+// missingEntries appends to add the members of set id the desired table
+// wants and listed lacks.
+func (d *Dataplane) missingEntries(add []setEntry, id setID, listed []netlink.IPSetEntry) []setEntry {
+	held := make(map[entry]bool, len(listed))
+	for i := range listed {
+		held[entryFromNetlink(setSpecs[id].typ, &listed[i])] = true
+	}
+	if id == setIPs {
+		for a := range d.binds {
+			if !held[entry{ip: a}] {
+				add = append(add, setEntry{id, entry{ip: a}})
+			}
+		}
+		return add
+	}
+	for se := range d.entries {
+		if se.set == id && !held[se.e] {
+			add = append(add, se)
+		}
+	}
+	return add
 }

@@ -48,12 +48,12 @@ func (k *HostKernel) Handles() handle.Handles {
 }
 
 // readTable reads the whole of /proc/net/ip_vs again, into a buffer it
-// reuses.
-func (k *HostKernel) readTable() ([]byte, error) {
+// reuses, and hands it to scan.
+func (k *HostKernel) readTable(scan func([]byte)) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, err := k.table.Seek(0, io.SeekStart); err != nil {
-		return nil, fmt.Errorf("read /proc/net/ip_vs: %w", err)
+		return fmt.Errorf("read /proc/net/ip_vs: %w", err)
 	}
 	k.buf = k.buf[:0]
 	for {
@@ -63,10 +63,11 @@ func (k *HostKernel) readTable() ([]byte, error) {
 		n, err := k.table.Read(k.buf[len(k.buf):cap(k.buf)])
 		k.buf = k.buf[:len(k.buf)+n]
 		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
-			return k.buf, nil
+			scan(k.buf)
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read /proc/net/ip_vs: %w", err)
+			return fmt.Errorf("read /proc/net/ip_vs: %w", err)
 		}
 	}
 }

@@ -21,7 +21,7 @@ type kernelAddrs struct {
 	// loopback addresses left out (IPVS cannot serve them); sorted.
 	local []netip.Addr
 	// link are the addresses on the dataplane's link.
-	link []netlink.Addr
+	link []*netlink.Addr
 }
 
 // nodeAddrs is what a sync took from kernelAddrs: the node's addresses
@@ -52,13 +52,14 @@ func (d *Dataplane) readAddrs(linkIndex int) (kernelAddrs, error) {
 		return kernelAddrs{}, fmt.Errorf("list the node's addresses: %w", err)
 	}
 	var out kernelAddrs
-	for _, a := range all {
+	for i := range all {
+		a := &all[i]
 		ip, ok := netip.AddrFromSlice(a.IP)
 		ip = ip.Unmap()
 		switch {
 		case !ok || ip.Is6() != d.ipv6:
 		case a.LinkIndex == linkIndex:
-			out.link = append(out.link, a)
+			out.link = append(out.link, &all[i])
 		case !ip.IsLoopback():
 			out.local = append(out.local, ip)
 		}

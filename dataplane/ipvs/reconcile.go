@@ -19,7 +19,7 @@ func (d *Dataplane) Reconcile(ctx context.Context) (dataplane.Drift, error) {
 	if !d.valid || d.last == nil {
 		return dataplane.Drift{}, nil
 	}
-	changes, _, err := d.fullSync(ctx, d.last)
+	changes, _, err := d.fullSync(ctx, d.last, true)
 	if err != nil {
 		d.valid = false
 		return dataplane.Drift{}, fmt.Errorf("ipvs: reconcile: %w", err)

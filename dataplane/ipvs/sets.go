@@ -103,22 +103,43 @@ func (e entry) String() string {
 	return b.String()
 }
 
+// nlEntry is a netlink entry and what its pointers point to, so that
+// one allocation makes it.
+type nlEntry struct {
+	netlink.IPSetEntry
+	proto   uint8
+	port    uint16
+	ip, ip2 [16]byte
+}
+
 func (e entry) netlink(typ string) *netlink.IPSetEntry {
-	out := &netlink.IPSetEntry{}
+	n := &nlEntry{}
+	out := &n.IPSetEntry
 	if e.ip.IsValid() {
-		out.IP = net.IP(e.ip.AsSlice())
+		out.IP = putIP(&n.ip, e.ip)
 	}
 	if e.proto != 0 {
-		p, port := e.proto, e.port
-		out.Protocol, out.Port = &p, &port
+		n.proto, n.port = e.proto, e.port
+		out.Protocol, out.Port = &n.proto, &n.port
 	}
 	if e.ip2.IsValid() {
-		out.IP2 = net.IP(e.ip2.AsSlice())
+		out.IP2 = putIP(&n.ip2, e.ip2)
 		if typ == "hash:ip,port,net" {
 			out.CIDR2 = e.bits2
 		}
 	}
 	return out
+}
+
+// putIP writes a into buf and returns it as a net.IP of its length.
+func putIP(buf *[16]byte, a netip.Addr) net.IP {
+	if a.Is4() {
+		v := a.As4()
+		copy(buf[:4], v[:])
+		return buf[:4:4]
+	}
+	*buf = a.As16()
+	return buf[:]
 }
 
 func entryFromNetlink(typ string, n *netlink.IPSetEntry) entry {
@@ -141,36 +162,21 @@ func entryFromNetlink(typ string, n *netlink.IPSetEntry) entry {
 	return e
 }
 
-// ensureSets creates the sets that are missing and returns what every set
-// holds: one call per set, plus one per missing set.
-func (d *Dataplane) ensureSets() (setsReading, error) {
-	var out setsReading
-	for id := range numSets {
-		name, spec := d.names.set[id], setSpecs[id]
-		res, err := d.nl.IpsetList(name)
-		if err != nil {
-			opts := netlink.IpsetCreateOptions{Family: unix.AF_INET, MaxElements: 1 << 20}
-			if d.ipv6 {
-				opts.Family = unix.AF_INET6
-			}
-			if cerr := d.nl.IpsetCreate(name, spec.typ, opts); cerr != nil && !errors.Is(cerr, unix.EEXIST) {
-				return out, fmt.Errorf("create ipset %s of type %s: %w", name, spec.typ, withModuleHint(cerr, setTypeModule(spec.typ)))
-			}
-			continue
-		}
-		members := make([]entry, len(res.Entries))
-		for i := range res.Entries {
-			members[i] = entryFromNetlink(spec.typ, &res.Entries[i])
-		}
-		out.members[id] = members
+// ensureSet lists set id, creating it when it is missing (then nil).
+func (d *Dataplane) ensureSet(id setID) (*netlink.IPSetResult, error) {
+	name, spec := d.names.set[id], setSpecs[id]
+	res, err := d.nl.IpsetList(name)
+	if err == nil {
+		return res, nil
 	}
-	for _, id := range indexed {
-		out.index[id] = make(map[entry]bool, len(out.members[id]))
-		for _, e := range out.members[id] {
-			out.index[id][e] = true
-		}
+	opts := netlink.IpsetCreateOptions{Family: unix.AF_INET, MaxElements: 1 << 20}
+	if d.ipv6 {
+		opts.Family = unix.AF_INET6
 	}
-	return out, nil
+	if cerr := d.nl.IpsetCreate(name, spec.typ, opts); cerr != nil && !errors.Is(cerr, unix.EEXIST) {
+		return nil, fmt.Errorf("create ipset %s of type %s: %w", name, spec.typ, withModuleHint(cerr, setTypeModule(spec.typ)))
+	}
+	return nil, nil
 }
 
 // compareEntries orders entries by their fields, as no listing needs

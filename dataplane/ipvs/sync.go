@@ -88,7 +88,7 @@ type Dataplane struct {
 	// table reads the IPVS table, gen the iptables rules' generation (nil
 	// when the kernel or backend has none) and rulesSum their
 	// fingerprint; canary is what the rules' said after the last write.
-	table    func() ([]byte, error)
+	table    func(scan func([]byte)) error
 	gen      func(context.Context) (uint32, error)
 	rulesSum func(context.Context, *xtables.OwnedChains) (uint64, error)
 	canary   canary
@@ -179,7 +179,7 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 	var err error
 	var report dataplane.SyncReport
 	if full {
-		_, report, err = d.fullSync(ctx, s)
+		_, report, err = d.fullSync(ctx, s, false)
 	} else {
 		report, err = d.partialSync(ctx, s, names)
 	}
@@ -210,41 +210,39 @@ func (d *Dataplane) changedNames(s *dataplane.State) (names []types.NamespacedNa
 
 // fullSync brings the desired table to s and diffs everything the
 // dataplane owns in the kernel against it, changing only the difference;
-// it returns what it changed. It reads the family's addresses (one dump),
+// it returns what it changed when asked to record it. It reads the family's addresses (one dump),
 // the sets (one listing each), the virtual servers (one dump) and the
 // table (one read of /proc/net/ip_vs), then dumps the real servers of
 // the virtual servers whose fingerprint differs, and makes one call per
 // difference.
-func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) ([]string, dataplane.SyncReport, error) {
+func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State, record bool) ([]string, dataplane.SyncReport, error) {
 	report := dataplane.SyncReport{Full: true}
 	link, err := d.prepare()
 	if err != nil {
-		return nil, report, err
-	}
-	k := &kernelReading{}
-	if k.sets, err = d.ensureSets(); err != nil {
 		return nil, report, err
 	}
 	ka, err := d.readAddrs(link.Attrs().Index)
 	if err != nil {
 		return nil, report, err
 	}
-	k.link = ka.link
 	addrs := nodeAddrsOf(s, ka.local, d.ipv6)
 	names, known := d.changedNames(s)
 	d.desire(s, addrs, names, !known || !addrs.equal(d.addrs), nil)
 	report.Services = len(d.progs)
+	k := &kernelReading{link: ka.link}
+	if k.sets, err = d.readSets(); err != nil {
+		return nil, report, err
+	}
 	if err := d.readServers(k); err != nil {
 		return nil, report, err
 	}
-	changes, err := d.apply(d.kernelPlan(k), func() (netlink.Link, error) { return link, nil })
-	if err != nil {
-		return changes, report, err
+	log := &changeLog{on: record}
+	if err := d.apply(d.kernelPlan(k), func() (netlink.Link, error) { return link, nil }, log); err != nil {
+		return log.list, report, err
 	}
 	n, more, err := d.syncRules(ctx, s, internalText(d.internal))
-	changes = append(changes, more...)
 	report.Bytes = n
-	return changes, report, err
+	return append(log.list, more...), report, err
 }
 
 // partialSync brings the desired table to s for the services in names
@@ -261,7 +259,7 @@ func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, names [
 	d.desire(s, d.addrs, names, false, dl)
 	report.Services = dl.services
 	p := d.partialPlan(dl)
-	if _, err := d.apply(p, d.linkOnce); err != nil {
+	if err := d.apply(p, d.linkOnce, &changeLog{}); err != nil {
 		return report, err
 	}
 	if p.internal {

@@ -130,7 +130,7 @@ func TestCallsPerChange(t *testing.T) {
 		full := f.calls()
 		restarted, _ := newFakeDataplane(t, Config{})
 		restarted.ipvs, restarted.nl, restarted.runner = f.ipvs, f.nl, f.runner
-		if _, _, err := restarted.fullSync(ctx, st); err != nil {
+		if _, _, err := restarted.fullSync(ctx, st, false); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%d services: a full sync over a programmed kernel: %d calls", n, f.calls()-full)
@@ -320,7 +320,7 @@ func TestRestartedFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := f.calls()
-	changes, _, err := d2.fullSync(ctx, st)
+	changes, _, err := d2.fullSync(ctx, st, true)
 	if err != nil {
 		t.Fatal(err)
 	}

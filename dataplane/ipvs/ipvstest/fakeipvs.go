@@ -31,6 +31,8 @@ type FakeIPVS struct {
 	config   mobyipvs.Config
 	// fail is what the next call returns, if set (FailNext).
 	fail error
+	// table is the buffer procTable lists the table into.
+	table []byte
 }
 
 type fakeVSKey struct {
@@ -302,20 +304,18 @@ func compareKeys(a, b fakeVSKey) int {
 	return cmp.Compare(a.port, b.port)
 }
 
-// procTable lists the table as the kernel's /proc/net/ip_vs does: a
+// procTable hands scan the table as the kernel's /proc/net/ip_vs does: a
 // header, then each virtual server ("TCP  0A600001:0050 rr ", IPv6
 // addresses bracketed, with "persistent TIMEOUT NETMASK" when it is) and
 // its real servers ("  -> 0A010001:1F90      Masq    1      0          0",
 // forwarding method, weight and connection counters), in no particular
 // order. It is not counted.
-func (f *FakeIPVS) procTable() []byte {
+func (f *FakeIPVS) procTable(scan func([]byte)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
-	for _, vs := range f.services {
-		n += 1 + len(vs.dests)
-	}
-	b := make([]byte, 0, 160+n*64)
+	// Into the buffer of the last listing, as the kernel's reader does.
+	b := f.table[:0]
+	defer func() { scan(b); f.table = b }()
 	b = append(b, "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n"...)
 	for _, vs := range f.services {
 		s := &vs.svc
@@ -343,7 +343,6 @@ func (f *FakeIPVS) procTable() []byte {
 			b = append(b, '\n')
 		}
 	}
-	return b
 }
 
 // fwdName is the kernel's name of a forwarding method.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/proxykit/proxykit/dataplane/ipvs/internal/handle"
@@ -59,8 +60,84 @@ func (l *fakeLink) remove(i int) {
 }
 
 type fakeSet struct {
-	typ     string
-	entries map[string]netlink.IPSetEntry
+	typ string
+	// dims are the type's dimensions ("ip", "port"), nil for a type the
+	// fake does not model.
+	dims    []string
+	entries map[member]netlink.IPSetEntry
+}
+
+// member is an entry as a set of its type holds it: what the type's
+// dimensions take of it (the notation handle.SetMember writes, without
+// the strings).
+type member struct {
+	ip, ip2     netip.Addr
+	cidr, cidr2 uint8
+	proto       uint8
+	port        uint16
+}
+
+// memberOf returns e as a member of s, and false when it does not fit
+// s's type; it allocates nothing.
+func (s *fakeSet) memberOf(e *netlink.IPSetEntry) (member, bool) {
+	var m member
+	if s.dims == nil {
+		return m, false
+	}
+	ips := 0
+	for _, dim := range s.dims {
+		switch dim {
+		case "ip", "net":
+			ip, cidr := e.IP, e.CIDR
+			if ips > 0 {
+				ip, cidr = e.IP2, e.CIDR2
+			}
+			a, ok := netip.AddrFromSlice(ip)
+			if !ok {
+				return m, false
+			}
+			a = a.Unmap()
+			if dim == "ip" || cidr == 0 || int(cidr) >= a.BitLen() {
+				cidr = 0
+			}
+			if ips == 0 {
+				m.ip, m.cidr = a, cidr
+			} else {
+				m.ip2, m.cidr2 = a, cidr
+			}
+			ips++
+		case "port":
+			if e.Port == nil {
+				return m, false
+			}
+			m.proto, m.port = unix.IPPROTO_TCP, *e.Port
+			if e.Protocol != nil {
+				switch p := *e.Protocol; p {
+				case unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP:
+					m.proto = p
+				default:
+					return m, false
+				}
+			}
+		}
+	}
+	return m, true
+}
+
+// setDims returns the dimensions of a set type the fake models (hash:
+// of ip, net and port), nil for another.
+func setDims(typ string) []string {
+	kind, ok := strings.CutPrefix(typ, "hash:")
+	if !ok {
+		return nil
+	}
+	dims := strings.Split(kind, ",")
+	for _, d := range dims {
+		if d != "ip" && d != "net" && d != "port" {
+			return nil
+		}
+	}
+	return dims
 }
 
 // NewFakeNetlink returns a FakeNetlink with no links and no sets.
@@ -143,7 +220,11 @@ func (f *FakeNetlink) AddrList(link netlink.Link, family int) ([]netlink.Addr, e
 		}
 		links = []*fakeLink{l}
 	}
-	var out []netlink.Addr
+	n := 0
+	for _, l := range links {
+		n += len(l.addrs)
+	}
+	out := make([]netlink.Addr, 0, n)
 	for _, l := range links {
 		for _, a := range l.addrs {
 			is4 := a.IP.To4() != nil
@@ -232,7 +313,7 @@ func (f *FakeNetlink) IpsetCreate(name, typename string, options netlink.IpsetCr
 			return unix.EEXIST
 		}
 	}
-	f.sets[name] = &fakeSet{typ: typename, entries: map[string]netlink.IPSetEntry{}}
+	f.sets[name] = &fakeSet{typ: typename, dims: setDims(typename), entries: map[member]netlink.IPSetEntry{}}
 	return nil
 }
 
@@ -257,9 +338,10 @@ func (f *FakeNetlink) IpsetList(name string) (*netlink.IPSetResult, error) {
 	if !ok {
 		return nil, unix.ENOENT
 	}
-	r := &netlink.IPSetResult{SetName: name, TypeName: s.typ}
-	for _, k := range slices.Sorted(maps.Keys(s.entries)) {
-		r.Entries = append(r.Entries, s.entries[k])
+	// In no particular order, as the kernel's hash sets list them.
+	r := &netlink.IPSetResult{SetName: name, TypeName: s.typ, Entries: make([]netlink.IPSetEntry, 0, len(s.entries))}
+	for _, e := range s.entries {
+		r.Entries = append(r.Entries, e)
 	}
 	return r, nil
 }
@@ -317,26 +399,29 @@ func (f *FakeNetlink) Sets() map[string][]string {
 	defer f.mu.Unlock()
 	out := map[string][]string{}
 	for name, s := range f.sets {
-		out[name] = slices.Sorted(maps.Keys(s.entries))
-		if out[name] == nil {
-			out[name] = []string{}
+		list := make([]string, 0, len(s.entries))
+		for _, e := range s.entries {
+			m, _ := handle.SetMember(s.typ, &e)
+			list = append(list, m)
 		}
+		slices.Sort(list)
+		out[name] = list
 	}
 	return out
 }
 
 // setEntry locks f (the caller unlocks it), counts a call and finds the
 // set called name and the key of e in it, which must fit the set's type.
-func (f *FakeNetlink) setEntry(name string, e *netlink.IPSetEntry) (*fakeSet, string, error) {
+func (f *FakeNetlink) setEntry(name string, e *netlink.IPSetEntry) (*fakeSet, member, error) {
 	f.mu.Lock()
 	f.calls++
 	s, ok := f.sets[name]
 	if !ok {
-		return nil, "", unix.ENOENT
+		return nil, member{}, unix.ENOENT
 	}
-	k, ok := handle.SetMember(s.typ, e)
+	k, ok := s.memberOf(e)
 	if !ok {
-		return nil, "", fmt.Errorf("entry %+v does not fit a set of type %s: %w", *e, s.typ, unix.EINVAL)
+		return nil, member{}, fmt.Errorf("entry %+v does not fit a set of type %s: %w", *e, s.typ, unix.EINVAL)
 	}
 	return s, k, nil
 }

@@ -18,5 +18,5 @@ func NewKernel() *Kernel {
 // Handles implements ipvs.Kernel.
 func (k *Kernel) Handles() handle.Handles {
 	return handle.Handles{IPVS: k.IPVS, Netlink: k.Netlink, Fake: true,
-		Table: func() ([]byte, error) { return k.IPVS.procTable(), nil }}
+		Table: func(scan func([]byte)) error { k.IPVS.procTable(scan); return nil }}
 }

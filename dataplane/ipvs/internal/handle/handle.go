@@ -53,10 +53,11 @@ type Handles struct {
 	IPVS    IPVS
 	Netlink Netlink
 	Fake    bool
-	// Table, when set, returns the whole IPVS table in one read, as
-	// /proc/net/ip_vs lists it (the fake's too), for the canary and full
-	// syncs; the bytes are valid until the next call.
-	Table func() ([]byte, error)
+	// Table, when set, reads the whole IPVS table in one read, as
+	// /proc/net/ip_vs lists it (the fake's too), and hands it to scan,
+	// for the canary and full syncs; the bytes are valid only during
+	// scan, which reads them into a buffer shared by every caller.
+	Table func(scan func([]byte)) error
 }
 
 // Service flags moby/ipvs does not name.
@@ -92,9 +93,27 @@ func ProtoName(p uint16) string {
 	return fmt.Sprintf("proto-%d", p)
 }
 
-// HostAddr is a as a host address (a /32 or /128) of a link.
+// HostAddr is a as a host address (a /32 or /128) of a link, in one
+// allocation.
 func HostAddr(a netip.Addr) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
+	n := &struct {
+		netlink.Addr
+		net      net.IPNet
+		ip, mask [16]byte
+	}{}
+	bits := a.BitLen()
+	if a.Is4() {
+		v := a.As4()
+		copy(n.ip[:4], v[:])
+	} else {
+		n.ip = a.As16()
+	}
+	for i := range bits / 8 {
+		n.mask[i] = 0xff
+	}
+	n.net = net.IPNet{IP: n.ip[: bits/8 : bits/8], Mask: n.mask[: bits/8 : bits/8]}
+	n.IPNet = &n.net
+	return &n.Addr
 }
 
 // SetMember writes e, an entry of a set of type typ, in ipset's notation
