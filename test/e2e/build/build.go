@@ -101,6 +101,7 @@ func Build(ctx context.Context, opts Options) (Binaries, error) {
 		return Binaries{}, err
 	}
 	defer unlock()
+	removeStale(dir)
 
 	bins, targets := plan(dir, runDir(dir, ModuleDir()))
 	if err := buildPinned(ctx, dir, missing(targets), log); err != nil {
@@ -150,6 +151,18 @@ func lock(ctx context.Context, path string, log io.Writer) (func(), error) {
 			f.Close()
 			return nil, fmt.Errorf("e2e binary cache lock %s: %w", path, ctx.Err())
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// removeStale removes what a killed build left: temporary directories and
+// binaries never renamed into place. Only a lock holder may: another
+// run's build writes them.
+func removeStale(dir string) {
+	for _, pattern := range []string{"build-*", "install-*", "*.tmp", "run/*/*.tmp"} {
+		matches, _ := filepath.Glob(filepath.Join(dir, pattern))
+		for _, m := range matches {
+			_ = os.RemoveAll(m)
 		}
 	}
 }
@@ -239,7 +252,8 @@ func build(ctx context.Context, t target, log io.Writer) error {
 	case install:
 		err = goInstall(ctx, t, tmp, log)
 	default:
-		err = goCommand(ctx, t.dir, nil, log, "build", "-trimpath", "-ldflags", versionFlags, "-o", tmp, t.pkg)
+		// The agent and pause link no Kubernetes version to stamp.
+		err = goCommand(ctx, t.dir, nil, log, "build", "-trimpath", "-ldflags", "-s -w", "-o", tmp, t.pkg)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)

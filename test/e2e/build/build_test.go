@@ -208,3 +208,27 @@ func waitCaught(pid int, sig syscall.Signal) error {
 type testLog struct{ t *testing.T }
 
 func (l testLog) Write(p []byte) (int, error) { l.t.Logf("%s", p); return len(p), nil }
+
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"build-1/server", "install-2/coredns", "kubelet.tmp", "run/abc/nodeagent.tmp", "kubelet", "run/abc/nodeagent", "lock"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeStale(dir)
+	var left []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			left = append(left, rel)
+		}
+		return nil
+	})
+	if diff := cmp.Diff([]string{"kubelet", "lock", "run/abc/nodeagent"}, left); diff != "" {
+		t.Errorf("left after removeStale (-want +got):\n%s", diff)
+	}
+}

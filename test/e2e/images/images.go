@@ -158,7 +158,12 @@ func writeIfChanged(p string, img image, compressed map[*layer]v1.Layer) error {
 	if err != nil {
 		return err
 	}
-	tmp := p + ".tmp"
+	// Unique temporary names: two runs may write the same image at once,
+	// and each rename is atomic.
+	tmp, err := tempName(p)
+	if err != nil {
+		return err
+	}
 	if err := tarball.WriteToFile(tmp, ref, v1img); err != nil {
 		os.Remove(tmp)
 		return err
@@ -166,10 +171,23 @@ func writeIfChanged(p string, img image, compressed map[*layer]v1.Layer) error {
 	if err := os.Rename(tmp, p); err != nil {
 		return err
 	}
-	if err := os.WriteFile(p+".key.tmp", []byte(key), 0o644); err != nil {
+	if tmp, err = tempName(p + ".key"); err != nil {
 		return err
 	}
-	return os.Rename(p+".key.tmp", p+".key")
+	if err := os.WriteFile(tmp, []byte(key), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p+".key")
+}
+
+// tempName is a new file's name beside p.
+func tempName(p string) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".*.tmp")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	return f.Name(), nil
 }
 
 // assemble is empty.Image plus the layers, with the config; each layer is
