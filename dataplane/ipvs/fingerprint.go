@@ -10,7 +10,9 @@ import (
 
 // A virtual server's fingerprint is a sum of one hash per line the
 // kernel's table (/proc/net/ip_vs) lists of it: its own (address,
-// protocol, port, scheduler, persistence) and one per real server
+// protocol, port, scheduler, whether it is persistent: the table gives
+// the timeout in the kernel's jiffies, so a full Sync compares it from
+// the virtual servers' dump instead) and one per real server
 // (address, port, forwarding method, weight; the connection counters
 // traffic moves left out). A sum does not depend on the order the table
 // lists them in, so the desired table keeps the fingerprint each of its
@@ -22,11 +24,7 @@ import (
 // vsSum is the fingerprint the kernel's table lists for vs as wanted,
 // every real server at weight 1.
 func (d *Dataplane) vsSum(vs *virtualServer) uint64 {
-	timeout := uint64(0)
-	if vs.flags&handle.FlagPersistent != 0 {
-		timeout = 1<<32 | uint64(vs.timeout)
-	}
-	sum := lineSum(vs.key, hashString(d.cfg.Scheduler), timeout)
+	sum := lineSum(vs.key, hashString(d.cfg.Scheduler), vs.flags&handle.FlagPersistent != 0)
 	for _, ap := range vs.dests {
 		sum += rsSum(vs.key, ap, masq, 1)
 	}
@@ -37,11 +35,14 @@ func (d *Dataplane) vsSum(vs *virtualServer) uint64 {
 // the table names it.
 var masq = hashString("Masq")
 
-// lineSum is the hash of a virtual server's own line; timeout has bit 32
-// set when it is persistent.
-func lineSum(k vsKey, sched, timeout uint64) uint64 {
+// lineSum is the hash of a virtual server's own line.
+func lineSum(k vsKey, sched uint64, persistent bool) uint64 {
 	hi, lo := addrWords(k.addr)
-	return finish(mix(mix(mix(mix(mix(1, hi), lo), uint64(k.proto)<<16|uint64(k.port)), sched), timeout))
+	p := uint64(0)
+	if persistent {
+		p = 1
+	}
+	return finish(mix(mix(mix(mix(mix(1, hi), lo), uint64(k.proto)<<16|uint64(k.port)), sched), p))
 }
 
 // rsSum is the hash of the line of real server ap of virtual server k.
@@ -130,14 +131,12 @@ func scanTable(text []byte, ipv6 bool, fn func(k vsKey, sum uint64)) {
 			continue
 		}
 		sched, rest := nextField(rest)
-		timeout := uint64(0)
-		if p, rest := nextField(rest); string(p) == "persistent" {
-			t, _ := nextField(rest)
-			n, _ := parseDec(t)
-			timeout = 1<<32 | uint64(uint32(n))
+		flag, rest := nextField(rest)
+		if string(flag) == "ops" {
+			flag, _ = nextField(rest)
 		}
 		cur = vsKey{addr.Addr(), proto, addr.Port()}
-		sum, open = lineSum(cur, hashBytes(sched), timeout), true
+		sum, open = lineSum(cur, hashBytes(sched), string(flag) == "persistent"), true
 	}
 	done()
 }

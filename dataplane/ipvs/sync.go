@@ -253,6 +253,7 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State, record boo
 func (d *Dataplane) partialSync(ctx context.Context, s *dataplane.State, names []types.NamespacedName) (dataplane.SyncReport, error) {
 	report := dataplane.SyncReport{}
 	if len(names) == 0 {
+		d.desired = s
 		return report, nil
 	}
 	dl := newDelta()

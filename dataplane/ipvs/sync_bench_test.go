@@ -60,19 +60,26 @@ func BenchmarkSyncEndpointChange(b *testing.B) {
 	}
 }
 
-// BenchmarkSyncIdle is a Sync of the State already programmed.
+// BenchmarkSyncIdle is a Sync of a State in which nothing changed, as the
+// proxy's periodic resync builds one.
 func BenchmarkSyncIdle(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
-			_, st := newCluster(n, 10, v1.ProtocolTCP)
+			c, st := newCluster(n, 10, v1.ProtocolTCP)
 			d, _ := newFakeDataplane(b, Config{})
 			if err := d.Sync(b.Context(), st); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := d.Sync(b.Context(), st); err != nil {
+				b.StopTimer()
+				next := c.b.Build().States[0]
+				b.StartTimer()
+				if err := d.Sync(b.Context(), next); err != nil {
 					b.Fatal(err)
+				}
+				if d.LastSync().Full {
+					b.Fatal("an idle resync was a full one")
 				}
 			}
 		})
