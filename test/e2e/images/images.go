@@ -187,7 +187,9 @@ func tempName(p string) (string, error) {
 		return "", err
 	}
 	f.Close()
-	return f.Name(), nil
+	// CreateTemp's 0600 would stay after the rename and WriteToFile's
+	// truncation; the tarballs are plain inputs anyone may import.
+	return f.Name(), os.Chmod(f.Name(), 0o644)
 }
 
 // assemble is empty.Image plus the layers, with the config; each layer is

@@ -1,0 +1,102 @@
+package images
+
+import (
+	"archive/tar"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// The tools of the agnhost image run inside its filesystem alone: every
+// library they load is in the layer. Run in a chroot, which needs root.
+func TestToolsRunInImage(t *testing.T) {
+	skipWithoutTools(t)
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	paths, err := Build(context.Background(), t.TempDir(), fakeBinaries(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	extract(t, paths[1], Agnhost, root)
+	// One line each: nc must be OpenBSD's (it takes -v), wget GNU's, sh
+	// dash (busybox's sh would run busybox's nc).
+	script := `nc -h 2>&1 | head -n 1; curl --version | head -n 1; wget --version | head -n 1; conntrack --version; readlink /bin/sh; nslookup 2>&1 | head -n 1`
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	cmd.Dir = "/"
+	cmd.Env = []string{envPath}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tools in the image: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{"OpenBSD netcat", "curl ", "GNU Wget", "conntrack v", "dash", "BusyBox"}
+	if len(lines) != len(want) {
+		t.Fatalf("output %q, want %d lines starting %q", out, len(want), want)
+	}
+	for i, prefix := range want {
+		if !strings.HasPrefix(lines[i], prefix) {
+			t.Errorf("line %d: %q, want it to start with %q", i, lines[i], prefix)
+		}
+	}
+}
+
+// extract writes the flattened filesystem of the tarball's image to root.
+func extract(t *testing.T, p, tag, root string) {
+	t.Helper()
+	ref, err := name.NewTag(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(p, &ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, filepath.Clean("/"+h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(dst, 0o755)
+		case tar.TypeSymlink:
+			err = os.Symlink(h.Linkname, dst)
+		case tar.TypeReg:
+			err = writeFile(dst, tr, os.FileMode(h.Mode).Perm())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func writeFile(p string, r io.Reader, perm os.FileMode) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
