@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -101,7 +102,7 @@ func condense(r types.Report, focus Focus, skipped map[string]string) Result {
 		if sr.LeafNodeType != types.NodeTypeIt {
 			if sr.State.Is(types.SpecStateFailureStates) {
 				res.SuiteFailures = append(res.SuiteFailures,
-					fmt.Sprintf("[%s] %s (%s)", sr.LeafNodeType, firstLines(sr.Failure.Message), location(sr.Failure)))
+					fmt.Sprintf("[%s] %s (%s)", sr.LeafNodeType, firstLines(sr.Failure.Message), fileLine(sr.Failure)))
 			}
 			continue
 		}
@@ -136,9 +137,18 @@ func failureMessage(f types.Failure) string {
 	return f.Message
 }
 
-// location names where a spec failed, relative to the kubernetes module,
-// and the node type when the failure is not in the spec's body.
+// location names where a spec failed, and the node type when the failure
+// is not in the spec's body.
 func location(f types.Failure) string {
+	loc := fileLine(f)
+	if loc != "" && f.FailureNodeType != types.NodeTypeInvalid && f.FailureNodeType != types.NodeTypeIt {
+		loc = fmt.Sprintf("in [%s] at %s", f.FailureNodeType, loc)
+	}
+	return loc
+}
+
+// fileLine is where f happened, relative to the kubernetes module.
+func fileLine(f types.Failure) string {
 	file := f.Location.FileName
 	// Trimmed paths read "k8s.io/kubernetes@v1.37.2/test/...", untrimmed
 	// ones hold the module cache directory before that.
@@ -150,16 +160,17 @@ func location(f types.Failure) string {
 	if file == "" {
 		return ""
 	}
-	loc := fmt.Sprintf("%s:%d", file, f.Location.LineNumber)
-	if f.FailureNodeType != types.NodeTypeInvalid && f.FailureNodeType != types.NodeTypeIt {
-		loc = fmt.Sprintf("in [%s] at %s", f.FailureNodeType, loc)
-	}
-	return loc
+	return fmt.Sprintf("%s:%d", file, f.Location.LineNumber)
 }
 
+// ansiColor matches the terminal colour codes ginkgo writes into some
+// messages of its own, --no-color or not.
+var ansiColor = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
 // firstLines keeps the head of a message: its first non-empty lines, each
-// trimmed, within maxFailureChars.
+// trimmed, within maxFailureChars, without colour codes.
 func firstLines(msg string) string {
+	msg = ansiColor.ReplaceAllString(msg, "")
 	var kept []string
 	for _, line := range strings.Split(msg, "\n") {
 		line = strings.TrimRight(line, " \t\r")

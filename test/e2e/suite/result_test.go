@@ -12,7 +12,7 @@ import (
 // (a dry run's, trimmed to a few specs, their verdicts set from the
 // one-node trial's): suite nodes, a pass, failures in the body and in an
 // AfterEach, a skip by the spec itself, one left out by --skip, a spec
-// of another block, and a suite timeout.
+// of another block, a suite timeout and a failing report node.
 func TestReadReport(t *testing.T) {
 	got, err := ReadReport("testdata/report.json", FocusAll, Skipped(false))
 	if err != nil {
@@ -21,7 +21,10 @@ func TestReadReport(t *testing.T) {
 	want := Result{
 		Duration:      3612500 * time.Millisecond,
 		Focus:         FocusAll,
-		SuiteFailures: []string{"Suite Timeout Elapsed"},
+		SuiteFailures: []string{
+			"Suite Timeout Elapsed",
+			"[ReportAfterSuite] open /tmp/proxykit-e2e/runs/1node-proxykit-iptables/junit_01.xml: no space left on device (test/e2e/e2e_test.go:157)",
+		},
 		Specs: []Spec{
 			{
 				Name:       "[sig-network] Conntrack should be able to preserve UDP traffic when server pod cycles for a NodePort service",
@@ -97,9 +100,10 @@ func TestReadReportErrors(t *testing.T) {
 func TestFirstLines(t *testing.T) {
 	long := strings.Repeat("é", maxFailureChars)
 	tests := map[string]string{
-		"one line":                   "one line",
-		"\n  first\n\n second  \n":   "  first\n second",
-		"1\n2\n3\n4\n5\n6\n7\n8":     "1\n2\n3\n4\n5\n6\n…",
+		"one line":                 "one line",
+		"\n  first\n\n second  \n": "  first\n second",
+		"1\n2\n3\n4\n5\n6\n7\n8":   "1\n2\n3\n4\n5\n6\n…",
+		"\x1b[1m\x1b[38;5;9mSynchronizedBeforeSuite failed on Ginkgo parallel process #1\x1b[0m\n  The first": "SynchronizedBeforeSuite failed on Ginkgo parallel process #1\n  The first",
 		long:                         long[:maxFailureChars] + "…",
 		"x" + long[:maxFailureChars]: "x" + long[:maxFailureChars-2] + "…",
 	}
