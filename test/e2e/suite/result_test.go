@@ -19,8 +19,8 @@ func TestReadReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Result{
-		Duration:      3612500 * time.Millisecond,
-		Focus:         FocusAll,
+		Duration: 3612500 * time.Millisecond,
+		Focus:    FocusAll,
 		SuiteFailures: []string{
 			"Suite Timeout Elapsed",
 			"[ReportAfterSuite] open /tmp/proxykit-e2e/runs/1node-proxykit-iptables/junit_01.xml: no space left on device (test/e2e/e2e_test.go:157)",
