@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/proxykit/proxykit/test/e2e/build"
@@ -54,9 +54,15 @@ type entry struct {
 	link string
 }
 
+// layerFiles memoizes each layer's entries by digest: the images share
+// the tools layer, and decompressing it once keeps the test fast under
+// -race.
+type layerFiles map[v1.Hash]map[string]entry
+
 // contents reads the tarball at p back as tag and returns its config's
-// entrypoint and cmd, and its flattened filesystem.
-func contents(t *testing.T, p, tag string) (entrypoint, cmd []string, fs map[string]entry) {
+// entrypoint and cmd, and its flattened filesystem (the layers hold no
+// whiteouts, so the union of their entries is the filesystem).
+func (memo layerFiles) contents(t *testing.T, p, tag string) (entrypoint, cmd []string, fs map[string]entry) {
 	t.Helper()
 	ref, err := name.NewTag(tag)
 	if err != nil {
@@ -73,9 +79,34 @@ func contents(t *testing.T, p, tag string) (entrypoint, cmd []string, fs map[str
 	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
 		t.Errorf("%s: platform %s/%s, want linux/%s", tag, cf.OS, cf.Architecture, runtime.GOARCH)
 	}
-	rc := mutate.Extract(img)
-	defer rc.Close()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
 	fs = map[string]entry{}
+	for _, l := range layers {
+		for p, e := range memo.files(t, l) {
+			fs[p] = e
+		}
+	}
+	return cf.Config.Entrypoint, cf.Config.Cmd, fs
+}
+
+func (memo layerFiles) files(t *testing.T, l v1.Layer) map[string]entry {
+	t.Helper()
+	digest, err := l.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files, ok := memo[digest]; ok {
+		return files
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files := map[string]entry{}
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
@@ -85,9 +116,10 @@ func contents(t *testing.T, p, tag string) (entrypoint, cmd []string, fs map[str
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs["/"+filepath.Clean(h.Name)] = entry{typ: h.Typeflag, mode: h.Mode, link: h.Linkname}
+		files["/"+filepath.Clean(h.Name)] = entry{typ: h.Typeflag, mode: h.Mode, link: h.Linkname}
 	}
-	return cf.Config.Entrypoint, cf.Config.Cmd, fs
+	memo[digest] = files
+	return files
 }
 
 func TestBuild(t *testing.T) {
@@ -120,6 +152,7 @@ func TestBuild(t *testing.T) {
 		"/bin/nslookup", "/bin/sleep", "/bin/cat", "/bin/grep", "/bin/which", "/bin/test", "/bin/hostname", "/bin/ip",
 		"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/tmp"}
 	tools = append(tools, libs...)
+	memo := layerFiles{}
 
 	for _, tc := range []struct {
 		path, tag       string
@@ -134,7 +167,7 @@ func TestBuild(t *testing.T) {
 		{path: paths[4], tag: RegressionIssue74839, entrypoint: []string{"/regression-issue-74839"}, has: append([]string{"/regression-issue-74839"}, tools...)},
 	} {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {
-			entrypoint, cmd, fs := contents(t, tc.path, tc.tag)
+			entrypoint, cmd, fs := memo.contents(t, tc.path, tc.tag)
 			if diff := cmp.Diff(tc.entrypoint, entrypoint); diff != "" {
 				t.Errorf("entrypoint (-want +got):\n%s", diff)
 			}
@@ -154,8 +187,10 @@ func TestBuild(t *testing.T) {
 		})
 	}
 
+	t.Run("tools run in the image", func(t *testing.T) { toolsRun(t, paths[1]) })
+
 	// The details the trial found pods need.
-	_, _, fs := contents(t, paths[1], Agnhost)
+	_, _, fs := memo.contents(t, paths[1], Agnhost)
 	for p, want := range map[string]entry{
 		"/bin/sh":   {typ: tar.TypeSymlink, mode: 0o777, link: "dash"},
 		"/bin/nc":   {typ: tar.TypeReg, mode: 0o755},
@@ -198,7 +233,7 @@ func TestBuildReuses(t *testing.T) {
 	if diff := cmp.Diff(before, stamp()); diff != "" {
 		t.Errorf("unchanged inputs rewrote (-before +after):\n%s", diff)
 	}
-	if err := os.WriteFile(bins.Agnhost, []byte("agnhost v2"), 0o755); err != nil {
+	if err := os.WriteFile(bins.Pause, []byte("pause v2"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Build(ctx, dir, bins); err != nil {
@@ -212,8 +247,8 @@ func TestBuildReuses(t *testing.T) {
 			rewritten = append(rewritten, f)
 		}
 	}
-	if diff := cmp.Diff([]string{"agnhost.tar"}, rewritten); diff != "" {
-		t.Errorf("rewritten after agnhost changed (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]string{"pause.tar"}, rewritten); diff != "" {
+		t.Errorf("rewritten after pause changed (-want +got):\n%s", diff)
 	}
 }
 
