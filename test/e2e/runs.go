@@ -109,6 +109,9 @@ func runProxy(ctx context.Context, o options, log *logger, c *cluster.Cluster, r
 		E2E: r.bins.E2E, Ginkgo: r.bins.Ginkgo, Kubectl: r.bins.Kubectl,
 		Kubeconfig: c.Kubeconfig(), ReportDir: reportDir,
 		Focus: o.focus, Procs: o.procs,
+		// An interrupted run is neither stored nor kept: its namespaces go
+		// with the cluster, so the specs need no long cleanup.
+		Grace:   20 * time.Second,
 		Command: c.Command, Output: out,
 	})
 	if err != nil {

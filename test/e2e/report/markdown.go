@@ -25,7 +25,7 @@ func Markdown(runs []Run) []byte {
 	var b strings.Builder
 	writeHeader(&b, runs)
 	if len(runs) == 0 {
-		b.WriteString("No runs are stored yet: `go -C test/e2e run .` (README.md) runs the suite and writes them.\n")
+		b.WriteString("No runs are stored yet: `go -C test/e2e run .` (README.md) runs the suite and writes them.\n\n")
 		writeUnrunnable(&b, nil)
 		return []byte(b.String())
 	}
@@ -397,13 +397,13 @@ func writeUnexplained(b *strings.Builder, runs []Run) {
 func writeUnrunnable(b *strings.Builder, runs []Run) {
 	b.WriteString("## Tests that cannot run here\n\n")
 	b.WriteString("Left out of every run by name (`suite.Unrunnables`, read from the tests' source):\n\n")
-	b.WriteString("| test | why |\n|---|---|\n")
+	b.WriteString("| test | left out | why |\n|---|---|---|\n")
 	for _, u := range suite.Unrunnables() {
-		why := u.Reason
+		when := "always"
 		if u.NeedsSCTP {
-			why += " (left out only where the kernel has no SCTP)"
+			when = "where the kernel has no SCTP"
 		}
-		fmt.Fprintf(b, "| %s | %s |\n", cell(u.Name), cell(why))
+		fmt.Fprintf(b, "| %s | %s | %s |\n", cell(u.Name), when, cell(u.Reason))
 	}
 	b.WriteString("\nIPv6, dual-stack and cloud load-balancer tests are in none of the selected groups " +
 		"(the fixture is single-stack IPv4 without a load-balancer provider).\n\n")
