@@ -96,7 +96,7 @@ func Build(ctx context.Context, opts Options) (Binaries, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Binaries{}, fmt.Errorf("e2e binary cache: %w", err)
 	}
-	unlock, err := lock(ctx, filepath.Join(dir, "lock"), log)
+	unlock, err := Lock(ctx, filepath.Join(dir, "lock"), log)
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -125,12 +125,16 @@ func runDir(cache, moduleDir string) string {
 	return filepath.Join(cache, "run", hex.EncodeToString(sum[:6]))
 }
 
-// lock takes an exclusive flock on path, so that two runs never build the
-// same binary twice; it polls so that ctx can cancel the wait.
-func lock(ctx context.Context, path string, log io.Writer) (func(), error) {
+// Lock takes an exclusive flock on path (creating it), so that two runs
+// never build the same thing twice, and returns its release. It polls, so
+// that ctx can cancel the wait, and says once on log that it waits.
+func Lock(ctx context.Context, path string, log io.Writer) (func(), error) {
+	if log == nil {
+		log = io.Discard
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("e2e binary cache lock: %w", err)
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	waiting := false
 	for {
@@ -140,16 +144,16 @@ func lock(ctx context.Context, path string, log io.Writer) (func(), error) {
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("e2e binary cache lock %s: %w", path, err)
+			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !waiting {
-			fmt.Fprintf(log, "build: waiting for another run's build to release %s\n", path)
+			fmt.Fprintf(log, "waiting for another run to release %s\n", path)
 			waiting = true
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("e2e binary cache lock %s: %w", path, ctx.Err())
+			return nil, fmt.Errorf("lock %s: %w", path, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}

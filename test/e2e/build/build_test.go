@@ -108,7 +108,7 @@ func TestRunDirPerCheckout(t *testing.T) {
 
 func TestLockWaitsAndCancels(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lock")
-	unlock, err := lock(context.Background(), path, nil)
+	unlock, err := Lock(context.Background(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestLockWaitsAndCancels(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	var log logBuffer
-	if _, err := lock(ctx, path, &log); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := Lock(ctx, path, &log); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("second lock: %v, want context.DeadlineExceeded", err)
 	}
 	if log == "" {

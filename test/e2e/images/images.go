@@ -47,10 +47,11 @@ type config struct {
 	Layers               []string
 }
 
-// Build writes an OCI image tarball (docker save format, which `ctr -n
+// Build writes an image tarball (in docker save's format, which `ctr -n
 // k8s.io images import` reads) for each image the suite pulls into dir,
 // or keeps the one there when its key (the config and every layer's
-// uncompressed digest) is unchanged, and returns their paths.
+// uncompressed digest) is unchanged, and returns their paths. A lock in
+// dir makes a concurrent run wait, then find the tarballs written.
 func Build(ctx context.Context, dir string, bins build.Binaries) ([]string, error) {
 	imgs, err := plan(ctx, bins)
 	if err != nil {
@@ -58,6 +59,17 @@ func Build(ctx context.Context, dir string, bins build.Binaries) ([]string, erro
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("images: %w", err)
+	}
+	unlock, err := build.Lock(ctx, filepath.Join(dir, "lock"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("images: %w", err)
+	}
+	defer unlock()
+	// What a killed run left half-written; no other run writes now.
+	if stale, err := filepath.Glob(filepath.Join(dir, "*.tmp")); err == nil {
+		for _, p := range stale {
+			_ = os.Remove(p)
+		}
 	}
 	compressed := map[*layer]v1.Layer{}
 	var paths []string
@@ -158,12 +170,7 @@ func writeIfChanged(p string, img image, compressed map[*layer]v1.Layer) error {
 	if err != nil {
 		return err
 	}
-	// Unique temporary names: two runs may write the same image at once,
-	// and each rename is atomic.
-	tmp, err := tempName(p)
-	if err != nil {
-		return err
-	}
+	tmp := p + ".tmp"
 	if err := tarball.WriteToFile(tmp, ref, v1img); err != nil {
 		os.Remove(tmp)
 		return err
@@ -171,25 +178,10 @@ func writeIfChanged(p string, img image, compressed map[*layer]v1.Layer) error {
 	if err := os.Rename(tmp, p); err != nil {
 		return err
 	}
-	if tmp, err = tempName(p + ".key"); err != nil {
+	if err := os.WriteFile(p+".key.tmp", []byte(key), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(tmp, []byte(key), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p+".key")
-}
-
-// tempName is a new file's name beside p.
-func tempName(p string) (string, error) {
-	f, err := os.CreateTemp(filepath.Dir(p), filepath.Base(p)+".*.tmp")
-	if err != nil {
-		return "", err
-	}
-	f.Close()
-	// CreateTemp's 0600 would stay after the rename and WriteToFile's
-	// truncation; the tarballs are plain inputs anyone may import.
-	return f.Name(), os.Chmod(f.Name(), 0o644)
+	return os.Rename(p+".key.tmp", p+".key")
 }
 
 // assemble is empty.Image plus the layers, with the config; each layer is
