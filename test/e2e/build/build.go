@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/mod/modfile"
 )
 
 // The versions built. go.mod pins the first two (its tool lines and the
@@ -67,11 +69,32 @@ func DefaultCacheDir() (string, error) {
 	return filepath.Join(dir, "proxykit", "e2e", VersionKey()), nil
 }
 
+// modulePath is the test/e2e module's path.
+const modulePath = "github.com/proxykit/proxykit/test/e2e"
+
 // ModuleDir is the root of the test/e2e module, where the go command
-// resolves the pinned versions.
+// resolves the pinned versions: the source directory this package was
+// compiled from, or, in a binary built with -trimpath, which records no
+// directory, the module found from the working directory up.
 func ModuleDir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
+	if filepath.IsAbs(file) {
+		return filepath.Dir(filepath.Dir(file))
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		for _, cand := range []string{dir, filepath.Join(dir, "test", "e2e")} {
+			if data, err := os.ReadFile(filepath.Join(cand, "go.mod")); err == nil && modfile.ModulePath(data) == modulePath {
+				return cand
+			}
+		}
+		if dir == filepath.Dir(dir) {
+			return wd
+		}
+	}
 }
 
 // Build returns every binary of Binaries: the versioned ones from the

@@ -219,3 +219,13 @@ func TestRemoveStale(t *testing.T) {
 		t.Errorf("left after removeStale (-want +got):\n%s", diff)
 	}
 }
+
+func TestModuleDir(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(ModuleDir(), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := modfile.ModulePath(data); got != modulePath {
+		t.Errorf("ModuleDir()'s go.mod is module %q, want %q", got, modulePath)
+	}
+}
