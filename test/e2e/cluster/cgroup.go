@@ -161,7 +161,9 @@ func copyCpuset(parent, dir string) error {
 
 // nodeRoot is node i's kubelet cgroupRoot, made in every hierarchy before
 // kubelet starts (it refuses to start otherwise).
-func (c cgroups) nodeRoot(i int) string { return "/" + filepath.Join(c.base(), fmt.Sprintf("node-%d", i)) }
+func (c cgroups) nodeRoot(i int) string {
+	return "/" + filepath.Join(c.base(), fmt.Sprintf("node-%d", i))
+}
 
 // procsFiles are the cgroup.procs files of rel in every hierarchy: a
 // process written to all of them is in the cluster's tree wherever

@@ -151,14 +151,16 @@ func (c *Cluster) Nodes() int { return len(c.nodes) }
 // namespace (outside the cluster, beside its nodes on the fabric), in the
 // fixture's cgroup tree so that Reclaim finds it if the run is killed.
 func (c *Cluster) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return c.cg.command(ctx, procCgroup("runner", "commands"), "nsenter", nsenterArgs(c.runner.pid(), append([]string{name}, args...)...)[1:]...)
+	argv := nsenterArgs(c.runner.pid(), append([]string{name}, args...)...)
+	return c.cg.command(ctx, procCgroup("runner", "commands"), argv[0], argv[1:]...)
 }
 
 // NodeCommand returns a command that runs name with args in node i's
 // network and mount namespaces (1-based), as a process on that node.
 func (c *Cluster) NodeCommand(ctx context.Context, i int, name string, args ...string) *exec.Cmd {
 	n := c.nodes[i-1]
-	return c.cg.command(ctx, procCgroup(n.name, "commands"), "nsenter", nsenterArgs(n.holder.pid(), append([]string{name}, args...)...)[1:]...)
+	argv := nsenterArgs(n.holder.pid(), append([]string{name}, args...)...)
+	return c.cg.command(ctx, procCgroup(n.name, "commands"), argv[0], argv[1:]...)
 }
 
 // HTTPClient is an HTTP client whose connections start in the runner

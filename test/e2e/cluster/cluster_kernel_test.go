@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/proxykit/proxykit/test/e2e/build"
+	"github.com/proxykit/proxykit/test/e2e/images"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -20,8 +21,8 @@ import (
 const (
 	requireKernelEnv = "PROXYKIT_REQUIRE_KERNEL"
 	// binDirsEnv lists (colon-separated) directories holding the programs
-	// by their usual names (etcd, kube-apiserver, ..., nodeagent); the
-	// first directory holding a program wins.
+	// by their usual names (etcd, kube-apiserver, ..., nodeagent), instead
+	// of the build cache; the first directory holding a program wins.
 	binDirsEnv = "PROXYKIT_E2E_BINDIR"
 	// imagesEnv lists (colon-separated) the image tarballs to import.
 	imagesEnv = "PROXYKIT_E2E_IMAGES"
@@ -32,10 +33,13 @@ const (
 	workDirEnv = "PROXYKIT_E2E_WORKDIR"
 )
 
-// testBinaries finds the programs and images, or skips: they take half an
-// hour to build, which the e2e command does and a test run must not. So
-// their absence skips even under PROXYKIT_REQUIRE_KERNEL=1, which fails
-// only the absence of root.
+// testBinaries finds the programs and images, or skips. The versioned
+// programs take half an hour to build, which the e2e command does and a
+// test run must not: so their absence from the build cache skips even
+// under PROXYKIT_REQUIRE_KERNEL=1, which fails only the absence of root.
+// With them cached, build.Build makes only the agent and pause afresh.
+// PROXYKIT_E2E_BINDIR and PROXYKIT_E2E_IMAGES name programs and tarballs
+// built elsewhere instead.
 func testBinaries(t *testing.T) (build.Binaries, []string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -45,6 +49,40 @@ func testBinaries(t *testing.T) (build.Binaries, []string) {
 		}
 		t.Skip(msg)
 	}
+	if os.Getenv(binDirsEnv) != "" {
+		return binariesFromDirs(t)
+	}
+	cache, err := build.DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns", "agnhost"} {
+		if _, err := os.Stat(filepath.Join(cache, name)); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		t.Skipf("the cluster test needs the e2e command's build cache (%s lacks %s): go -C test/e2e run . builds it, or set %s and %s",
+			cache, strings.Join(missing, ", "), binDirsEnv, imagesEnv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	bin, err := build.Build(ctx, build.Options{CacheDir: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := images.Build(ctx, filepath.Join(cache, "images"), bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, imgs
+}
+
+// binariesFromDirs finds the programs in PROXYKIT_E2E_BINDIR's directories
+// and the images in PROXYKIT_E2E_IMAGES, or skips.
+func binariesFromDirs(t *testing.T) (build.Binaries, []string) {
+	t.Helper()
 	dirs := filepath.SplitList(os.Getenv(binDirsEnv))
 	find := func(name string) string {
 		for _, d := range dirs {
@@ -69,12 +107,11 @@ func testBinaries(t *testing.T) (build.Binaries, []string) {
 			missing = append(missing, name)
 		}
 	}
-	images := filepath.SplitList(os.Getenv(imagesEnv))
-	if len(missing) > 0 || len(images) == 0 {
-		t.Skipf("the cluster test needs built programs (%s=dirs; missing: %s) and image tarballs (%s=files; got %d): the e2e command builds them",
-			binDirsEnv, strings.Join(missing, ", "), imagesEnv, len(images))
+	imgs := filepath.SplitList(os.Getenv(imagesEnv))
+	if len(missing) > 0 || len(imgs) == 0 {
+		t.Skipf("%s lacks %s, or %s names no image tarball", binDirsEnv, strings.Join(missing, ", "), imagesEnv)
 	}
-	return b, images
+	return b, imgs
 }
 
 // TestClusterUp brings up a cluster (one node, or PROXYKIT_E2E_NODES),

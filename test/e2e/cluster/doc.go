@@ -11,10 +11,14 @@
 // nodes' /run, /var/lib and /var/log are tmpfs mounts private to each
 // node's mount namespace (so containerd, kubelet and the CNI plugins keep
 // their default paths), and every process the fixture starts, holders
-// included, sits in the cgroup tree proxykit-e2e of every mounted
-// hierarchy. [Reclaim] kills what that tree holds and removes it, which
-// removes the namespaces with their last process; [Up] calls it first, so
-// a killed run is cleaned up by the next, and [Cluster.Down] ends with it.
+// included, sits in the cluster's directory proxykit-e2e/<id> of every
+// mounted cgroup hierarchy (kubelet's cgroupRoot is node-<i> there). The
+// process that made a cluster holds a flock(2) on its directory until
+// [Cluster.Down]; [Reclaim] kills what the directories whose lock is free
+// hold (a killed run's) and removes them, which removes the namespaces
+// with their last process. [Up] calls it first, so a killed run is cleaned
+// up by the next, while clusters of live processes run side by side (each
+// fabric is a namespace of its own, so their addresses never meet).
 //
 // Addresses: the runner's bridge br0 is 10.88.0.1/24, node i (1-based) is
 // e2e-node-<i> at 10.88.0.<i+1> on its eth0, the API server listens on

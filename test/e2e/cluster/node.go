@@ -153,9 +153,10 @@ func (c *Cluster) waitNodesReady(ctx context.Context) error {
 	}
 }
 
+// nodeNamed is the node of the first name, or node 1.
 func (c *Cluster) nodeNamed(names []string) *node {
 	for _, n := range c.nodes {
-		if len(names) == 0 || n.name == names[0] {
+		if len(names) > 0 && n.name == names[0] {
 			return n
 		}
 	}
