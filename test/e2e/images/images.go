@@ -90,9 +90,11 @@ func Build(ctx context.Context, dir string, bins build.Binaries) ([]string, erro
 // shell-snippet tools go in a layer of their own, shared by every image
 // but pause, so that busybox and distroless-iptables cost nothing more.
 func plan(ctx context.Context, bins build.Binaries) ([]image, error) {
-	for field, p := range map[string]string{"Pause": bins.Pause, "Agnhost": bins.Agnhost, "RegressionIssue74839": bins.RegressionIssue74839} {
-		if p == "" {
-			return nil, fmt.Errorf("images: build.Binaries.%s is empty", field)
+	for _, b := range []struct{ field, path string }{
+		{"Pause", bins.Pause}, {"Agnhost", bins.Agnhost}, {"RegressionIssue74839", bins.RegressionIssue74839},
+	} {
+		if b.path == "" {
+			return nil, fmt.Errorf("images: build.Binaries.%s is empty", b.field)
 		}
 	}
 	files, err := toolFiles(ctx, hostTools())
@@ -117,7 +119,7 @@ func plan(ctx context.Context, bins build.Binaries) ([]image, error) {
 	if err != nil {
 		return nil, err
 	}
-	agnhost, err := single("/agnhost", bins.Agnhost, dir("/uploads", 0o777))
+	agnhost, err := single("/agnhost", bins.Agnhost, dir("/uploads", 0o755))
 	if err != nil {
 		return nil, err
 	}
