@@ -95,9 +95,9 @@ func toolFiles(ctx context.Context, tools []hostTool) ([]file, error) {
 		literal("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"),
 		literal("/etc/group", "root:x:0:\nnogroup:x:65534:\n"),
 		literal("/etc/nsswitch.conf", "hosts: files dns\n"),
-		dir("/tmp", os.ModeSticky|0o777),
-		dir("/root", 0o700),
-		dir("/dev", 0o755), dir("/proc", 0o555), dir("/sys", 0o555),
+		directory("/tmp", os.ModeSticky|0o777),
+		directory("/root", 0o700),
+		directory("/dev", 0o755), directory("/proc", 0o555), directory("/sys", 0o555),
 	), nil
 }
 

@@ -119,7 +119,7 @@ func plan(ctx context.Context, bins build.Binaries) ([]image, error) {
 	if err != nil {
 		return nil, err
 	}
-	agnhost, err := single("/agnhost", bins.Agnhost, dir("/uploads", 0o755))
+	agnhost, err := single("/agnhost", bins.Agnhost, directory("/uploads", 0o755))
 	if err != nil {
 		return nil, err
 	}

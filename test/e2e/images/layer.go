@@ -22,7 +22,7 @@ type file struct {
 	link string      // symlink target
 }
 
-func dir(p string, perm os.FileMode) file { return file{path: p, mode: os.ModeDir | perm} }
+func directory(p string, perm os.FileMode) file { return file{path: p, mode: os.ModeDir | perm} }
 func symlink(p, target string) file       { return file{path: p, mode: os.ModeSymlink | 0o777, link: target} }
 func literal(p, content string) file      { return file{path: p, mode: 0o644, data: []byte(content)} }
 func copyOf(p, src string, perm os.FileMode) file {
@@ -49,7 +49,7 @@ func newLayer(files []file) (*layer, error) {
 		byPath[path.Clean(f.path)] = f
 		for d := path.Dir(f.path); d != "/"; d = path.Dir(d) {
 			if _, ok := byPath[d]; !ok {
-				byPath[d] = dir(d, 0o755)
+				byPath[d] = directory(d, 0o755)
 			}
 		}
 	}
