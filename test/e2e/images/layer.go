@@ -23,8 +23,8 @@ type file struct {
 }
 
 func directory(p string, perm os.FileMode) file { return file{path: p, mode: os.ModeDir | perm} }
-func symlink(p, target string) file       { return file{path: p, mode: os.ModeSymlink | 0o777, link: target} }
-func literal(p, content string) file      { return file{path: p, mode: 0o644, data: []byte(content)} }
+func symlink(p, target string) file             { return file{path: p, mode: os.ModeSymlink | 0o777, link: target} }
+func literal(p, content string) file            { return file{path: p, mode: 0o644, data: []byte(content)} }
 func copyOf(p, src string, perm os.FileMode) file {
 	return file{path: p, mode: perm, src: src}
 }
