@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,14 +64,18 @@ func Save(dir string, r Run) error {
 	if err := r.check(); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	// Failure messages read as they were written ("<", ">", "&" unescaped).
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
 		return fmt.Errorf("encoding run %s: %w", r.FileName(), err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("results directory: %w", err)
 	}
-	return writeFile(filepath.Join(dir, r.FileName()), append(b, '\n'))
+	return writeFile(filepath.Join(dir, r.FileName()), b.Bytes())
 }
 
 // Load reads every run stored in dir, ordered as the report shows them.
