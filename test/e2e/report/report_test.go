@@ -86,6 +86,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			Focus:    suite.FocusAll,
 			Specs: []suite.Spec{
 				{Name: suite.GroupConntrack + " should be able to preserve UDP traffic when initial unready endpoints get ready", State: suite.StatePassed, Duration: 41 * time.Second},
+				{Name: suite.GroupConntrack + " should be able to preserve UDP traffic when server pod cycles for a NodePort service", State: suite.StateSkipped,
+					SkipReason: "Test requires >= 2 Ready nodes, but there are only 1 nodes"},
 			},
 		},
 	}
@@ -110,8 +112,12 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(r, runs[1]); diff != "" {
 		t.Errorf("run after Save and Load (-want +got):\n%s", diff)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "3node-proxykit-nftables.json")); err != nil {
-		t.Errorf("stored under an unexpected name: %v", err)
+	b, err := os.ReadFile(filepath.Join(dir, "3node-proxykit-nftables.json"))
+	if err != nil {
+		t.Fatalf("stored under an unexpected name: %v", err)
+	}
+	if !strings.Contains(string(b), "requires >= 2") {
+		t.Errorf("the stored run escapes its messages:\n%s", b)
 	}
 }
 
