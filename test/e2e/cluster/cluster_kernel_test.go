@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/proxykit/proxykit/test/e2e/build"
 	"github.com/proxykit/proxykit/test/e2e/images"
 	corev1 "k8s.io/api/core/v1"
@@ -134,12 +135,16 @@ func TestClusterUp(t *testing.T) {
 		workDir = t.TempDir()
 	}
 	mountsBefore := hostMounts(t, workDir)
+	tunablesBefore := hostTunables(t)
 	start := time.Now()
 	c, err := Up(ctx, Config{Nodes: nodes, Bin: bin, Images: images, WorkDir: workDir, Log: testLog{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("up in %v", time.Since(start).Round(time.Millisecond))
+	if diff := cmp.Diff(tunablesBefore, hostTunables(t)); diff != "" {
+		t.Errorf("the machine's kernel settings changed under the cluster (-before +after):\n%s", diff)
+	}
 	downed := false
 	defer func() {
 		if !downed {
@@ -305,6 +310,21 @@ func curl(ctx context.Context, t *testing.T, c *Cluster, i int, url string) {
 		time.Sleep(time.Second)
 	}
 	t.Errorf("%s: %s: %v: %s", NodeName(i), url, err, out)
+}
+
+// hostTunables are the machine's values of the kernel settings kubelet
+// sets.
+func hostTunables(t *testing.T) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for path := range kubeletTunables() {
+		b, err := os.ReadFile("/proc/sys/" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[path] = strings.TrimSpace(string(b))
+	}
+	return got
 }
 
 // hostMounts are the host's mounts the fixture could leave: over the

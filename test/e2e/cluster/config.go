@@ -32,7 +32,7 @@ const (
 	fabricBits = 24
 	// ClusterDomain is the DNS domain of Services.
 	ClusterDomain = "cluster.local"
-	// ProxyHealthzPort is where the proxy serves /healthz on each node's IP.
+	// ProxyHealthzPort is where the proxy serves /healthz on each node.
 	ProxyHealthzPort = 10256
 	apiServerPort    = 6443
 )

@@ -18,7 +18,9 @@
 // hold (a killed run's) and removes them, which removes the namespaces
 // with their last process. [Up] calls it first, so a killed run is cleaned
 // up by the next, while clusters of live processes run side by side (each
-// fabric is a namespace of its own, so their addresses never meet).
+// fabric is a namespace of its own, so their addresses never meet). A
+// cluster left up on purpose when its process exits counts as left too:
+// it runs until the next Up or Reclaim.
 //
 // Addresses: the runner's bridge br0 is 10.88.0.1/24, node i (1-based) is
 // e2e-node-<i> at 10.88.0.<i+1> on its eth0, the API server listens on

@@ -59,7 +59,8 @@ func (c *Cluster) startFabric(ctx context.Context) error {
 }
 
 // startNodeNS starts node i's namespaces: tmpfs over /run, /var/lib and
-// /var/log, resolv.conf pointing at CoreDNS, eth0 (its peer on br0) with
+// /var/log, kubelet's kernel settings (kubeletTunables) and resolv.conf
+// pointing at CoreDNS, eth0 (its peer on br0) with
 // the node IP and a default route through the runner, forwarding on and
 // bridged traffic through iptables (br_netfilter's switch is per
 // namespace).
@@ -77,6 +78,9 @@ func (c *Cluster) startNodeNS(ctx context.Context, i int) error {
 	var steps [][]string
 	for _, dir := range nodeTmpfs {
 		steps = append(steps, []string{"mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", dir})
+	}
+	for path := range kubeletTunables() {
+		steps = append(steps, []string{"mount", "--bind", c.path(tunableFile(path)), "/proc/sys/" + path})
 	}
 	steps = append(steps,
 		[]string{"mount", "--bind", c.path(resolvFile), "/etc/resolv.conf"},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -49,6 +50,9 @@ func (c *Cluster) writeFiles() error {
 			return err
 		}
 		files[id.File] = b
+	}
+	for path, v := range kubeletTunables() {
+		files[tunableFile(path)] = []byte(strconv.Itoa(v) + "\n")
 	}
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		b, err := kubeletConfigYAML(i, c.cg.nodeRoot(i))

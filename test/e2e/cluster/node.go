@@ -98,7 +98,9 @@ func (c *Cluster) wireNodes(ctx context.Context) error {
 			break
 		}
 		if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
-			return c.nodeFailure(pending[0], "no podCIDR: %v", err)
+			kcm := c.logPath(NodeName(1), "kube-controller-manager")
+			return fmt.Errorf("%w; %s (which allocates podCIDRs) ends:\n%s",
+				c.nodeFailure(pending[0], "no podCIDR: %v", err), kcm, tail(kcm, 15))
 		}
 	}
 	return c.routePodCIDRs(ctx)

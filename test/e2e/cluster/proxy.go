@@ -19,7 +19,9 @@ const (
 // command line, which the node agent mirrors. The conntrack flags leave
 // the machine-wide conntrack table size and timeouts alone (one kernel is
 // shared by every node), and the OOM score stays as is (root lacks
-// CAP_SYS_RESOURCE here).
+// CAP_SYS_RESOURCE here). /healthz listens on every address of the node,
+// as kube-proxy's default: the suite asks localhost from host-network pods
+// ("should check kube-proxy urls") and the node IP from outside.
 func (c *Cluster) proxyArgs(n *node, p Proxy) []string {
 	args := []string{
 		"--kubeconfig=" + c.path("kube-proxy.kubeconfig"),
@@ -29,7 +31,7 @@ func (c *Cluster) proxyArgs(n *node, p Proxy) []string {
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
 		"--oom-score-adj=0",
-		"--healthz-bind-address=" + n.ip.String() + ":" + strconv.Itoa(ProxyHealthzPort),
+		"--healthz-bind-address=0.0.0.0:" + strconv.Itoa(ProxyHealthzPort),
 		"--metrics-bind-address=127.0.0.1:10249",
 	}
 	if p.Mode != "" {

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/node/util/sysctl"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -188,4 +190,27 @@ func corefile(kubeconfigPath string) []byte {
 // with dnsPolicy Default and the node's own programs resolve Services too.
 func resolvConf() []byte {
 	return []byte("nameserver " + NodeIP(1).String() + "\n")
+}
+
+// kubeletTunables are the kernel settings kubelet sets at start unless they
+// hold these values already (protectKernelDefaults only turns its writes
+// into a refusal to start). They are machine-wide, not per namespace: each
+// node sees files with these values bound over them in its own mount
+// namespace, so kubelet finds them as it wants them and writes nothing to
+// the machine's (panic on oops and reboot after 10 s among them).
+func kubeletTunables() map[string]int {
+	return map[string]int{
+		sysctl.VMOvercommitMemory: sysctl.VMOvercommitMemoryAlways,
+		sysctl.VMPanicOnOOM:       sysctl.VMPanicOnOOMInvokeOOMKiller,
+		sysctl.KernelPanic:        sysctl.KernelPanicRebootTimeout,
+		sysctl.KernelPanicOnOops:  sysctl.KernelPanicOnOopsAlways,
+		sysctl.RootMaxKeys:        sysctl.RootMaxKeysSetting,
+		sysctl.RootMaxBytes:       sysctl.RootMaxBytesSetting,
+	}
+}
+
+// tunableFile is the name in WorkDir of the file bound over
+// /proc/sys/<path> in every node.
+func tunableFile(path string) string {
+	return filepath.Join("kernel", strings.ReplaceAll(path, "/", "."))
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -173,5 +174,23 @@ func TestCorefileAndResolvConf(t *testing.T) {
 	}
 	if diff := cmp.Diff("nameserver 10.88.0.2\n", string(resolvConf())); diff != "" {
 		t.Errorf("resolv.conf (-want +got):\n%s", diff)
+	}
+}
+
+func TestKubeletTunables(t *testing.T) {
+	got := map[string]string{}
+	for path, v := range kubeletTunables() {
+		got[tunableFile(path)] = "/proc/sys/" + path + "=" + strconv.Itoa(v)
+	}
+	want := map[string]string{
+		"kernel/vm.overcommit_memory":      "/proc/sys/vm/overcommit_memory=1",
+		"kernel/vm.panic_on_oom":           "/proc/sys/vm/panic_on_oom=0",
+		"kernel/kernel.panic":              "/proc/sys/kernel/panic=10",
+		"kernel/kernel.panic_on_oops":      "/proc/sys/kernel/panic_on_oops=1",
+		"kernel/kernel.keys.root_maxkeys":  "/proc/sys/kernel/keys/root_maxkeys=1000000",
+		"kernel/kernel.keys.root_maxbytes": "/proc/sys/kernel/keys/root_maxbytes=25000000",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("tunables (-want +got):\n%s", diff)
 	}
 }
