@@ -106,7 +106,7 @@ func (d *Dataplane) applySets(p *plan, log *changeLog) error {
 // already gone) is no error.
 func (d *Dataplane) addEntry(se setEntry) error {
 	name, typ := d.names.set[se.set], setSpecs[se.set].typ
-	if err := d.nl.IpsetAdd(name, se.e.netlink(typ)); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := d.nl.IpsetAdd(name, d.msgs.entry(se.e, typ)); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("add %s to ipset %s: %w", se.e, name, err)
 	}
 	return nil
@@ -114,7 +114,7 @@ func (d *Dataplane) addEntry(se setEntry) error {
 
 func (d *Dataplane) delEntry(se setEntry) error {
 	name, typ := d.names.set[se.set], setSpecs[se.set].typ
-	err := d.nl.IpsetDel(name, se.e.netlink(typ))
+	err := d.nl.IpsetDel(name, d.msgs.entry(se.e, typ))
 	if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EEXIST) {
 		// ipset answers a missing member with IPSET_ERR_EXIST (4103).
 		if !strings.Contains(err.Error(), "4103") {
@@ -141,15 +141,23 @@ func (d *Dataplane) service(k vsKey, flags, timeout uint32) *mobyipvs.Service {
 	return &n.Service
 }
 
-// destination returns the moby/ipvs real server ap, in one allocation.
-func destination(ap netip.AddrPort, weight int) *mobyipvs.Destination {
-	n := &struct {
+// messages are the ipset entry and the real server the apply stage hands
+// the handles, reused call after call: a handle turns them into a netlink
+// message at once and keeps nothing of them.
+type messages struct {
+	set  nlEntry
+	real struct {
 		mobyipvs.Destination
 		ip [16]byte
-	}{}
-	n.Destination = mobyipvs.Destination{Address: putIP(&n.ip, ap.Addr()), Port: ap.Port(), Weight: weight,
+	}
+}
+
+// dest returns real server ap with weight.
+func (m *messages) dest(ap netip.AddrPort, weight int) *mobyipvs.Destination {
+	r := &m.real
+	r.Destination = mobyipvs.Destination{Address: putIP(&r.ip, ap.Addr()), Port: ap.Port(), Weight: weight,
 		ConnectionFlags: mobyipvs.ConnectionFlagMasq}
-	return &n.Destination
+	return &r.Destination
 }
 
 func destAddr(dst *mobyipvs.Destination) netip.AddrPort {
@@ -174,7 +182,7 @@ func (d *Dataplane) syncVS(kernel *mobyipvs.Service, want *virtualServer, log *c
 				log.add("virtual server %s: created", k)
 			}
 			for _, ap := range want.dests {
-				if err := d.ipvs.NewDestination(svc, destination(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
+				if err := d.ipvs.NewDestination(svc, d.msgs.dest(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
 					return fmt.Errorf("add real server %s to %s: %w", ap, k, err)
 				}
 			}
@@ -211,7 +219,7 @@ func (d *Dataplane) syncDests(k vsKey, svc *mobyipvs.Service, have []*mobyipvs.D
 			seen[i] = true
 			d.undrain(drainKey{k, ap})
 			if h.Weight != 1 || h.ConnectionFlags&mobyipvs.ConnectionFlagFwdMask != mobyipvs.ConnectionFlagMasq {
-				if err := d.ipvs.UpdateDestination(svc, destination(ap, 1)); err != nil {
+				if err := d.ipvs.UpdateDestination(svc, d.msgs.dest(ap, 1)); err != nil {
 					return fmt.Errorf("update real server %s of %s: %w", ap, k, err)
 				}
 				if log.on {
@@ -234,7 +242,7 @@ func (d *Dataplane) syncDests(k vsKey, svc *mobyipvs.Service, have []*mobyipvs.D
 		if seen[i] {
 			continue
 		}
-		if err := d.ipvs.NewDestination(svc, destination(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := d.ipvs.NewDestination(svc, d.msgs.dest(ap, 1)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("add real server %s to %s: %w", ap, k, err)
 		}
 		if log.on {
@@ -250,7 +258,7 @@ func (d *Dataplane) removeDest(k vsKey, svc *mobyipvs.Service, h *mobyipvs.Desti
 	ap := destAddr(h)
 	if k.proto == unix.IPPROTO_TCP && h.ActiveConnections > 0 {
 		if h.Weight != 0 {
-			if err := d.ipvs.UpdateDestination(svc, destination(ap, 0)); err != nil {
+			if err := d.ipvs.UpdateDestination(svc, d.msgs.dest(ap, 0)); err != nil {
 				return fmt.Errorf("quiesce real server %s of %s: %w", ap, k, err)
 			}
 		}

@@ -114,7 +114,7 @@ func (h *fakeHarness) Disturb(_ context.Context, dist dataplanetest.Disturbance)
 				if s.AddressFamily == 10 {
 					foreign = netip.MustParseAddrPort("[fd00:ff::1]:80")
 				}
-				return h.ipvs.NewDestination(s, destination(foreign, 1))
+				return h.ipvs.NewDestination(s, new(messages).dest(foreign, 1))
 			}
 		}
 	}

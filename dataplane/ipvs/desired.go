@@ -44,8 +44,9 @@ type virtualServer struct {
 	timeout uint32
 	// dests are the real servers, sorted.
 	dests []netip.AddrPort
-	// sum is its fingerprint as the kernel's table lists it (vsSum).
-	sum uint64
+	// sum is its fingerprint as the kernel's table lists it (vsSum),
+	// opts that of its options (optsSum).
+	sum, opts uint64
 }
 
 // same reports whether a and b program the same virtual server.
@@ -115,9 +116,9 @@ func (d *Dataplane) desire(s *dataplane.State, addrs nodeAddrs, names []types.Na
 			dl.note(d, old)
 			dl.note(d, pr)
 		}
-		d.expect -= d.sumOf(old, pr)
-		count(d.binds, d.entries, d.internal, old, -1)
-		count(d.binds, d.entries, d.internal, pr, 1)
+		d.uncount(d.sumOf(old, pr))
+		d.count(old, -1)
+		d.count(pr, 1)
 		if old != nil {
 			for i := range old.vss {
 				d.release(old.vss[i].key, nn)
@@ -125,25 +126,33 @@ func (d *Dataplane) desire(s *dataplane.State, addrs nodeAddrs, names []types.Na
 		}
 		if pr == nil {
 			delete(d.progs, nn)
-			d.expect += d.sumOf(old, pr)
+			d.recount(d.sumOf(old, pr))
 			continue
 		}
 		d.progs[nn] = pr
 		for i := range pr.vss {
 			d.claim(pr.vss[i].key, nn)
 		}
-		d.expect += d.sumOf(old, pr)
+		d.recount(d.sumOf(old, pr))
 	}
 	d.desired, d.addrs = s, addrs
 }
 
-// sumOf is the fingerprint the desired table says the virtual servers of
+// vsSums are the fingerprints of some virtual servers: of their lines in
+// the kernel's table and of their options.
+type vsSums struct{ table, opts uint64 }
+
+func (d *Dataplane) uncount(s vsSums) { d.expect -= s.table; d.expectOpts -= s.opts }
+func (d *Dataplane) recount(s vsSums) { d.expect += s.table; d.expectOpts += s.opts }
+
+// sumOf is the fingerprints the desired table says the virtual servers of
 // old and pr (each once) have.
-func (d *Dataplane) sumOf(old, pr *program) uint64 {
-	var sum uint64
+func (d *Dataplane) sumOf(old, pr *program) vsSums {
+	var sum vsSums
 	add := func(k vsKey) {
 		if vs := d.vsOf(k); vs != nil {
-			sum += vs.sum
+			sum.table += vs.sum
+			sum.opts += vs.opts
 		}
 	}
 	if old != nil {
@@ -162,28 +171,44 @@ func (d *Dataplane) sumOf(old, pr *program) uint64 {
 }
 
 // count adds pr's addresses, set members and INTERNAL rules to the
-// counts, n times (-1 to remove them).
-func count(binds map[netip.Addr]int, entries map[setEntry]int, internal map[string]int, pr *program, n int) {
+// counts, n times (-1 to remove them), and a member that comes or goes to
+// its set's fingerprint (an address to the IPS set's).
+func (d *Dataplane) count(pr *program, n int) {
 	if pr == nil {
 		return
 	}
 	for _, r := range pr.internal {
-		internal[r] += n
-		if internal[r] == 0 {
-			delete(internal, r)
+		d.internal[r] += n
+		if d.internal[r] == 0 {
+			delete(d.internal, r)
 		}
 	}
 	for _, a := range pr.binds {
-		binds[a] += n
-		if binds[a] == 0 {
-			delete(binds, a)
+		d.countEntry(setIPs, entry{ip: a}, d.binds[a], d.binds[a]+n)
+		d.binds[a] += n
+		if d.binds[a] == 0 {
+			delete(d.binds, a)
 		}
 	}
 	for _, se := range pr.sets {
-		entries[se] += n
-		if entries[se] == 0 {
-			delete(entries, se)
+		d.countEntry(se.set, se.e, d.entries[se], d.entries[se]+n)
+		d.entries[se] += n
+		if d.entries[se] == 0 {
+			delete(d.entries, se)
 		}
+	}
+}
+
+// countEntry keeps the fingerprint and the size of set id as the count
+// of e in it goes from before to after.
+func (d *Dataplane) countEntry(id setID, e entry, before, after int) {
+	switch {
+	case before == 0 && after > 0:
+		d.setSums[id] += entrySum(e)
+		d.setLens[id]++
+	case before > 0 && after == 0:
+		d.setSums[id] -= entrySum(e)
+		d.setLens[id]--
 	}
 }
 
@@ -191,27 +216,36 @@ func count(binds map[netip.Addr]int, entries map[setEntry]int, internal map[stri
 func (d *Dataplane) resetTable() {
 	d.desired = nil
 	d.progs = map[types.NamespacedName]*program{}
-	d.owner = map[vsKey]types.NamespacedName{}
+	d.owner = map[vsKey]owning{}
 	d.rivals = map[vsKey][]types.NamespacedName{}
 	d.binds = map[netip.Addr]int{}
 	d.entries = map[setEntry]int{}
 	d.internal = map[string]int{}
-	d.expect = 0
+	d.setSums, d.setLens = [numSets]uint64{}, [numSets]int{}
+	d.expect, d.expectOpts = 0, 0
 	for _, ds := range d.drainSums {
 		d.expect += ds.sum
 	}
 }
 
-// claim records that service nn wants virtual server k: the first service
-// by name that wants one gets it, the others wait in rivals.
+// owning is the service that owns a virtual server and its program's
+// virtual server.
+type owning struct {
+	nn types.NamespacedName
+	vs *virtualServer
+}
+
+// claim records that service nn, whose program the desired table holds,
+// wants virtual server k: the first service by name that wants one gets
+// it, the others wait in rivals.
 func (d *Dataplane) claim(k vsKey, nn types.NamespacedName) {
 	o, taken := d.owner[k]
 	if !taken {
-		d.owner[k] = nn
+		d.owner[k] = owning{nn, d.progs[nn].vs(k)}
 		return
 	}
-	if servicemodel.CompareNames(nn, o) < 0 {
-		d.owner[k], nn = nn, o
+	if servicemodel.CompareNames(nn, o.nn) < 0 {
+		d.owner[k], nn = owning{nn, d.progs[nn].vs(k)}, o.nn
 	}
 	r := d.rivals[k]
 	i, _ := slices.BinarySearchFunc(r, nn, servicemodel.CompareNames)
@@ -222,12 +256,12 @@ func (d *Dataplane) claim(k vsKey, nn types.NamespacedName) {
 // first rival by name gets it.
 func (d *Dataplane) release(k vsKey, nn types.NamespacedName) {
 	r := d.rivals[k]
-	if d.owner[k] == nn {
+	if d.owner[k].nn == nn {
 		if len(r) == 0 {
 			delete(d.owner, k)
 			return
 		}
-		d.owner[k], r = r[0], r[1:]
+		d.owner[k], r = owning{r[0], d.progs[r[0]].vs(k)}, r[1:]
 	} else if i, ok := slices.BinarySearchFunc(r, nn, servicemodel.CompareNames); ok {
 		r = slices.Delete(r, i, i+1)
 	}
@@ -241,11 +275,7 @@ func (d *Dataplane) release(k vsKey, nn types.NamespacedName) {
 // vsOf returns virtual server k as the desired table has it (its owner's),
 // nil when no service wants it.
 func (d *Dataplane) vsOf(k vsKey) *virtualServer {
-	nn, ok := d.owner[k]
-	if !ok {
-		return nil
-	}
-	return d.progs[nn].vs(k)
+	return d.owner[k].vs
 }
 
 // programOf returns what service nn of s needs; nil when it has no usable
@@ -271,7 +301,8 @@ func (d *Dataplane) programOf(s *dataplane.State, nn types.NamespacedName, addrs
 	slices.Sort(pr.internal)
 	pr.internal = slices.Compact(pr.internal)
 	for i := range pr.vss {
-		pr.vss[i].sum = d.vsSum(&pr.vss[i])
+		vs := &pr.vss[i]
+		vs.sum, vs.opts = d.vsSum(vs), d.optsSum(vs.key, d.cfg.Scheduler, vs.flags, vs.timeout)
 	}
 	return pr
 }

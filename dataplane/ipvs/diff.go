@@ -136,59 +136,132 @@ func (p *plan) sort() {
 }
 
 // kernelPlan is the plan of a full Sync: the whole desired table against
-// the kernel, as one reading found it.
-func (d *Dataplane) kernelPlan(k *kernelReading) *plan {
+// the kernel, as one reading of the link's addresses and the sets found
+// it, and one dump of the virtual servers and one read of the table.
+// Where a fingerprint of what was read matches the desired table's, there
+// is nothing to compare one by one.
+func (d *Dataplane) kernelPlan(k *kernelReading) (*plan, error) {
 	p := &plan{}
-	for _, a := range k.link {
-		ip := linkAddr(a)
-		if k.sets.has(setIPs, entry{ip: ip}) && d.binds[ip] == 0 {
-			p.unbind = append(p.unbind, a)
-		}
-	}
-	for a := range d.binds {
-		if !k.onLink(a) {
-			p.bind = append(p.bind, a)
-		}
-	}
 	p.delSets, p.addSets = k.sets.del, k.sets.add
-	for key, nn := range d.owner {
-		want := d.progs[nn].vs(key)
-		ks := k.vss[key]
-		switch {
-		case ks == nil:
-			p.vss = append(p.vss, vsSync{want: want})
-		case ks.SchedName != d.cfg.Scheduler || ks.Flags&^handle.FlagHashed != want.flags || ks.Timeout != want.timeout:
-			p.vss = append(p.vss, vsSync{kernel: ks, want: want})
-		case k.sums == nil:
-			p.vss = append(p.vss, vsSync{kernel: ks, want: want})
-		default:
-			if sum, listed := k.sums[key]; !listed || sum != want.sum+d.drainSums[key].sum {
-				p.vss = append(p.vss, vsSync{kernel: ks, want: want})
+	var linkSum uint64
+	for _, a := range k.link {
+		linkSum += entrySum(entry{ip: linkAddr(a)})
+	}
+	if len(k.link) != len(d.binds) || linkSum != d.setSums[setIPs] {
+		for _, a := range k.link {
+			ip := linkAddr(a)
+			if k.sets.has(setIPs, entry{ip: ip}) && d.binds[ip] == 0 {
+				p.unbind = append(p.unbind, a)
+			}
+		}
+		for a := range d.binds {
+			if !k.onLink(a) {
+				p.bind = append(p.bind, a)
 			}
 		}
 	}
-	for key, ks := range k.vss {
-		if _, ok := d.owner[key]; !ok && k.sets.owns(key) {
-			p.delVS = append(p.delVS, ks)
-		}
+	if err := d.planVirtualServers(p, &k.sets); err != nil {
+		return nil, err
 	}
 	p.sort()
-	return p
+	return p, nil
 }
 
-// kernelReading is what a full Sync reads of the kernel: the family's
-// addresses on the link, the dataplane's sets, the family's virtual
-// servers and, from the table's one listing, a fingerprint of each of
-// the desired table's virtual servers with its real servers.
+// planVirtualServers adds to p what differs between the kernel's virtual
+// servers and the desired ones: from the dump of the virtual servers,
+// their options, one by one when their fingerprint differs; from the
+// table's one read, their real servers, one by one when its fingerprint
+// differs. A virtual server whose real servers may differ gets a dump of
+// them.
+func (d *Dataplane) planVirtualServers(p *plan, sets *setsReading) error {
+	all, err := d.ipvs.GetServices()
+	if err != nil {
+		return fmt.Errorf("list virtual servers: %w", err)
+	}
+	kernel := all[:0]
+	var opts uint64
+	for _, ks := range all {
+		if ks.FWMark == 0 && (ks.AddressFamily == unix.AF_INET6) == d.ipv6 {
+			kernel = append(kernel, ks)
+			opts += d.optsSum(keyOfService(ks), ks.SchedName, ks.Flags&^handle.FlagHashed, ks.Timeout)
+		}
+	}
+	planned := map[vsKey]bool{}
+	if len(kernel) != len(d.owner) || opts != d.expectOpts {
+		d.planOptions(p, kernel, sets, planned)
+	}
+	if len(planned) == len(d.owner) {
+		// Every wanted one is created or fixed (the first sync): the
+		// table has nothing more to say.
+		return nil
+	}
+	type listed struct {
+		key vsKey
+		sum uint64
+	}
+	var sum uint64
+	var table []listed
+	if d.table == nil || d.table(func(text []byte) {
+		table = make([]listed, 0, len(d.owner))
+		scanTable(text, d.ipv6, func(key vsKey, s uint64) {
+			sum += s
+			table = append(table, listed{key, s})
+		})
+	}) != nil {
+		// Without a table, a dump of each one's real servers.
+		for key, o := range d.owner {
+			if !planned[key] {
+				p.vss = append(p.vss, vsSync{kernel: d.service(key, o.vs.flags, o.vs.timeout), want: o.vs})
+			}
+		}
+		return nil
+	}
+	if len(table) == len(d.owner) && sum == d.expect {
+		return nil
+	}
+	for _, l := range table {
+		if want := d.vsOf(l.key); want != nil && !planned[l.key] && l.sum != want.sum+d.drainSums[l.key].sum {
+			p.vss = append(p.vss, vsSync{kernel: d.service(l.key, want.flags, want.timeout), want: want})
+		}
+	}
+	return nil
+}
+
+// planOptions adds to p, of the kernel's virtual servers, the dataplane's
+// that no service wants (deleted), the wanted ones whose options differ
+// and the wanted ones missing (created), noting them in planned.
+func (d *Dataplane) planOptions(p *plan, kernel []*mobyipvs.Service, sets *setsReading, planned map[vsKey]bool) {
+	have := make(map[vsKey]bool, len(kernel))
+	for _, ks := range kernel {
+		key := keyOfService(ks)
+		have[key] = true
+		want := d.vsOf(key)
+		switch {
+		case want == nil:
+			if sets.owns(key) {
+				p.delVS = append(p.delVS, ks)
+			}
+		case ks.SchedName != d.cfg.Scheduler || ks.Flags&^handle.FlagHashed != want.flags || ks.Timeout != want.timeout:
+			p.vss = append(p.vss, vsSync{kernel: ks, want: want})
+			planned[key] = true
+		}
+	}
+	for key, o := range d.owner {
+		if !have[key] {
+			p.vss = append(p.vss, vsSync{want: o.vs})
+			planned[key] = true
+		}
+	}
+}
+
+// kernelReading is what a full Sync reads of the kernel before its
+// virtual servers: the family's addresses on the link and the
+// dataplane's sets.
 type kernelReading struct {
 	link []*netlink.Addr
 	// linkAt indexes link by address, when there are many.
 	linkAt map[netip.Addr]bool
 	sets   setsReading
-	vss    map[vsKey]*mobyipvs.Service
-	// sums are the fingerprints (vsSum) of the wanted virtual servers the
-	// table lists; nil without a listing, when every one is dumped.
-	sums map[vsKey]uint64
 }
 
 func (k *kernelReading) onLink(a netip.Addr) bool {
@@ -201,57 +274,33 @@ func (k *kernelReading) onLink(a netip.Addr) bool {
 	return k.linkAt[a]
 }
 
-// readServers reads the family's virtual servers (one dump) and,
-// when the kernel lists its table, the fingerprints of the wanted ones
-// (one read), into k.
-func (d *Dataplane) readServers(k *kernelReading) error {
-	kernel, err := d.ipvs.GetServices()
-	if err != nil {
-		return fmt.Errorf("list virtual servers: %w", err)
-	}
-	k.vss = make(map[vsKey]*mobyipvs.Service, len(kernel))
-	for _, ks := range kernel {
-		if ks.FWMark == 0 && (ks.AddressFamily == unix.AF_INET6) == d.ipv6 {
-			k.vss[keyOfService(ks)] = ks
-		}
-	}
-	if d.table == nil {
-		return nil
-	}
-	sums := make(map[vsKey]uint64, len(d.owner))
-	if err := d.table(func(text []byte) {
-		scanTable(text, d.ipv6, func(key vsKey, sum uint64) {
-			if _, ok := d.owner[key]; ok {
-				sums[key] = sum
-			}
-		})
-	}); err != nil {
-		// The dumps per virtual server answer instead.
-		d.log.V(2).Info("Reading the IPVS table failed", "err", err)
-		return nil
-	}
-	k.sums = sums
-	return nil
-}
-
 func linkAddr(a *netlink.Addr) netip.Addr {
 	ip, _ := netip.AddrFromSlice(a.IP)
 	return ip.Unmap()
 }
 
 // setsReading is what a full Sync found in the dataplane's sets: the
-// members to remove and to add, and, for the sets that say which virtual
-// servers are the dataplane's (its addresses, its node ports), an index
-// of what they held.
+// members to remove and to add, and the listing of the sets that say
+// which virtual servers are the dataplane's (its addresses, its node
+// ports), indexed when a virtual server not wanted asks.
 type setsReading struct {
 	del, add []setEntry
+	listed   [numSets][]netlink.IPSetEntry
 	index    [numSets]map[entry]bool
 }
 
-// indexed are the sets setsReading indexes.
+// indexed are the sets setsReading keeps.
 var indexed = [...]setID{setIPs, setNodePort, setNodePortLocal}
 
-func (r *setsReading) has(id setID, e entry) bool { return r.index[id][e] }
+func (r *setsReading) has(id setID, e entry) bool {
+	if r.index[id] == nil {
+		r.index[id] = make(map[entry]bool, len(r.listed[id]))
+		for i := range r.listed[id] {
+			r.index[id][entryFromNetlink(setSpecs[id].typ, &r.listed[id][i])] = true
+		}
+	}
+	return r.index[id][e]
+}
 
 // owns reports whether the kernel's virtual server k is the dataplane's,
 // as its sets say: on an address it bound, or a node port it recorded.
@@ -264,16 +313,11 @@ func (r *setsReading) owns(k vsKey) bool {
 }
 
 // readSets lists every set (creating those that are missing: one call
-// per set, plus one per missing set) and compares its members with those
-// the desired table wants as it reads them: one pass over the listing,
-// and over the wanted members only for a set that lacks some.
+// per set, plus one per missing set) and compares it with what the
+// desired table wants: its fingerprint and size first, then, only for a
+// set whose fingerprint differs, member by member.
 func (d *Dataplane) readSets() (setsReading, error) {
 	var r setsReading
-	var want [numSets]int
-	for se := range d.entries {
-		want[se.set]++
-	}
-	want[setIPs] = len(d.binds)
 	for id := range numSets {
 		res, err := d.ensureSet(id)
 		if err != nil {
@@ -284,21 +328,25 @@ func (d *Dataplane) readSets() (setsReading, error) {
 			listed = res.Entries
 		}
 		if slices.Contains(indexed[:], id) {
-			r.index[id] = make(map[entry]bool, len(listed))
+			r.listed[id] = listed
+		}
+		var sum uint64
+		for i := range listed {
+			sum += entrySum(entryFromNetlink(setSpecs[id].typ, &listed[i]))
+		}
+		if len(listed) == d.setLens[id] && sum == d.setSums[id] {
+			continue
 		}
 		found := 0
 		for i := range listed {
 			e := entryFromNetlink(setSpecs[id].typ, &listed[i])
-			if r.index[id] != nil {
-				r.index[id][e] = true
-			}
 			if d.wantsEntry(id, e) {
 				found++
 			} else {
 				r.del = append(r.del, setEntry{id, e})
 			}
 		}
-		if found < want[id] {
+		if found < d.setLens[id] {
 			r.add = d.missingEntries(r.add, id, listed)
 		}
 	}

@@ -31,6 +31,22 @@ func (d *Dataplane) vsSum(vs *virtualServer) uint64 {
 	return sum
 }
 
+// optsSum is the fingerprint of a virtual server's options, as the
+// dump of the virtual servers gives them.
+func (d *Dataplane) optsSum(k vsKey, sched string, flags, timeout uint32) uint64 {
+	hi, lo := addrWords(k.addr)
+	return finish(mix(mix(mix(mix(mix(mix(3, hi), lo), uint64(k.proto)<<16|uint64(k.port)), hashString(sched)), uint64(flags)), uint64(timeout)))
+}
+
+// entrySum is the fingerprint of a set member (of an address bound to
+// the link, as a member of IPS).
+func entrySum(e entry) uint64 {
+	hi, lo := addrWords(e.ip)
+	h := mix(mix(mix(4, hi), lo), uint64(e.proto)<<16|uint64(e.port))
+	hi, lo = addrWords(e.ip2)
+	return finish(mix(mix(mix(h, hi), lo), uint64(e.bits2)))
+}
+
 // masq is the hash of the forwarding method the dataplane programs, as
 // the table names it.
 var masq = hashString("Masq")
@@ -47,10 +63,18 @@ func lineSum(k vsKey, sched uint64, persistent bool) uint64 {
 
 // rsSum is the hash of the line of real server ap of virtual server k.
 func rsSum(k vsKey, ap netip.AddrPort, fwd uint64, weight int64) uint64 {
+	return rsLine(rsBase(k), ap, fwd, weight)
+}
+
+// rsBase is what the lines of k's real servers hash first.
+func rsBase(k vsKey) uint64 {
 	hi, lo := addrWords(k.addr)
-	rhi, rlo := addrWords(ap.Addr())
-	h := mix(mix(mix(mix(2, hi), lo), uint64(k.proto)<<16|uint64(k.port)), rhi)
-	return finish(mix(mix(mix(mix(h, rlo), uint64(ap.Port())), fwd), uint64(weight)))
+	return mix(mix(mix(2, hi), lo), uint64(k.proto)<<16|uint64(k.port))
+}
+
+func rsLine(base uint64, ap netip.AddrPort, fwd uint64, weight int64) uint64 {
+	hi, lo := addrWords(ap.Addr())
+	return finish(mix(mix(mix(mix(mix(base, hi), lo), uint64(ap.Port())), fwd), uint64(weight)))
 }
 
 func addrWords(a netip.Addr) (hi, lo uint64) {
@@ -96,7 +120,7 @@ func hashBytes(b []byte) uint64 {
 // cannot read are left out. It allocates nothing.
 func scanTable(text []byte, ipv6 bool, fn func(k vsKey, sum uint64)) {
 	var cur vsKey
-	var sum uint64
+	var sum, base uint64
 	open := false
 	done := func() {
 		if open {
@@ -119,7 +143,7 @@ func scanTable(text []byte, ipv6 bool, fn func(k vsKey, sum uint64)) {
 			addr, ok := parseHexAddrPort(ap, ipv6)
 			w, wok := parseDec(weight)
 			if ok && wok {
-				sum += rsSum(cur, addr, hashBytes(fwd), w)
+				sum += rsLine(base, addr, hashBytes(fwd), w)
 			}
 			continue
 		}
@@ -136,7 +160,7 @@ func scanTable(text []byte, ipv6 bool, fn func(k vsKey, sum uint64)) {
 			flag, _ = nextField(rest)
 		}
 		cur = vsKey{addr.Addr(), proto, addr.Port()}
-		sum, open = lineSum(cur, hashBytes(sched), string(flag) == "persistent"), true
+		sum, base, open = lineSum(cur, hashBytes(sched), string(flag) == "persistent"), rsBase(cur), true
 	}
 	done()
 }

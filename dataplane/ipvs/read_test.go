@@ -44,7 +44,7 @@ func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 func delReal(t *testing.T, f fakes, vs, dest netip.AddrPort) {
 	t.Helper()
 	svc := &mobyipvs.Service{AddressFamily: 2, Address: vs.Addr().AsSlice(), Protocol: 6, Port: vs.Port(), SchedName: "rr"}
-	if err := f.ipvs.DelDestination(svc, destination(dest, 1)); err != nil {
+	if err := f.ipvs.DelDestination(svc, new(messages).dest(dest, 1)); err != nil {
 		t.Fatal(err)
 	}
 }

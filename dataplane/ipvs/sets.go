@@ -103,8 +103,7 @@ func (e entry) String() string {
 	return b.String()
 }
 
-// nlEntry is a netlink entry and what its pointers point to, so that
-// one allocation makes it.
+// nlEntry is a netlink entry and what its pointers point to.
 type nlEntry struct {
 	netlink.IPSetEntry
 	proto   uint8
@@ -112,8 +111,10 @@ type nlEntry struct {
 	ip, ip2 [16]byte
 }
 
-func (e entry) netlink(typ string) *netlink.IPSetEntry {
-	n := &nlEntry{}
+// entry returns e as a netlink entry of a set of type typ.
+func (m *messages) entry(e entry, typ string) *netlink.IPSetEntry {
+	n := &m.set
+	*n = nlEntry{}
 	out := &n.IPSetEntry
 	if e.ip.IsValid() {
 		out.IP = putIP(&n.ip, e.ip)

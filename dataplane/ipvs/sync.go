@@ -56,20 +56,26 @@ type Dataplane struct {
 	// The desired table (desired.go): what desired, the State it was
 	// last brought to, needs on a node with addrs. progs are the
 	// services' programs; owner is the service each virtual server
-	// belongs to, rivals the others that want it; binds, entries and
+	// belongs to (and its program's virtual server), rivals the others
+	// that want it; binds, entries and
 	// internal count the services that need each address on the link,
 	// each set member and each rule of the INTERNAL chain.
 	desired  *dataplane.State
 	addrs    nodeAddrs
 	progs    map[types.NamespacedName]*program
-	owner    map[vsKey]types.NamespacedName
+	owner    map[vsKey]owning
 	rivals   map[vsKey][]types.NamespacedName
 	binds    map[netip.Addr]int
 	entries  map[setEntry]int
 	internal map[string]int
 	// expect is the fingerprint (fingerprint.go) the kernel's table has of
-	// the desired virtual servers, their draining real servers included.
-	expect uint64
+	// the desired virtual servers, their draining real servers included,
+	// and expectOpts that of their options; setSums and setLens are the
+	// fingerprint and the size of each set's members (IPS's also those of
+	// the addresses on the link).
+	expect, expectOpts uint64
+	setSums            [numSets]uint64
+	setLens            [numSets]int
 
 	// draining holds the deadline of each real server at weight 0, and
 	// drainSums their fingerprints by virtual server.
@@ -77,6 +83,8 @@ type Dataplane struct {
 	drainSums map[vsKey]drainSum
 	// link is the dummy link, once a Sync looked it up.
 	link netlink.Link
+	// msgs are the messages the apply stage reuses.
+	msgs messages
 	// rules is the iptables input last written but the INTERNAL chain's
 	// rules, internalText those; listed is the chains as listed right
 	// after.
@@ -210,11 +218,11 @@ func (d *Dataplane) changedNames(s *dataplane.State) (names []types.NamespacedNa
 
 // fullSync brings the desired table to s and diffs everything the
 // dataplane owns in the kernel against it, changing only the difference;
-// it returns what it changed when asked to record it. It reads the family's addresses (one dump),
-// the sets (one listing each), the virtual servers (one dump) and the
-// table (one read of /proc/net/ip_vs), then dumps the real servers of
-// the virtual servers whose fingerprint differs, and makes one call per
-// difference.
+// it returns what it changed when asked to record it. It reads the
+// family's addresses (one dump), the sets (one listing each), the
+// virtual servers (one dump) and the table (one read of /proc/net/ip_vs),
+// then dumps the real servers of the virtual servers whose fingerprint
+// differs, and makes one call per difference.
 func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State, record bool) ([]string, dataplane.SyncReport, error) {
 	report := dataplane.SyncReport{Full: true}
 	link, err := d.prepare()
@@ -233,11 +241,12 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State, record boo
 	if k.sets, err = d.readSets(); err != nil {
 		return nil, report, err
 	}
-	if err := d.readServers(k); err != nil {
+	p, err := d.kernelPlan(k)
+	if err != nil {
 		return nil, report, err
 	}
 	log := &changeLog{on: record}
-	if err := d.apply(d.kernelPlan(k), func() (netlink.Link, error) { return link, nil }, log); err != nil {
+	if err := d.apply(p, func() (netlink.Link, error) { return link, nil }, log); err != nil {
 		return log.list, report, err
 	}
 	n, more, err := d.syncRules(ctx, s, internalText(d.internal))

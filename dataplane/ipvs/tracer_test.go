@@ -51,11 +51,11 @@ func (t *tracer) inNet(id setID, e entry, ip netip.Addr) bool {
 }
 
 func (t *tracer) portName(k vsKey) servicemodel.PortName {
-	nn, ok := t.d.owner[k]
+	o, ok := t.d.owner[k]
 	if !ok {
 		return servicemodel.PortName{}
 	}
-	for _, vs := range t.d.progs[nn].vss {
+	for _, vs := range t.d.progs[o.nn].vss {
 		if vs.key == k {
 			return vs.port
 		}

@@ -3,7 +3,6 @@ package ipvstest
 import (
 	"cmp"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -31,8 +30,10 @@ type FakeIPVS struct {
 	config   mobyipvs.Config
 	// fail is what the next call returns, if set (FailNext).
 	fail error
-	// table is the buffer procTable lists the table into.
-	table []byte
+	// table is the buffer procTable lists the table into, as it was at
+	// tableOf, the version: every change counts one more.
+	table            []byte
+	version, tableOf int
 }
 
 type fakeVSKey struct {
@@ -43,7 +44,43 @@ type fakeVSKey struct {
 
 type fakeVS struct {
 	svc   mobyipvs.Service
-	dests []*mobyipvs.Destination
+	dests []fakeDest
+}
+
+// fakeDest is a real server as the fake keeps it: what a caller gave it
+// is never kept, as the kernel copies a netlink message.
+type fakeDest struct {
+	addr             netip.AddrPort
+	weight           int
+	flags            uint32
+	upper, lower     uint32
+	active, inactive int
+}
+
+func destOf(d *mobyipvs.Destination) netip.AddrPort {
+	a, _ := netip.AddrFromSlice(d.Address)
+	return netip.AddrPortFrom(a.Unmap(), d.Port)
+}
+
+// destination returns a copy of d as moby/ipvs lists it.
+func (d *fakeDest) destination() *mobyipvs.Destination {
+	n := &struct {
+		mobyipvs.Destination
+		ip [16]byte
+	}{}
+	a := d.addr.Addr()
+	ip := n.ip[:]
+	if a.Is4() {
+		v := a.As4()
+		copy(n.ip[:4], v[:])
+		ip = n.ip[:4]
+	} else {
+		n.ip = a.As16()
+	}
+	n.Destination = mobyipvs.Destination{Address: ip, Port: d.addr.Port(), Weight: d.weight,
+		ConnectionFlags: d.flags, UpperThreshold: d.upper, LowerThreshold: d.lower,
+		ActiveConnections: d.active, InactiveConnections: d.inactive}
+	return &n.Destination
 }
 
 // NewFakeIPVS returns an empty FakeIPVS.
@@ -54,10 +91,6 @@ func NewFakeIPVS() *FakeIPVS {
 func keyOf(s *mobyipvs.Service) fakeVSKey {
 	a, _ := netip.AddrFromSlice(s.Address)
 	return fakeVSKey{a.Unmap(), s.Protocol, s.Port}
-}
-
-func sameDest(a, b *mobyipvs.Destination) bool {
-	return a.Address.Equal(b.Address) && a.Port == b.Port
 }
 
 // begin locks f (the caller unlocks it) and counts a call; it returns
@@ -127,6 +160,7 @@ func (f *FakeIPVS) NewService(s *mobyipvs.Service) error {
 		return unix.EEXIST
 	}
 	f.services[k] = &fakeVS{svc: copyService(s)}
+	f.version++
 	return nil
 }
 
@@ -138,6 +172,7 @@ func (f *FakeIPVS) UpdateService(s *mobyipvs.Service) error {
 		return err
 	}
 	vs.svc = copyService(s)
+	f.version++
 	return nil
 }
 
@@ -153,6 +188,7 @@ func (f *FakeIPVS) DelService(s *mobyipvs.Service) error {
 		return unix.ESRCH
 	}
 	delete(f.services, k)
+	f.version++
 	return nil
 }
 
@@ -164,9 +200,8 @@ func (f *FakeIPVS) GetDestinations(s *mobyipvs.Service) ([]*mobyipvs.Destination
 		return nil, err
 	}
 	out := make([]*mobyipvs.Destination, len(vs.dests))
-	for i, d := range vs.dests {
-		c := *d
-		out[i] = &c
+	for i := range vs.dests {
+		out[i] = vs.dests[i].destination()
 	}
 	return out, nil
 }
@@ -178,12 +213,12 @@ func (f *FakeIPVS) NewDestination(s *mobyipvs.Service, d *mobyipvs.Destination) 
 	if err != nil {
 		return err
 	}
-	if slices.ContainsFunc(vs.dests, func(o *mobyipvs.Destination) bool { return sameDest(o, d) }) {
+	ap := destOf(d)
+	if slices.ContainsFunc(vs.dests, func(o fakeDest) bool { return o.addr == ap }) {
 		return unix.EEXIST
 	}
-	c := *d
-	c.ActiveConnections, c.InactiveConnections = 0, 0
-	vs.dests = append(vs.dests, &c)
+	vs.dests = append(vs.dests, fakeDest{addr: ap, weight: d.Weight, flags: d.ConnectionFlags, upper: d.UpperThreshold, lower: d.LowerThreshold})
+	f.version++
 	return nil
 }
 
@@ -194,10 +229,11 @@ func (f *FakeIPVS) UpdateDestination(s *mobyipvs.Service, d *mobyipvs.Destinatio
 	if err != nil {
 		return err
 	}
-	for _, o := range vs.dests {
-		if sameDest(o, d) {
-			o.Weight, o.ConnectionFlags = d.Weight, d.ConnectionFlags
-			o.UpperThreshold, o.LowerThreshold = d.UpperThreshold, d.LowerThreshold
+	ap := destOf(d)
+	for i := range vs.dests {
+		if o := &vs.dests[i]; o.addr == ap {
+			o.weight, o.flags, o.upper, o.lower = d.Weight, d.ConnectionFlags, d.UpperThreshold, d.LowerThreshold
+			f.version++
 			return nil
 		}
 	}
@@ -211,11 +247,13 @@ func (f *FakeIPVS) DelDestination(s *mobyipvs.Service, d *mobyipvs.Destination) 
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(vs.dests, func(o *mobyipvs.Destination) bool { return sameDest(o, d) })
+	ap := destOf(d)
+	i := slices.IndexFunc(vs.dests, func(o fakeDest) bool { return o.addr == ap })
 	if i < 0 {
 		return unix.ENOENT
 	}
 	vs.dests = slices.Delete(vs.dests, i, i+1)
+	f.version++
 	return nil
 }
 
@@ -257,9 +295,10 @@ func (f *FakeIPVS) SetConnections(vip netip.AddrPort, proto string, dest netip.A
 	if !ok {
 		return false
 	}
-	for _, d := range vs.dests {
-		if a, _ := netip.AddrFromSlice(d.Address); a.Unmap() == dest.Addr() && d.Port == dest.Port() {
-			d.ActiveConnections, d.InactiveConnections = active, inactive
+	for i := range vs.dests {
+		if d := &vs.dests[i]; d.addr == dest {
+			d.active, d.inactive = active, inactive
+			f.version++
 			return true
 		}
 	}
@@ -284,8 +323,7 @@ func (f *FakeIPVS) Dump() string {
 		}
 		var dests []string
 		for _, d := range vs.dests {
-			a, _ := netip.AddrFromSlice(d.Address)
-			dests = append(dests, fmt.Sprintf("  -> %s weight %d", netip.AddrPortFrom(a.Unmap(), d.Port), d.Weight))
+			dests = append(dests, fmt.Sprintf("  -> %s weight %d", d.addr, d.weight))
 		}
 		slices.Sort(dests)
 		lines = append(lines, strings.Join(append([]string{line}, dests...), "\n"))
@@ -313,15 +351,20 @@ func compareKeys(a, b fakeVSKey) int {
 func (f *FakeIPVS) procTable(scan func([]byte)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// Into the buffer of the last listing, as the kernel's reader does.
+	// The last listing, as long as nothing changed.
+	if f.tableOf == f.version && f.table != nil {
+		scan(f.table)
+		return
+	}
 	b := f.table[:0]
-	defer func() { scan(b); f.table = b }()
+	defer func() { scan(b); f.table, f.tableOf = b, f.version }()
 	b = append(b, "IP Virtual Server version 1.2.1 (size=4096)\nProt LocalAddress:Port Scheduler Flags\n  -> RemoteAddress:Port Forward Weight ActiveConn InActConn\n"...)
 	for _, vs := range f.services {
 		s := &vs.svc
 		b = append(b, handle.ProtoName(s.Protocol)...)
 		b = append(b, "  "...)
-		b = appendHexAddrPort(b, s.Address, s.Port)
+		a, _ := netip.AddrFromSlice(s.Address)
+		b = appendHexAddrPort(b, a.Unmap(), s.Port)
 		b = append(b, ' ')
 		b = append(b, s.SchedName...)
 		b = append(b, ' ')
@@ -334,12 +377,12 @@ func (f *FakeIPVS) procTable(scan func([]byte)) {
 		b = append(b, '\n')
 		for _, d := range vs.dests {
 			b = append(b, "  -> "...)
-			b = appendHexAddrPort(b, d.Address, d.Port)
+			b = appendHexAddrPort(b, d.addr.Addr(), d.addr.Port())
 			b = append(b, "      "...)
-			b = appendPadded(b, fwdName(d.ConnectionFlags), 8)
-			b = appendPadded(b, strconv.Itoa(d.Weight), 7)
-			b = appendPadded(b, strconv.Itoa(d.ActiveConnections), 11)
-			b = strconv.AppendInt(b, int64(d.InactiveConnections), 10)
+			b = appendPadded(b, fwdName(d.flags), 8)
+			b = appendPaddedInt(b, d.weight, 7)
+			b = appendPaddedInt(b, d.active, 11)
+			b = strconv.AppendInt(b, int64(d.inactive), 10)
 			b = append(b, '\n')
 		}
 	}
@@ -360,9 +403,7 @@ func fwdName(flags uint32) string {
 
 // appendHexAddrPort writes "0A600001:0050", or "[fd00:0000:…:000a]:0050"
 // for an IPv6 address.
-func appendHexAddrPort(b []byte, ip net.IP, port uint16) []byte {
-	a, _ := netip.AddrFromSlice(ip)
-	a = a.Unmap()
+func appendHexAddrPort(b []byte, a netip.Addr, port uint16) []byte {
 	if a.Is4() {
 		v := a.As4()
 		b = appendHex(b, uint64(v[0])<<24|uint64(v[1])<<16|uint64(v[2])<<8|uint64(v[3]), 8)
@@ -393,6 +434,15 @@ func appendLowerHex(b []byte, v uint64, width int) []byte {
 	const digits = "0123456789abcdef"
 	for i := width - 1; i >= 0; i-- {
 		b = append(b, digits[v>>(4*i)&0xf])
+	}
+	return b
+}
+
+func appendPaddedInt(b []byte, v, width int) []byte {
+	n := len(b)
+	b = strconv.AppendInt(b, int64(v), 10)
+	for range width - (len(b) - n) {
+		b = append(b, ' ')
 	}
 	return b
 }

@@ -63,8 +63,60 @@ type fakeSet struct {
 	typ string
 	// dims are the type's dimensions ("ip", "port"), nil for a type the
 	// fake does not model.
-	dims    []string
-	entries map[member]netlink.IPSetEntry
+	dims []string
+	// entries are the members, with the prefix lengths they were added
+	// with, which a listing gives back: what a caller gave is never kept,
+	// as the kernel copies a netlink message.
+	entries map[member]cidrs
+}
+
+// cidrs are the prefix lengths of an entry's first and second address.
+type cidrs struct{ cidr, cidr2 uint8 }
+
+// list returns the set's entries as netlink lists them, in no particular
+// order, in a few allocations.
+func (s *fakeSet) list() []netlink.IPSetEntry {
+	n := len(s.entries)
+	out := make([]netlink.IPSetEntry, n)
+	ips := make([]byte, 0, 32*n)
+	nums := make([]struct {
+		proto uint8
+		port  uint16
+	}, n)
+	i := 0
+	for m, c := range s.entries {
+		e, num := &out[i], &nums[i]
+		i++
+		second := false
+		for _, dim := range s.dims {
+			if dim == "port" {
+				num.proto, num.port = m.proto, m.port
+				e.Protocol, e.Port = &num.proto, &num.port
+				continue
+			}
+			a, cidr := m.ip, c.cidr
+			if second {
+				a, cidr = m.ip2, c.cidr2
+			}
+			start := len(ips)
+			if a.Is4() {
+				v := a.As4()
+				ips = append(ips, v[:]...)
+			} else {
+				v := a.As16()
+				ips = append(ips, v[:]...)
+			}
+			ip := net.IP(ips[start:len(ips):len(ips)])
+			switch {
+			case !second:
+				e.IP, e.CIDR = ip, cidr
+			default:
+				e.IP2, e.CIDR2 = ip, cidr
+			}
+			second = true
+		}
+	}
+	return out
 }
 
 // member is an entry as a set of its type holds it: what the type's
@@ -313,7 +365,7 @@ func (f *FakeNetlink) IpsetCreate(name, typename string, options netlink.IpsetCr
 			return unix.EEXIST
 		}
 	}
-	f.sets[name] = &fakeSet{typ: typename, dims: setDims(typename), entries: map[member]netlink.IPSetEntry{}}
+	f.sets[name] = &fakeSet{typ: typename, dims: setDims(typename), entries: map[member]cidrs{}}
 	return nil
 }
 
@@ -339,11 +391,7 @@ func (f *FakeNetlink) IpsetList(name string) (*netlink.IPSetResult, error) {
 		return nil, unix.ENOENT
 	}
 	// In no particular order, as the kernel's hash sets list them.
-	r := &netlink.IPSetResult{SetName: name, TypeName: s.typ, Entries: make([]netlink.IPSetEntry, 0, len(s.entries))}
-	for _, e := range s.entries {
-		r.Entries = append(r.Entries, e)
-	}
-	return r, nil
+	return &netlink.IPSetResult{SetName: name, TypeName: s.typ, Entries: s.list()}, nil
 }
 
 // IpsetAdd implements the dataplane's netlink handle.
@@ -356,7 +404,7 @@ func (f *FakeNetlink) IpsetAdd(name string, e *netlink.IPSetEntry) error {
 	if _, ok := s.entries[k]; ok && !e.Replace {
 		return unix.EEXIST
 	}
-	s.entries[k] = *e
+	s.entries[k] = cidrs{e.CIDR, e.CIDR2}
 	return nil
 }
 
@@ -399,9 +447,10 @@ func (f *FakeNetlink) Sets() map[string][]string {
 	defer f.mu.Unlock()
 	out := map[string][]string{}
 	for name, s := range f.sets {
-		list := make([]string, 0, len(s.entries))
-		for _, e := range s.entries {
-			m, _ := handle.SetMember(s.typ, &e)
+		entries := s.list()
+		list := make([]string, 0, len(entries))
+		for i := range entries {
+			m, _ := handle.SetMember(s.typ, &entries[i])
 			list = append(list, m)
 		}
 		slices.Sort(list)
