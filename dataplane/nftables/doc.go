@@ -233,8 +233,8 @@
 //	idle resync                 0      157      12 KB          0
 //
 // A change costs the same whatever the cluster's size (at 1,000
-// services: 334 objects, 34 KB); a forced full resync renders only what
-// changed since the last sync. These figures are promises that fail a
+// services: 334 objects, 34 KB); a forced full resync (here after one
+// change) renders only what changed since the last sync. These figures are promises that fail a
 // check: TestCost in the bench module (which CI runs; "cd bench && go
 // test -run TestCost -v ." prints them) fails when a change allocates more
 // at 10k services than 1.25 times its allocations at 1k plus 25 objects
