@@ -99,43 +99,70 @@ func (p *program) vs(k vsKey) *virtualServer {
 // dl records, when dl is not nil.
 func (d *Dataplane) desire(s *dataplane.State, addrs nodeAddrs, names []types.NamespacedName, all bool, dl *delta) {
 	if all {
-		d.resetTable()
-		names = names[:0]
-		for nn := range s.Services.Services() {
-			names = append(names, nn)
-		}
-		slices.SortFunc(names, servicemodel.CompareNames)
+		d.rebuild(s, addrs)
+		return
 	}
 	for _, nn := range names {
-		old := d.progs[nn]
+		d.desireOne(nn, d.programOf(s, nn, addrs), dl)
+	}
+	d.desired, d.addrs = s, addrs
+}
+
+// rebuild makes the desired table anew for s, its maps sized for what
+// the programs hold.
+func (d *Dataplane) rebuild(s *dataplane.State, addrs nodeAddrs) {
+	var names []types.NamespacedName
+	for nn := range s.Services.Services() {
+		names = append(names, nn)
+	}
+	slices.SortFunc(names, servicemodel.CompareNames)
+	progs := make([]*program, len(names))
+	var size tableSize
+	for i, nn := range names {
 		pr := d.programOf(s, nn, addrs)
-		if old.equal(pr) {
-			continue
+		progs[i] = pr
+		if pr != nil {
+			size.progs++
+			size.vss += len(pr.vss)
+			size.entries += len(pr.sets)
+			size.binds += len(pr.binds)
 		}
-		if dl != nil {
-			dl.note(d, old)
-			dl.note(d, pr)
+	}
+	d.resetTable(size)
+	for i, nn := range names {
+		d.desireOne(nn, progs[i], nil)
+	}
+	d.desired, d.addrs = s, addrs
+}
+
+// desireOne gives service nn the program pr (nil: none), noting the
+// change in dl when it is not nil.
+func (d *Dataplane) desireOne(nn types.NamespacedName, pr *program, dl *delta) {
+	old := d.progs[nn]
+	if old.equal(pr) {
+		return
+	}
+	if dl != nil {
+		dl.note(d, old)
+		dl.note(d, pr)
+	}
+	d.uncount(d.sumOf(old, pr))
+	d.count(old, -1)
+	d.count(pr, 1)
+	if old != nil {
+		for i := range old.vss {
+			d.release(old.vss[i].key, nn)
 		}
-		d.uncount(d.sumOf(old, pr))
-		d.count(old, -1)
-		d.count(pr, 1)
-		if old != nil {
-			for i := range old.vss {
-				d.release(old.vss[i].key, nn)
-			}
-		}
-		if pr == nil {
-			delete(d.progs, nn)
-			d.recount(d.sumOf(old, pr))
-			continue
-		}
+	}
+	if pr == nil {
+		delete(d.progs, nn)
+	} else {
 		d.progs[nn] = pr
 		for i := range pr.vss {
 			d.claim(pr.vss[i].key, nn)
 		}
-		d.recount(d.sumOf(old, pr))
 	}
-	d.desired, d.addrs = s, addrs
+	d.recount(d.sumOf(old, pr))
 }
 
 // vsSums are the fingerprints of some virtual servers: of their lines in
@@ -212,14 +239,17 @@ func (d *Dataplane) countEntry(id setID, e entry, before, after int) {
 	}
 }
 
-// resetTable empties the desired table.
-func (d *Dataplane) resetTable() {
+// tableSize is what the desired table's maps are made for.
+type tableSize struct{ progs, vss, entries, binds int }
+
+// resetTable empties the desired table, its maps made for size.
+func (d *Dataplane) resetTable(size tableSize) {
 	d.desired = nil
-	d.progs = map[types.NamespacedName]*program{}
-	d.owner = map[vsKey]owning{}
+	d.progs = make(map[types.NamespacedName]*program, size.progs)
+	d.owner = make(map[vsKey]owning, size.vss)
 	d.rivals = map[vsKey][]types.NamespacedName{}
-	d.binds = map[netip.Addr]int{}
-	d.entries = map[setEntry]int{}
+	d.binds = make(map[netip.Addr]int, size.binds)
+	d.entries = make(map[setEntry]int, size.entries)
 	d.internal = map[string]int{}
 	d.setSums, d.setLens = [numSets]uint64{}, [numSets]int{}
 	d.expect, d.expectOpts = 0, 0
@@ -321,7 +351,7 @@ func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.Se
 	sel := s.Select(sp)
 	pol := sp.Policy()
 	usable := func(eps []*endpoints.Endpoint) []netip.AddrPort {
-		var out []netip.AddrPort
+		out := make([]netip.AddrPort, 0, len(eps))
 		for _, e := range eps {
 			if ruleport.UsableEndpoint(e, d.ipv6) {
 				out = append(out, e.Addr)
@@ -330,12 +360,18 @@ func (d *Dataplane) addPort(pr *program, s *dataplane.State, sp *servicemodel.Se
 		slices.SortFunc(out, netip.AddrPort.Compare)
 		return slices.Compact(out)
 	}
-	internal, external := usable(sel.Cluster), usable(sel.Cluster)
-	if pol.InternalLocal {
-		internal = usable(sel.Local)
-	}
-	if pol.ExternalLocal {
-		external = usable(sel.Local)
+	// Virtual servers share their lists of real servers, which nothing
+	// changes once made.
+	cluster := usable(sel.Cluster)
+	internal, external := cluster, cluster
+	if pol.InternalLocal || pol.ExternalLocal {
+		local := usable(sel.Local)
+		if pol.InternalLocal {
+			internal = local
+		}
+		if pol.ExternalLocal {
+			external = local
+		}
 	}
 
 	// Cluster IP.
@@ -373,10 +409,19 @@ type portProgram struct {
 	rp             *ruleport.Port
 	proto          uint16
 	flags, timeout uint32
+	// looped is the list of real servers whose LOOP-BACK members were
+	// added last.
+	looped []netip.AddrPort
 }
 
 func (pp *portProgram) vs(addr netip.Addr, port uint16, dests []netip.AddrPort) {
 	pp.vss = append(pp.vss, virtualServer{key: vsKey{addr, pp.proto, port}, port: pp.rp.SP.Name, flags: pp.flags, timeout: pp.timeout, dests: dests})
+	// Each list of real servers once: the port's virtual servers share
+	// two at most (internal and external).
+	if len(dests) == 0 || len(pp.looped) > 0 && &pp.looped[0] == &dests[0] {
+		return
+	}
+	pp.looped = dests
 	for _, ep := range dests {
 		pp.sets = append(pp.sets, setEntry{setLoopBack, entry{ip: ep.Addr(), proto: uint8(pp.proto), port: ep.Port(), ip2: ep.Addr()}})
 	}

@@ -364,6 +364,7 @@ func (d *Dataplane) wantsEntry(id setID, e entry) bool {
 // missingEntries appends to add the members of set id the desired table
 // wants and listed lacks.
 func (d *Dataplane) missingEntries(add []setEntry, id setID, listed []netlink.IPSetEntry) []setEntry {
+	add = slices.Grow(add, d.setLens[id]-len(listed))
 	held := make(map[entry]bool, len(listed))
 	for i := range listed {
 		held[entryFromNetlink(setSpecs[id].typ, &listed[i])] = true

@@ -151,7 +151,7 @@ func New(cfg Config) (*Dataplane, error) {
 
 func (d *Dataplane) reset() {
 	d.valid, d.last, d.link = false, nil, nil
-	d.resetTable()
+	d.resetTable(tableSize{})
 	d.addrs = nodeAddrs{}
 	d.rules, d.internalText, d.listed = "", "", nil
 }
