@@ -20,6 +20,9 @@ type Result struct {
 	Duration time.Duration // the suite's wall time
 	// Focus is the preset that was run.
 	Focus Focus `json:",omitempty"`
+	// Seed is ginkgo's random seed: --seed with it runs the specs in the
+	// same order again.
+	Seed int64 `json:",omitempty"`
 	// SuiteFailures are failures outside any spec (a BeforeSuite, an
 	// interrupt, a timeout), each a condensed message.
 	SuiteFailures []string `json:",omitempty"`
@@ -94,7 +97,7 @@ func ReadReport(path string, focus Focus, skipped map[string]string) (Result, er
 }
 
 func condense(r types.Report, focus Focus, skipped map[string]string) Result {
-	res := Result{Duration: r.RunTime.Round(time.Millisecond), Focus: focus}
+	res := Result{Duration: r.RunTime.Round(time.Millisecond), Focus: focus, Seed: r.SuiteConfig.RandomSeed}
 	for _, reason := range r.SpecialSuiteFailureReasons {
 		res.SuiteFailures = append(res.SuiteFailures, reason)
 	}

@@ -21,6 +21,7 @@ func TestReadReport(t *testing.T) {
 	want := Result{
 		Duration: 3612500 * time.Millisecond,
 		Focus:    FocusAll,
+		Seed:     1796686230,
 		SuiteFailures: []string{
 			"Suite Timeout Elapsed",
 			"[ReportAfterSuite] open /tmp/proxykit-e2e/runs/1node-proxykit-iptables/junit_01.xml: no space left on device (test/e2e/e2e_test.go:157)",
