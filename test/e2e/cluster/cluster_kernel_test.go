@@ -162,10 +162,11 @@ func TestClusterUp(t *testing.T) {
 	}
 	left := c.footprint(t)
 	downed = true
+	since := time.Now()
 	if err := c.Down(ctx); err != nil {
 		t.Fatal(err)
 	}
-	left.check(t)
+	left.check(t, since)
 	if after := hostMounts(t, workDir); after != mountsBefore {
 		t.Errorf("host mounts changed:\nbefore:\n%s\nafter:\n%s", mountsBefore, after)
 	}
@@ -204,8 +205,10 @@ func (c *Cluster) footprint(t *testing.T) footprint {
 
 // check fails t if anything of f is left: a cgroup, a holder, a process
 // in one of the namespaces or running a program with WorkDir in its
-// command line.
-func (f footprint) check(t *testing.T) {
+// command line. Zombies hold nothing (an orphan waits for the machine's
+// init to reap it), and processes started after since are not the
+// cluster's: the kernel reuses a dead namespace's number.
+func (f footprint) check(t *testing.T, since time.Time) {
 	t.Helper()
 	for _, dir := range f.cgroups {
 		if _, err := os.Stat(dir); err == nil {
@@ -213,7 +216,7 @@ func (f footprint) check(t *testing.T) {
 		}
 	}
 	for _, pid := range f.holders {
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+		if st, ok := procState(pid); ok && !st.zombie {
 			t.Errorf("holder %d left", pid)
 		}
 	}
@@ -226,6 +229,9 @@ func (f footprint) check(t *testing.T) {
 		if err != nil {
 			continue
 		}
+		if st, ok := procState(pid); !ok || st.zombie || st.started.After(since) {
+			continue
+		}
 		for _, kind := range []string{"net", "mnt"} {
 			if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind)); err == nil && f.namespaces[ns] {
 				t.Errorf("process %d left in the cluster's namespace %s", pid, ns)
@@ -235,6 +241,40 @@ func (f footprint) check(t *testing.T) {
 			t.Errorf("process %d left: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
+}
+
+type procStat struct {
+	zombie  bool
+	started time.Time
+}
+
+// procState reads a process's state and start time from /proc; false if
+// it is gone.
+func procState(pid int) (procStat, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, false
+	}
+	// The command (field 2) may hold spaces and parentheses: fields
+	// count from the last ')'.
+	rest := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(rest) < 20 {
+		return procStat{}, false
+	}
+	ticks, _ := strconv.ParseInt(rest[19], 10, 64) // field 22: start time after boot, in clock ticks (100 Hz on Linux)
+	return procStat{zombie: rest[0] == "Z", started: bootTime().Add(time.Duration(ticks) * 10 * time.Millisecond)}, true
+}
+
+// bootTime is when the machine booted (/proc/stat's btime).
+func bootTime() time.Time {
+	b, _ := os.ReadFile("/proc/stat")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "btime "); ok {
+			sec, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return time.Unix(sec, 0)
+		}
+	}
+	return time.Time{}
 }
 
 // checkServiceFromEveryNode runs one agnhost netexec pod per node behind a

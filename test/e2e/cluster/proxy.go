@@ -42,7 +42,7 @@ func (c *Cluster) proxyArgs(n *node, p Proxy) []string {
 
 // StartProxy runs p on every node, in the node's namespaces, and returns
 // once every node's /healthz answers 200. A proxy already running is an
-// error: StopProxy first.
+// error: StopProxy first. On error, StopProxy stops what did start.
 func (c *Cluster) StartProxy(ctx context.Context, p Proxy) error {
 	if p.Name == "" || p.Binary == "" {
 		return fmt.Errorf("cluster: StartProxy: Proxy needs a Name and a Binary (got %q, %q)", p.Name, p.Binary)
@@ -53,6 +53,7 @@ func (c *Cluster) StartProxy(ctx context.Context, p Proxy) error {
 	if running {
 		return fmt.Errorf("cluster: StartProxy %s: %s is running", p.Name, c.proxyP.Name)
 	}
+	// Each proxy started is StopProxy's to stop, even if a later one fails.
 	var procs []*process
 	for _, n := range c.nodes {
 		proc, err := c.startOn(n, p.Name, append([]string{p.Binary}, c.proxyArgs(n, p)...)...)
@@ -60,10 +61,10 @@ func (c *Cluster) StartProxy(ctx context.Context, p Proxy) error {
 			return err
 		}
 		procs = append(procs, proc)
+		c.mu.Lock()
+		c.proxy, c.proxyP = procs, p
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.proxy, c.proxyP = procs, p
-	c.mu.Unlock()
 	for k, n := range c.nodes {
 		if err := c.waitProxyHealthy(ctx, n, procs[k]); err != nil {
 			return err
