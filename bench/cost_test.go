@@ -45,15 +45,16 @@ import (
 //     plus costFlatSlackBytes. A change is O(changes): at ten times the
 //     services only the persistent maps behind the State are a level
 //     deeper, a few objects and a kilobyte more (measured: iptables 138
-//     and 140 objects, nftables 334 and 335, userspace 57 and 59), while
-//     one allocation per service would add 9,000 objects and a copy of
-//     one pointer per service 72 KiB;
-//   - a first sync, a forced full resync (the sync after a failed write)
-//     or an idle resync at costLarge services allocating more objects than
-//     the mode's bound: about 1.5 times what it allocated when the bound
-//     was set (costModes; twice for the few dozen objects of an idle
-//     resync), so that a regression by half fails while the allocations'
-//     own jitter (a few objects) never does.
+//     and 140 objects, nftables 334 and 335, IPVS 85 and 87, userspace 57
+//     and 59), while one allocation per service would add 9,000 objects
+//     and a copy of one pointer per service 72 KiB;
+//   - a first sync, a forced full resync (the sync after a failed write,
+//     here after one change) or an idle resync at costLarge services
+//     allocating more objects (or, the first two, bytes) than the mode's
+//     bound: about 1.5 times what it allocated when the bound was set
+//     (costModes; twice for the few dozen objects of an idle resync), so
+//     that a regression by half fails while the allocations' own jitter
+//     (a few objects) never does.
 //
 // go test -v -run TestCost prints the figures the packages' cost models
 // quote.
@@ -80,25 +81,23 @@ type costMode struct {
 	name string
 	new  func(t *testing.T) *costSystem
 	// firstAllocs, fullAllocs and idleAllocs bound the objects a first
-	// sync, a forced full resync and an idle resync allocate.
+	// sync, a forced full resync and an idle resync allocate; firstMB
+	// and fullMB the bytes (in millions) of the first two.
 	firstAllocs, fullAllocs, idleAllocs float64
-	// pending, if set, skips the mode with this reason.
-	pending string
+	firstMB, fullMB                     float64
 }
 
-// costModes are the modes and their bounds, set on 2026-12-07 from
-// measured first, forced full and idle figures of 210,596, 658 and 29
-// objects (iptables), 224,350, 32,375 and 157 (nftables), 791,859, 10,422
-// and 26 (IPVS, its idle figure with the fix issue 41 still needs) and
-// 1,551,011, 90,161 and 27 (userspace).
+// costModes are the modes and their bounds, set on 2026-12-08 from these
+// figures (first sync, forced full resync and idle resync; objects, then
+// the first two's bytes): iptables 210,596, 658 and 29 objects, 60.0 and
+// 5.6 MB; nftables 224,350, 32,375 and 157, 47.7 and 15.1 MB; IPVS (after
+// issue 41) 352,010, 10,293 and 26, 215.4 and 28.7 MB; userspace
+// 1,551,011, 90,161 and 27, 121.8 and 22.6 MB.
 var costModes = []costMode{
-	{name: "iptables", new: newIPTablesCost, firstAllocs: 320_000, fullAllocs: 1_000, idleAllocs: 60},
-	{name: "nftables", new: newNFTablesCost, firstAllocs: 340_000, fullAllocs: 50_000, idleAllocs: 250},
-	{name: "ipvs", new: newIPVSCost, firstAllocs: 1_200_000, fullAllocs: 16_000, idleAllocs: 60,
-		pending: "issue 41: every second idle resync of IPVS is a full one (105k objects at 10k services): " +
-			"a partial sync with nothing to do returns before the desired table records the State, " +
-			"so the next State cannot say what changed since"},
-	{name: "userspace", new: newUserspaceCost, firstAllocs: 2_300_000, fullAllocs: 140_000, idleAllocs: 60},
+	{name: "iptables", new: newIPTablesCost, firstAllocs: 320_000, fullAllocs: 1_000, idleAllocs: 60, firstMB: 90, fullMB: 8.5},
+	{name: "nftables", new: newNFTablesCost, firstAllocs: 340_000, fullAllocs: 50_000, idleAllocs: 250, firstMB: 72, fullMB: 23},
+	{name: "ipvs", new: newIPVSCost, firstAllocs: 530_000, fullAllocs: 16_000, idleAllocs: 60, firstMB: 325, fullMB: 43},
+	{name: "userspace", new: newUserspaceCost, firstAllocs: 2_300_000, fullAllocs: 140_000, idleAllocs: 60, firstMB: 185, fullMB: 34},
 }
 
 // costSystem is a proxykit dataplane on its fake kernel.
@@ -352,9 +351,6 @@ func TestCost(t *testing.T) {
 	var table strings.Builder
 	for _, mode := range costModes {
 		t.Run(mode.name, func(t *testing.T) {
-			if mode.pending != "" {
-				t.Skip(mode.pending)
-			}
 			fig := map[string]costFigures{}
 			measureCost(t, mode, costSmall, fig)
 			measureCost(t, mode, costLarge, fig)
@@ -435,25 +431,36 @@ func breaches(mode costMode, fig map[string]costFigures) []costBreach {
 			out = append(out, costBreach{"objects " + b.op + " allocates at 10k services", got, b.bound})
 		}
 	}
+	for _, b := range []struct {
+		op, key string
+		bound   float64
+	}{
+		{"a first sync", "first sync, 10k", mode.firstMB},
+		{"a forced full resync", "forced full resync, 10k", mode.fullMB},
+	} {
+		if got := fig[b.key].allocBytes / 1e6; got > b.bound {
+			out = append(out, costBreach{"megabytes " + b.op + " allocates at 10k services", got, b.bound})
+		}
+	}
 	return out
 }
 
 // TestBreaches checks the check: a change that grows with the cluster, in
 // objects or in bytes, and every bound passed are each a breach.
 func TestBreaches(t *testing.T) {
-	mode := costMode{firstAllocs: 1000, fullAllocs: 100, idleAllocs: 10}
+	mode := costMode{firstAllocs: 1000, fullAllocs: 100, idleAllocs: 10, firstMB: 2, fullMB: 1}
 	within := map[string]costFigures{
 		"one-endpoint change, 1k":  {allocs: 100, allocBytes: 10000},
 		"one-endpoint change, 10k": {allocs: 150, allocBytes: 16596},
-		"first sync, 10k":          {allocs: 1000},
-		"forced full resync, 10k":  {allocs: 100},
+		"first sync, 10k":          {allocs: 1000, allocBytes: 2e6},
+		"forced full resync, 10k":  {allocs: 100, allocBytes: 1e6},
 		"idle resync, 10k":         {allocs: 10},
 	}
 	over := map[string]costFigures{
 		"one-endpoint change, 1k":  {allocs: 100, allocBytes: 10000},
 		"one-endpoint change, 10k": {allocs: 151, allocBytes: 16597},
-		"first sync, 10k":          {allocs: 1001},
-		"forced full resync, 10k":  {allocs: 101},
+		"first sync, 10k":          {allocs: 1001, allocBytes: 2.5e6},
+		"forced full resync, 10k":  {allocs: 101, allocBytes: 1.5e6},
 		"idle resync, 10k":         {allocs: 11},
 	}
 	for _, tc := range []struct {
@@ -468,6 +475,8 @@ func TestBreaches(t *testing.T) {
 			{"objects a first sync allocates at 10k services", 1001, 1000},
 			{"objects a forced full resync allocates at 10k services", 101, 100},
 			{"objects an idle resync allocates at 10k services", 11, 10},
+			{"megabytes a first sync allocates at 10k services", 2.5, 2},
+			{"megabytes a forced full resync allocates at 10k services", 1.5, 1},
 		}},
 	} {
 		if diff := cmp.Diff(tc.want, breaches(mode, tc.fig), cmp.AllowUnexported(costBreach{})); diff != "" {

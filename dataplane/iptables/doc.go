@@ -100,12 +100,13 @@
 // A first or full sync is two listings and one restore; a change is one
 // restore whatever the cluster's size (at 1,000 services: 138 objects, 31
 // KB); a forced full resync (here after one change) re-renders only the
-// services changed since the last full sync and streams the kept blocks. These figures are promises that fail a check:
-// TestCost in the bench module (which CI runs; "cd bench && go test -run
-// TestCost -v ." prints them) fails when a change allocates more at 10k
-// services than 1.25 times its allocations at 1k plus 25 objects (or 4 KiB), or a
-// first, forced full or idle sync at 10k more than 320k, 1,000 or 60
-// objects.
+// services changed since the last full sync and streams the kept blocks.
+// These figures are promises that fail a check: TestCost in the bench
+// module (which CI runs; "cd bench && go test -run TestCost -v ." prints
+// them) fails when a change allocates more at 10k services than 1.25 times
+// its allocations at 1k plus 25 objects (or 4 KiB), or a first, forced full
+// or idle sync at 10k more than 320k, 1,000 or 60 objects (the first two
+// more than 90 or 8.5 MB).
 //
 // # Repairing what others change
 //

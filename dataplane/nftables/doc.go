@@ -232,14 +232,14 @@
 //	forced full resync          1    32.4k      15 MB       5.2 MB
 //	idle resync                 0      157      12 KB          0
 //
-// A change costs the same whatever the cluster's size (at 1,000
-// services: 334 objects, 34 KB); a forced full resync (here after one
-// change) renders only what changed since the last sync. These figures are promises that fail a
-// check: TestCost in the bench module (which CI runs; "cd bench && go
-// test -run TestCost -v ." prints them) fails when a change allocates more
-// at 10k services than 1.25 times its allocations at 1k plus 25 objects
-// (or 4 KiB), or a first, forced full or idle sync at 10k more than 340k,
-// 50k or 250 objects.
+// A change costs the same whatever the cluster's size (at 1,000 services:
+// 334 objects, 34 KB); a forced full resync (here after one change) renders
+// only what changed since the last sync. These figures are promises that
+// fail a check: TestCost in the bench module (which CI runs; "cd bench &&
+// go test -run TestCost -v ." prints them) fails when a change allocates
+// more at 10k services than 1.25 times its allocations at 1k plus 25
+// objects (or 4 KiB), or a first, forced full or idle sync at 10k more than
+// 340k, 50k or 250 objects (the first two more than 72 or 23 MB).
 //
 // # Performance
 //

@@ -198,8 +198,8 @@
 // fail a check: TestCost in the bench module (which CI runs; "cd bench &&
 // go test -run TestCost -v ." prints them) fails when a change allocates
 // more at 10k services than 1.25 times its allocations at 1k plus 25
-// objects (or 4 KiB), or a first, full or idle sync at 10k more than
-// 2.3M, 140k or 60 objects.
+// objects (or 4 KiB), or a first, full or idle sync at 10k more than 2.3M,
+// 140k or 60 objects (the first two more than 185 or 34 MB).
 //
 // # The data path
 //
