@@ -91,12 +91,35 @@ func (d *Dataplane) applySets(p *plan, log *changeLog) error {
 			log.add("ipset %s: removed %s", d.names.set[se.set], se.e)
 		}
 	}
-	for _, se := range p.addSets {
+	add := func(se setEntry) error {
 		if err := d.addEntry(se); err != nil {
 			return err
 		}
 		if log.on {
 			log.add("ipset %s: added %s", d.names.set[se.set], se.e)
+		}
+		return nil
+	}
+	for _, se := range p.addSets {
+		if err := add(se); err != nil {
+			return err
+		}
+	}
+	if p.fill == [numSets]bool{} {
+		return nil
+	}
+	for se := range d.entries {
+		if p.fill[se.set] {
+			if err := add(se); err != nil {
+				return err
+			}
+		}
+	}
+	if p.fill[setIPs] {
+		for a := range d.binds {
+			if err := add(setEntry{setIPs, entry{ip: a}}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

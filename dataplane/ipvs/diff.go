@@ -64,7 +64,8 @@ func (dl *delta) note(d *Dataplane, pr *program) {
 }
 
 // plan is what the apply stage changes, in its order: virtual servers
-// deleted, addresses unbound, set members removed and added, addresses
+// deleted, addresses unbound, set members removed and added (or every
+// wanted one, to the sets it fills), addresses
 // bound, virtual servers created or brought to what is wanted, and the
 // INTERNAL chain rewritten.
 type plan struct {
@@ -72,8 +73,11 @@ type plan struct {
 	unbind           []*netlink.Addr
 	bind             []netip.Addr
 	delSets, addSets []setEntry
-	vss              []vsSync
-	internal         bool
+	// fill marks the sets to which every member the desired table wants
+	// is added (new sets, in a first sync), without a list of them.
+	fill     [numSets]bool
+	vss      []vsSync
+	internal bool
 }
 
 // vsSync is one virtual server to program: kernel is what the kernel
@@ -142,7 +146,7 @@ func (p *plan) sort() {
 // is nothing to compare one by one.
 func (d *Dataplane) kernelPlan(k *kernelReading) (*plan, error) {
 	p := &plan{}
-	p.delSets, p.addSets = k.sets.del, k.sets.add
+	p.delSets, p.addSets, p.fill = k.sets.del, k.sets.add, k.sets.fill
 	var linkSum uint64
 	for _, a := range k.link {
 		linkSum += entrySum(entry{ip: linkAddr(a)})
@@ -285,8 +289,10 @@ func linkAddr(a *netlink.Addr) netip.Addr {
 // ports), indexed when a virtual server not wanted asks.
 type setsReading struct {
 	del, add []setEntry
-	listed   [numSets][]netlink.IPSetEntry
-	index    [numSets]map[entry]bool
+	// fill marks the empty sets that want members: all of them are added.
+	fill   [numSets]bool
+	listed [numSets][]netlink.IPSetEntry
+	index  [numSets]map[entry]bool
 }
 
 // indexed are the sets setsReading keeps.
@@ -346,7 +352,11 @@ func (d *Dataplane) readSets() (setsReading, error) {
 				r.del = append(r.del, setEntry{id, e})
 			}
 		}
-		if found < d.setLens[id] {
+		switch {
+		case len(listed) == 0:
+			// A new set: apply adds every wanted member, listed nowhere.
+			r.fill[id] = d.setLens[id] > 0
+		case found < d.setLens[id]:
 			r.add = d.missingEntries(r.add, id, listed)
 		}
 	}

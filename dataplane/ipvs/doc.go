@@ -62,30 +62,68 @@
 //
 // # Syncs that cost what changed
 //
-// The first Sync, a Sync after a failure and a Sync whose State cannot
-// say what changed diff against the kernel: one dump of the virtual
-// servers, one of the family's addresses (the link's and the node's), one
-// per ipset and one of the real servers of each wanted virtual server,
-// then one call per difference, so that a restarted dataplane changes
-// nothing that is right. Every other Sync looks only at the services
-// State.ChangedSince names, and of their virtual servers only at those
-// whose options or endpoints changed: one dump of its real servers and
-// one call per difference, plus one restore of PKV-INTERNAL when its
-// rules changed. It reads no addresses: a dump lists every address bound
-// to the link, one per service, which would make every change cost the
-// size of the cluster; the node's addresses of the last full sync serve,
-// and the canary notices when they change. Removing or
-// moving one endpoint costs the same number of netlink calls in a cluster
-// of 1,000 or 10,000 services (measured on the fakes: 4 calls to remove
-// an endpoint of a ClusterIP service, 12 to move one of a NodePort service
-// on a node with two addresses; a first full sync of 1,000 services of 10
-// endpoints costs 30,029 calls, a full diff of an unchanged kernel 1,515).
-// Timed through a real IPVS kernel in the test VM (BenchmarkKernelSync;
-// qemu without KVM, so every figure is several times a real machine's):
-// a first full sync of 1,000 services of 10 endpoints takes 10 s, of
-// 10,000 services 232 s; a one-endpoint change 28 ms at 1,000 and 15 ms at
-// 10,000 services. bench/ sets the dataplane's compute beside the other
-// dataplanes' and kube-proxy's IPVS proxier's on the same workloads.
+// A Sync passes through three stages, a file each. The desired table
+// (desired.go) is what the State needs, service by service: a Sync brings
+// it to the new State by recomputing only the services
+// State.ChangedFrom names, whatever kind of Sync it is; only a State that
+// cannot say what changed (a first one, a node change that touches every
+// service) or new node addresses rebuild it. The difference (diff.go)
+// from what is programmed comes, for a partial Sync, from the desired
+// table's own change, without reading the kernel; the apply stage
+// (apply.go) makes one call per difference.
+//
+// The first Sync, a Sync after a failure and one whose settings changed
+// the rules are full: they compare the whole desired table with one
+// reading of the kernel (one dump of the family's addresses, one listing
+// per ipset, one dump of the virtual servers and one read of
+// /proc/net/ip_vs), so that a restarted dataplane changes nothing that is
+// right. They compare fingerprints first, kept as the desired table
+// changes: of each set's members, of the addresses on the link, of the
+// virtual servers' options and of the table's lines (fingerprint.go), and
+// member by member only where one differs; of the virtual servers only
+// those whose fingerprint differs get a dump of their real servers.
+// Every other Sync looks only at the services State.ChangedFrom names,
+// and of their virtual servers only at those whose options or endpoints
+// changed: one dump of its real servers and one call per difference,
+// plus one restore of PKV-INTERNAL when its rules changed. It reads no
+// addresses (a dump lists every address bound to the link, one per
+// service): the node's addresses of the last full sync serve, and the
+// canary notices when they change.
+//
+// # Cost model
+//
+// What each kind of Sync costs at 10,000 ClusterIP services (a quarter
+// NodePort, on a node with two addresses) × 10 endpoints, measured on
+// package ipvstest's fakes (BenchmarkSyncFirst, BenchmarkSyncEndpointChange,
+// BenchmarkSyncForcedFull, BenchmarkSyncIdle; the fakes' own work
+// counted, the State's Build not): calls to the kernel (IPVS, link and
+// ipset netlink round trips, and reads of the table), and what the Sync
+// allocates.
+//
+//	                      calls  objects  allocated
+//	first sync          300,029     248k     157 MB
+//	one-endpoint change       3       40     7.1 KB
+//	forced full resync       25    15.5k      39 MB
+//	idle resync               0        8      328 B
+//
+// A first sync is one call per virtual server, real server, address and
+// set member; a change costs what changed, the same at 1,000 services
+// (40 objects; TestChangeAllocationsFlat holds it, TestCallsPerChange the
+// calls: 3 to remove an endpoint of a ClusterIP service, 11 to move one of
+// a NodePort service); a forced full resync after a failed one-endpoint
+// change reads the kernel once (16 calls, the table's read included;
+// most of its bytes are the fakes' listings of 110,000 set members and of
+// the table) and repairs what differs (here a NodePort service's three
+// virtual servers: a dump of the real servers, a deletion and an addition
+// each), as a Reconcile of an untouched kernel reads it and changes
+// nothing; an idle resync makes no call
+// (TestIdleAndChangeCalls). Timed through a real IPVS kernel in the test
+// VM (BenchmarkKernelSync; qemu without KVM, so every figure is several
+// times a real machine's): a first full sync of 1,000 services of 10
+// endpoints takes 10 s, of 10,000 services 232 s, nearly all of it the
+// kernel's answers to its calls. bench/ sets the dataplane's compute
+// beside the other dataplanes' and kube-proxy's IPVS proxier's on the
+// same workloads.
 //
 // # The canary
 //
@@ -94,22 +132,24 @@
 // when the node gained or lost an address that serves node ports or
 // accepts health checks, when an address the dataplane bound is gone from
 // its link, or when the link is gone. It then reads /proc/net/ip_vs once
-// and compares a fingerprint of the family's virtual and real servers,
-// without the connection counters traffic moves, with the one taken after
-// the last write: a virtual or real server deleted, added or changed, or
-// "ipvsadm -C", is seen without a netlink dump per virtual server. It
-// lists each of its ipsets and compares the members with those it
-// programmed, and, when the iptables backend numbers its changes (nft),
-// fingerprints its chains and their jumps over netlink only when the
-// number moved (no iptables-save: a poll costs milliseconds, not the
-// processes that under emulation took a second and made the proxy space
-// its polls nine times that). A sync that finds a fingerprint moved by
-// someone else and does not rewrite that part leaves it for the canary
-// to report. The proxy then
-// reconciles, which programs node ports on the new addresses and deletes
-// those on the gone ones. Another program's change to its own virtual
-// servers of the family also moves the fingerprint: one needless
-// reconcile, which finds nothing.
+// and compares the fingerprint of the dataplane's virtual servers and
+// their real servers in it (without the connection counters traffic
+// moves) with the one the desired table says they have: a virtual or
+// real server deleted, added or changed, or "ipvsadm -C", is seen without
+// a netlink dump per virtual server, and is reported until a Sync or
+// Reconcile repairs it, whenever it was made (a change of a persistence
+// timeout alone, which the table gives in the kernel's jiffies, is left
+// to the periodic Reconcile). It lists each of its ipsets and compares
+// the members with those it programmed, and, when the iptables backend
+// numbers its changes (nft), fingerprints its chains and their jumps over
+// netlink only when the number moved (no iptables-save: a poll costs
+// milliseconds, not the processes that under emulation took a second and
+// made the proxy space its polls nine times that). A sync that finds the
+// rules' fingerprint moved by someone else and does not rewrite them
+// leaves it for the canary to report. The proxy then reconciles, which
+// programs node ports on the new addresses and deletes those on the gone
+// ones. No Sync reads the table but a full one: the fingerprints it is
+// compared with are the desired table's.
 //
 // # Graceful termination
 //
