@@ -108,9 +108,9 @@ func (d *Dataplane) applySets(p *plan, log *changeLog) error {
 	if p.fill == [numSets]bool{} {
 		return nil
 	}
-	for se := range d.entries {
-		if p.fill[se.set] {
-			if err := add(se); err != nil {
+	for k := range d.entries {
+		if p.fill[k.set] {
+			if err := add(k.setEntry()); err != nil {
 				return err
 			}
 		}

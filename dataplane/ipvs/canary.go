@@ -155,9 +155,9 @@ func (d *Dataplane) tableChanged(context.Context) (bool, error) {
 // set of its addresses, the addresses it bound.
 func (d *Dataplane) setsChanged(context.Context) (bool, error) {
 	want := make([]int, numSets)
-	for se, n := range d.entries {
+	for k, n := range d.entries {
 		if n > 0 {
-			want[se.set]++
+			want[k.set]++
 		}
 	}
 	want[setIPs] += len(d.binds)
@@ -169,7 +169,7 @@ func (d *Dataplane) setsChanged(context.Context) (bool, error) {
 		}
 		for i := range res.Entries {
 			e := entryFromNetlink(setSpecs[id].typ, &res.Entries[i])
-			if id == setIPs && d.binds[e.ip] > 0 || d.entries[setEntry{id, e}] > 0 {
+			if id == setIPs && d.binds[e.ip] > 0 || d.entries[setEntry{id, e}.key()] > 0 {
 				continue
 			}
 			return true, nil

@@ -56,7 +56,8 @@ func (a *virtualServer) same(b *virtualServer) bool {
 
 // program is everything the dataplane writes for one service.
 type program struct {
-	vss   []virtualServer
+	vss []virtualServer
+	// sets are its set members but the LOOP-BACK ones (members).
 	sets  []setEntry
 	binds []netip.Addr
 	// internal are rules of the INTERNAL chain, as iptables -S prints
@@ -71,6 +72,31 @@ func (p *program) equal(q *program) bool {
 	}
 	return slices.EqualFunc(p.vss, q.vss, func(a, b virtualServer) bool { return a.same(&b) && a.port == b.port }) &&
 		slices.Equal(p.sets, q.sets) && slices.Equal(p.binds, q.binds) && slices.Equal(p.internal, q.internal)
+}
+
+// members calls fn with each set member p needs: its sets, then the
+// LOOP-BACK member of each real server of its virtual servers (of each
+// list of them once: the virtual servers of a port share theirs), which
+// are not kept in its sets. A real server in two lists comes twice.
+func (p *program) members(fn func(setEntry)) {
+	for _, se := range p.sets {
+		fn(se)
+	}
+	var seen [4]*netip.AddrPort
+	n := 0
+	for i := range p.vss {
+		vs := &p.vss[i]
+		if len(vs.dests) == 0 || slices.Contains(seen[:n], &vs.dests[0]) {
+			continue
+		}
+		if n < len(seen) {
+			seen[n] = &vs.dests[0]
+			n++
+		}
+		for _, ep := range vs.dests {
+			fn(setEntry{setLoopBack, entry{ip: ep.Addr(), proto: uint8(vs.key.proto), port: ep.Port(), ip2: ep.Addr()}})
+		}
+	}
 }
 
 // vs returns p's virtual server k, nil if it has none.
@@ -124,7 +150,7 @@ func (d *Dataplane) rebuild(s *dataplane.State, addrs nodeAddrs) {
 		if pr != nil {
 			size.progs++
 			size.vss += len(pr.vss)
-			size.entries += len(pr.sets)
+			pr.members(func(setEntry) { size.entries++ })
 			size.binds += len(pr.binds)
 		}
 	}
@@ -217,13 +243,16 @@ func (d *Dataplane) count(pr *program, n int) {
 			delete(d.binds, a)
 		}
 	}
-	for _, se := range pr.sets {
-		d.countEntry(se.set, se.e, d.entries[se], d.entries[se]+n)
-		d.entries[se] += n
-		if d.entries[se] == 0 {
-			delete(d.entries, se)
+	pr.members(func(se setEntry) {
+		k := se.key()
+		before := d.entries[k]
+		d.countEntry(se.set, se.e, int(before), int(before)+n)
+		if int(before)+n == 0 {
+			delete(d.entries, k)
+		} else {
+			d.entries[k] = before + int32(n)
 		}
-	}
+	})
 }
 
 // countEntry keeps the fingerprint and the size of set id as the count
@@ -249,7 +278,7 @@ func (d *Dataplane) resetTable(size tableSize) {
 	d.owner = make(map[vsKey]owning, size.vss)
 	d.rivals = map[vsKey][]types.NamespacedName{}
 	d.binds = make(map[netip.Addr]int, size.binds)
-	d.entries = make(map[setEntry]int, size.entries)
+	d.entries = make(map[memberKey]int32, size.entries)
 	d.internal = map[string]int{}
 	d.setSums, d.setLens = [numSets]uint64{}, [numSets]int{}
 	d.expect, d.expectOpts = 0, 0
@@ -409,22 +438,11 @@ type portProgram struct {
 	rp             *ruleport.Port
 	proto          uint16
 	flags, timeout uint32
-	// looped is the list of real servers whose LOOP-BACK members were
-	// added last.
-	looped []netip.AddrPort
 }
 
 func (pp *portProgram) vs(addr netip.Addr, port uint16, dests []netip.AddrPort) {
+	// Their LOOP-BACK members are not kept: program.members makes them.
 	pp.vss = append(pp.vss, virtualServer{key: vsKey{addr, pp.proto, port}, port: pp.rp.SP.Name, flags: pp.flags, timeout: pp.timeout, dests: dests})
-	// Each list of real servers once: the port's virtual servers share
-	// two at most (internal and external).
-	if len(dests) == 0 || len(pp.looped) > 0 && &pp.looped[0] == &dests[0] {
-		return
-	}
-	pp.looped = dests
-	for _, ep := range dests {
-		pp.sets = append(pp.sets, setEntry{setLoopBack, entry{ip: ep.Addr(), proto: uint8(pp.proto), port: ep.Port(), ip2: ep.Addr()}})
-	}
 }
 
 func (pp *portProgram) ipPort(set setID, a netip.Addr, port uint16) {

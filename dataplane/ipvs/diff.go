@@ -51,11 +51,11 @@ func (dl *delta) note(d *Dataplane, pr *program) {
 			dl.binds[a] = d.binds[a]
 		}
 	}
-	for _, se := range pr.sets {
+	pr.members(func(se setEntry) {
 		if _, ok := dl.entries[se]; !ok {
-			dl.entries[se] = d.entries[se]
+			dl.entries[se] = int(d.entries[se.key()])
 		}
-	}
+	})
 	for _, r := range pr.internal {
 		if _, ok := dl.internal[r]; !ok {
 			dl.internal[r] = d.internal[r]
@@ -114,7 +114,7 @@ func (d *Dataplane) partialPlan(dl *delta) *plan {
 		}
 	}
 	for se, n := range dl.entries {
-		switch now := d.entries[se]; {
+		switch now := d.entries[se.key()]; {
 		case n > 0 && now == 0:
 			p.delSets = append(p.delSets, se)
 		case n == 0 && now > 0:
@@ -368,7 +368,7 @@ func (d *Dataplane) wantsEntry(id setID, e entry) bool {
 	if id == setIPs {
 		return e == entry{ip: e.ip} && d.binds[e.ip] > 0
 	}
-	return d.entries[setEntry{id, e}] > 0
+	return d.entries[setEntry{id, e}.key()] > 0
 }
 
 // missingEntries appends to add the members of set id the desired table
@@ -387,9 +387,11 @@ func (d *Dataplane) missingEntries(add []setEntry, id setID, listed []netlink.IP
 		}
 		return add
 	}
-	for se := range d.entries {
-		if se.set == id && !held[se.e] {
-			add = append(add, se)
+	for k := range d.entries {
+		if setID(k.set) == id {
+			if se := k.setEntry(); !held[se.e] {
+				add = append(add, se)
+			}
 		}
 	}
 	return add

@@ -86,6 +86,33 @@ type setEntry struct {
 	e   entry
 }
 
+// memberKey is a setEntry packed without pointers (a netip.Addr holds one
+// for its zone): the desired table counts a hundred thousand of them,
+// which the garbage collector then need not scan.
+type memberKey struct {
+	ip, ip2       [16]byte
+	port          uint16
+	set           uint8
+	proto, bits2  uint8
+	valid, valid2 bool
+}
+
+func (se setEntry) key() memberKey {
+	return memberKey{ip: se.e.ip.As16(), ip2: se.e.ip2.As16(), port: se.e.port, set: uint8(se.set),
+		proto: se.e.proto, bits2: se.e.bits2, valid: se.e.ip.IsValid(), valid2: se.e.ip2.IsValid()}
+}
+
+func (k memberKey) setEntry() setEntry {
+	e := entry{proto: k.proto, port: k.port, bits2: k.bits2}
+	if k.valid {
+		e.ip = netip.AddrFrom16(k.ip).Unmap()
+	}
+	if k.valid2 {
+		e.ip2 = netip.AddrFrom16(k.ip2).Unmap()
+	}
+	return setEntry{setID(k.set), e}
+}
+
 func (e entry) String() string {
 	var b strings.Builder
 	if e.ip.IsValid() {

@@ -66,7 +66,7 @@ type Dataplane struct {
 	owner    map[vsKey]owning
 	rivals   map[vsKey][]types.NamespacedName
 	binds    map[netip.Addr]int
-	entries  map[setEntry]int
+	entries  map[memberKey]int32
 	internal map[string]int
 	// expect is the fingerprint (fingerprint.go) the kernel's table has of
 	// the desired virtual servers, their draining real servers included,

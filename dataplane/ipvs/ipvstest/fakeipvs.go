@@ -50,16 +50,30 @@ type fakeVS struct {
 // fakeDest is a real server as the fake keeps it: what a caller gave it
 // is never kept, as the kernel copies a netlink message.
 type fakeDest struct {
-	addr             netip.AddrPort
+	addr             addrPort
 	weight           int
 	flags            uint32
 	upper, lower     uint32
 	active, inactive int
 }
 
-func destOf(d *mobyipvs.Destination) netip.AddrPort {
+func destOf(d *mobyipvs.Destination) addrPort {
 	a, _ := netip.AddrFromSlice(d.Address)
-	return netip.AddrPortFrom(a.Unmap(), d.Port)
+	return compact(netip.AddrPortFrom(a.Unmap(), d.Port))
+}
+
+// addrPort is a netip.AddrPort without the pointer a netip.Addr holds
+// for its zone, so that the fakes' hundreds of thousands of real servers
+// and set members are nothing for the garbage collector to scan.
+type addrPort struct {
+	ip   [16]byte
+	port uint16
+}
+
+func compact(ap netip.AddrPort) addrPort { return addrPort{ap.Addr().As16(), ap.Port()} }
+
+func (a addrPort) AddrPort() netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16(a.ip).Unmap(), a.port)
 }
 
 // destination returns a copy of d as moby/ipvs lists it.
@@ -68,7 +82,8 @@ func (d *fakeDest) destination() *mobyipvs.Destination {
 		mobyipvs.Destination
 		ip [16]byte
 	}{}
-	a := d.addr.Addr()
+	ap := d.addr.AddrPort()
+	a := ap.Addr()
 	ip := n.ip[:]
 	if a.Is4() {
 		v := a.As4()
@@ -77,7 +92,7 @@ func (d *fakeDest) destination() *mobyipvs.Destination {
 	} else {
 		n.ip = a.As16()
 	}
-	n.Destination = mobyipvs.Destination{Address: ip, Port: d.addr.Port(), Weight: d.weight,
+	n.Destination = mobyipvs.Destination{Address: ip, Port: ap.Port(), Weight: d.weight,
 		ConnectionFlags: d.flags, UpperThreshold: d.upper, LowerThreshold: d.lower,
 		ActiveConnections: d.active, InactiveConnections: d.inactive}
 	return &n.Destination
@@ -296,7 +311,7 @@ func (f *FakeIPVS) SetConnections(vip netip.AddrPort, proto string, dest netip.A
 		return false
 	}
 	for i := range vs.dests {
-		if d := &vs.dests[i]; d.addr == dest {
+		if d := &vs.dests[i]; d.addr == compact(dest) {
 			d.active, d.inactive = active, inactive
 			f.version++
 			return true
@@ -323,7 +338,7 @@ func (f *FakeIPVS) Dump() string {
 		}
 		var dests []string
 		for _, d := range vs.dests {
-			dests = append(dests, fmt.Sprintf("  -> %s weight %d", d.addr, d.weight))
+			dests = append(dests, fmt.Sprintf("  -> %s weight %d", d.addr.AddrPort(), d.weight))
 		}
 		slices.Sort(dests)
 		lines = append(lines, strings.Join(append([]string{line}, dests...), "\n"))
@@ -377,7 +392,8 @@ func (f *FakeIPVS) procTable(scan func([]byte)) {
 		b = append(b, '\n')
 		for _, d := range vs.dests {
 			b = append(b, "  -> "...)
-			b = appendHexAddrPort(b, d.addr.Addr(), d.addr.Port())
+			ap := d.addr.AddrPort()
+			b = appendHexAddrPort(b, ap.Addr(), ap.Port())
 			b = append(b, "      "...)
 			b = appendPadded(b, fwdName(d.flags), 8)
 			b = appendPaddedInt(b, d.weight, 7)

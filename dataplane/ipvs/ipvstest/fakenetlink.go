@@ -94,9 +94,9 @@ func (s *fakeSet) list() []netlink.IPSetEntry {
 				e.Protocol, e.Port = &num.proto, &num.port
 				continue
 			}
-			a, cidr := m.ip, c.cidr
+			a, cidr := netip.AddrFrom16(m.ip).Unmap(), c.cidr
 			if second {
-				a, cidr = m.ip2, c.cidr2
+				a, cidr = netip.AddrFrom16(m.ip2).Unmap(), c.cidr2
 			}
 			start := len(ips)
 			if a.Is4() {
@@ -123,7 +123,8 @@ func (s *fakeSet) list() []netlink.IPSetEntry {
 // dimensions take of it (the notation handle.SetMember writes, without
 // the strings).
 type member struct {
-	ip, ip2     netip.Addr
+	// ip and ip2 are in their 16-byte form (addrPort's).
+	ip, ip2     [16]byte
 	cidr, cidr2 uint8
 	proto       uint8
 	port        uint16
@@ -153,9 +154,9 @@ func (s *fakeSet) memberOf(e *netlink.IPSetEntry) (member, bool) {
 				cidr = 0
 			}
 			if ips == 0 {
-				m.ip, m.cidr = a, cidr
+				m.ip, m.cidr = a.As16(), cidr
 			} else {
-				m.ip2, m.cidr2 = a, cidr
+				m.ip2, m.cidr2 = a.As16(), cidr
 			}
 			ips++
 		case "port":
