@@ -144,9 +144,11 @@ func duration(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// cell makes text safe in a table cell: one line, no column separators.
+// cell makes text safe in a table cell: one line, no column separators,
+// nothing a renderer takes for an HTML tag.
 func cell(s string) string {
 	s = strings.ReplaceAll(s, "|", `\|`)
+	s = strings.ReplaceAll(s, "<", "&lt;")
 	return strings.Join(strings.Fields(s), " ")
 }
 

@@ -184,3 +184,16 @@ func TestExplanationsNameRealSpecs(t *testing.T) {
 		}
 	}
 }
+
+func TestCell(t *testing.T) {
+	tests := map[string]string{
+		"plain":                              "plain",
+		"a | b":                              `a \| b`,
+		"Expected\n    <string>: 10.88.0.2": "Expected &lt;string>: 10.88.0.2",
+	}
+	for in, want := range tests {
+		if got := cell(in); got != want {
+			t.Errorf("cell(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
