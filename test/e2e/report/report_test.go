@@ -187,8 +187,8 @@ func TestExplanationsNameRealSpecs(t *testing.T) {
 
 func TestCell(t *testing.T) {
 	tests := map[string]string{
-		"plain":                              "plain",
-		"a | b":                              `a \| b`,
+		"plain":                             "plain",
+		"a | b":                             `a \| b`,
 		"Expected\n    <string>: 10.88.0.2": "Expected &lt;string>: 10.88.0.2",
 	}
 	for in, want := range tests {
