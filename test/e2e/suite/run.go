@@ -106,10 +106,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return res, fmt.Errorf("suite interrupted: %w", ctx.Err())
 	}
 	if err != nil {
-		if waitErr != nil {
-			err = fmt.Errorf("%w (ginkgo: %v; its output is in %s)", err, waitErr, logFile.Name())
-		}
-		return res, err
+		return res, fmt.Errorf("%w (ginkgo exited: %v; its output is in %s)", err, waitErr, logFile.Name())
 	}
 	return res, nil
 }
