@@ -106,7 +106,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return res, fmt.Errorf("suite interrupted: %w", ctx.Err())
 	}
 	if err != nil {
-		return res, fmt.Errorf("%w (ginkgo exited: %v; its output is in %s)", err, waitErr, logFile.Name())
+		exit := "ginkgo exited 0"
+		if waitErr != nil {
+			exit = "ginkgo: " + waitErr.Error()
+		}
+		return res, fmt.Errorf("%w (%s; its output is in %s)", err, exit, logFile.Name())
 	}
 	return res, nil
 }
