@@ -75,9 +75,11 @@ func (p *program) equal(q *program) bool {
 }
 
 // members calls fn with each set member p needs: its sets, then the
-// LOOP-BACK member of each real server of its virtual servers (of each
-// list of them once: the virtual servers of a port share theirs), which
-// are not kept in its sets. A real server in two lists comes twice.
+// LOOP-BACK member of each real server of its virtual servers, which are
+// not kept in its sets. The virtual servers of a port share their lists
+// of real servers, and a list comes once as far as the first four tell
+// them apart; a member that comes more than once is counted as often
+// when p goes as when it came.
 func (p *program) members(fn func(setEntry)) {
 	for _, se := range p.sets {
 		fn(se)
@@ -169,6 +171,7 @@ func (d *Dataplane) desireOne(nn types.NamespacedName, pr *program, dl *delta) {
 		return
 	}
 	if dl != nil {
+		dl.services++
 		dl.note(d, old)
 		dl.note(d, pr)
 	}

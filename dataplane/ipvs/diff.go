@@ -39,7 +39,6 @@ func (dl *delta) note(d *Dataplane, pr *program) {
 	if pr == nil {
 		return
 	}
-	dl.services++
 	for i := range pr.vss {
 		k := pr.vss[i].key
 		if _, ok := dl.vss[k]; !ok {
@@ -65,9 +64,8 @@ func (dl *delta) note(d *Dataplane, pr *program) {
 
 // plan is what the apply stage changes, in its order: virtual servers
 // deleted, addresses unbound, set members removed and added (or every
-// wanted one, to the sets it fills), addresses
-// bound, virtual servers created or brought to what is wanted, and the
-// INTERNAL chain rewritten.
+// wanted one, to the sets it fills), addresses bound, virtual servers
+// created or brought to what is wanted, and the INTERNAL chain rewritten.
 type plan struct {
 	delVS            []*mobyipvs.Service
 	unbind           []*netlink.Addr
