@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/proxykit/proxykit/dataplane"
 	"github.com/proxykit/proxykit/dataplane/internal/backend"
+	"github.com/proxykit/proxykit/dataplane/nfacct"
 	"github.com/proxykit/proxykit/dataplane/sysctl"
 	"github.com/proxykit/proxykit/dataplane/xtables"
 	"github.com/proxykit/proxykit/internal/fanout"
@@ -44,6 +45,23 @@ type Config struct {
 	// where it means an empty sysctl.Fake: a dataplane on a FakeRunner
 	// touches nothing.
 	Sysctl sysctl.Interface
+	// Accounting holds the nfacct counters that kube-proxy's
+	// packet-accounting rules count into: LocalhostNodePortsCounter, in
+	// the rule that sends node-port packets to 127.0.0.0/8 on to their
+	// service (IPv4 with localhost node ports), and InvalidDroppedCounter,
+	// in the rule that drops forwarded packets conntrack finds INVALID.
+	// Every full sync makes them if they are missing and writes the
+	// nfacct match only if that worked: on a kernel without
+	// nfnetlink_acct the rules are written without it, the dataplane
+	// logs that once, and proxykit_iptables_nfacct_available is 0. The
+	// Registerer gets their totals, read at scrape time, as
+	// proxykit_iptables_localhost_nodeports_accepted_packets_total and
+	// proxykit_iptables_ct_state_invalid_dropped_packets_total (no sample
+	// while a counter does not exist). nil means the kernel's, dialled at
+	// the first full sync on the syncing thread (so in its network
+	// namespace), except with a FakeRunner, where it means an empty
+	// nfacct.Fake.
+	Accounting nfacct.Interface
 	// OnSkip, if set, is called with a short reason for every service
 	// port, endpoint, address or setting left out as invalid.
 	OnSkip func(reason string)
@@ -76,6 +94,8 @@ type Dataplane struct {
 	skip fanout.Skip
 
 	sysctl sysctl.Interface
+	// acct is the nfacct counters' client and state.
+	acct accounting
 
 	mu sync.Mutex
 	// prog is what the kernel holds; nil until a full sync succeeded and
@@ -143,12 +163,20 @@ func New(cfg Config) (*Dataplane, error) {
 		d.runner = r
 	}
 	d.gens = newGenerations(d.runner)
+	_, fake := d.runner.(*xtables.FakeRunner)
 	if d.sysctl == nil {
-		if _, fake := d.runner.(*xtables.FakeRunner); fake {
+		if fake {
 			d.sysctl = sysctl.NewFake(nil)
 		} else {
 			d.sysctl = sysctl.Proc{}
 		}
+	}
+	d.acct.client, d.acct.log = cfg.Accounting, d.log
+	if d.acct.client == nil && fake {
+		d.acct.client = &nfacct.Fake{}
+	}
+	if err := registerCounters(cfg.Registerer, cfg.MetricsNamespace, &d.acct); err != nil {
+		return nil, fmt.Errorf("iptables: register metrics: %w", err)
 	}
 	return d, nil
 }
@@ -179,12 +207,14 @@ func (d *Dataplane) checkState(s *dataplane.State) error {
 
 // Render returns the complete restore input that the first full sync of s
 // into empty tables would run, jumps from the built-in chains included,
-// deterministic and sorted. It needs no privileges and changes nothing.
+// deterministic and sorted. It needs no privileges and changes nothing:
+// it writes the nfacct matches (see Config.Accounting) unless a full sync
+// found the counters unavailable.
 func (d *Dataplane) Render(s *dataplane.State) ([]byte, error) {
 	if err := d.checkState(s); err != nil {
 		return nil, err
 	}
-	prog, _ := d.build(s, nil)
+	prog, _ := d.build(s, nil, d.acct.available())
 	var b bytes.Buffer
 	if _, err := d.fullInput(prog, nil, d.jumps()).WriteTo(&b); err != nil {
 		return nil, err

@@ -110,9 +110,11 @@ func keep(prog *programmed, next *renderCache, in serviceInputs, st *svcState) {
 }
 
 // build renders every service of s, reusing what cache holds for services
-// whose inputs are unchanged, and returns the cache of this rendering.
-func (d *Dataplane) build(s *dataplane.State, cache *renderCache) (*programmed, *renderCache) {
+// whose inputs are unchanged, and returns the cache of this rendering;
+// accounting says whether the nfacct counters exist.
+func (d *Dataplane) build(s *dataplane.State, cache *renderCache, accounting bool) (*programmed, *renderCache) {
 	v := newView(s, d.ipv6)
+	v.accounting = accounting
 	for _, r := range v.ignored {
 		d.skip(r)
 	}
@@ -206,7 +208,11 @@ func (d *Dataplane) writeFull(b *stream, prog *programmed, ports []keyed, stale 
 		b.line("-A ", n.firewall, ` -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP`)
 	}
 	if !prog.liberal {
-		b.line("-A ", n.forward, " -m conntrack --ctstate INVALID -j DROP")
+		if prog.view.accounting {
+			b.line("-A ", n.forward, " -m conntrack --ctstate INVALID -m nfacct --nfacct-name ", InvalidDroppedCounter, " -j DROP")
+		} else {
+			b.line("-A ", n.forward, " -m conntrack --ctstate INVALID -j DROP")
+		}
 	}
 	b.line("-A ", n.forward, ` -m comment --comment "proxykit forwarding rules" -m mark --mark `, d.mark, "/", d.mark, " -j ACCEPT")
 	b.line("-A ", n.forward, ` -m comment --comment "proxykit forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`)
@@ -261,9 +267,11 @@ func (d *Dataplane) fullSync(ctx context.Context, s *dataplane.State) error {
 		prog  *programmed
 		cache *renderCache
 	}
+	// The counters come first: whether they exist decides the rules.
+	accounting := d.ensureCounters(ctx)
 	done := make(chan rendering, 1)
 	go func() {
-		prog, cache := d.build(s, d.cache)
+		prog, cache := d.build(s, d.cache, accounting)
 		done <- rendering{prog, cache}
 	}()
 	saves := map[string]*listing{}

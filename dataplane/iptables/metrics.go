@@ -29,6 +29,7 @@ type metrics struct {
 	restoreTimeouts        prometheus.Counter
 	rules                  [numTables]prometheus.Gauge
 	rulesLastSync          [numTables]prometheus.Gauge
+	nfacctAvailable        prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metrics, error) {
@@ -37,6 +38,7 @@ func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metr
 	timeouts := r.CounterVec("restore_timeouts_total", "iptables-restore runs killed at the deadline their input's size allows (also counted as failures).", "ip_family")
 	rules := r.GaugeVec("rules", "Rules in the dataplane's own chains, by table; kube-proxy's sync_proxy_rules_iptables_total.", "ip_family", "table")
 	last := r.GaugeVec("rules_last_sync", "Rules the last Sync wrote (appended or inserted), by table; kube-proxy's sync_proxy_rules_iptables_last.", "ip_family", "table")
+	nfacct := r.GaugeVec("nfacct_available", "1 when the nfacct counters exist and the packet-accounting rules count into them; 0 when the kernel has no nfacct or they could not be made, and the rules are written without the nfacct match (set at each full sync).", "ip_family")
 	if err := r.Err(); err != nil {
 		return nil, err
 	}
@@ -46,6 +48,7 @@ func newMetrics(reg prometheus.Registerer, ns string, family v1.IPFamily) (*metr
 		partialRestoreFailures: failures.WithLabelValues(fam, "partial"),
 		repairRestoreFailures:  failures.WithLabelValues(fam, "repair"),
 		restoreTimeouts:        timeouts.WithLabelValues(fam),
+		nfacctAvailable:        nfacct.WithLabelValues(fam),
 	}
 	for t, name := range tableNames {
 		m.rules[t] = rules.WithLabelValues(fam, name)

@@ -189,6 +189,11 @@ func (r *renderer) dispatchRules(p *port, pl *portPlan, m portMatch, out *render
 	if np := sp.NodePort; np != 0 {
 		npPort := "--dport " + strconv.Itoa(int(np))
 		if hasAny {
+			if r.v.countsLocalhost() {
+				// Counted apart, then sent where the rule below sends
+				// every other node-port packet.
+				out.add(natNodePorts, r.rule(comment(p.name), proto, "-d 127.0.0.0/8", npPort, "-m nfacct --nfacct-name", LocalhostNodePortsCounter, "-j", pl.ext))
+			}
 			out.add(natNodePorts, r.rule(comment(p.name), proto, npPort, "-j", pl.ext))
 		}
 		if !pl.hasExternal {

@@ -117,6 +117,8 @@ func (d *Dataplane) Sync(ctx context.Context, s *dataplane.State) error {
 		}
 		v = newView(s, d.ipv6)
 		v.noComments = prog.view.noComments
+		// Only a full sync makes the counters again.
+		v.accounting = prog.view.accounting
 		full = !v.equal(prog.view)
 	}
 	var err error

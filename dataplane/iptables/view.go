@@ -29,6 +29,9 @@ type view struct {
 	localhostNodePorts bool
 	// noComments is large-cluster mode.
 	noComments bool
+	// accounting is whether the nfacct counters exist, so that the
+	// counting rules may match them (see Config.Accounting).
+	accounting bool
 	// ignored says why settings were left out. It follows from the
 	// compared fields' inputs, so it is reported only when the view
 	// changes (a full sync), not on every sync.
@@ -39,8 +42,11 @@ func (v *view) equal(o *view) bool {
 	return v.ipv6 == o.ipv6 && v.ifLocal == o.ifLocal && v.ifNotLocal == o.ifNotLocal &&
 		v.masqueradeAll == o.masqueradeAll && slices.Equal(v.nodeIPs, o.nodeIPs) &&
 		slices.Equal(v.nodePortDsts, o.nodePortDsts) && v.localhostNodePorts == o.localhostNodePorts &&
-		v.noComments == o.noComments
+		v.noComments == o.noComments && v.accounting == o.accounting
 }
+
+// countsLocalhost is whether node-port packets to 127.0.0.0/8 are counted.
+func (v *view) countsLocalhost() bool { return v.localhostNodePorts && v.accounting }
 
 // newView derives the view of s.
 func newView(s *dataplane.State, ipv6 bool) *view {

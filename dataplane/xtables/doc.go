@@ -37,7 +37,8 @@
 //
 // Ruleset.Trace follows the first packet of a connection through mangle,
 // nat and filter as the kernel would, including ipsets (SetIPSets) and
-// TPROXY, and returns a dataplane.Verdict in the shape State.Lookup gives:
+// TPROXY (an nfacct match, which only counts, matches every packet), and
+// returns a dataplane.Verdict in the shape State.Lookup gives:
 // so a fake can be held to the same conformance suite as a kernel, and
 // "explain --kernel" can say what the kernel's rules do with a packet.
 package xtables

@@ -52,6 +52,9 @@ type Rule struct {
 	matchSet string
 	// tproxy holds a TPROXY target's options.
 	tproxy tproxyTarget
+	// nfacct is the counter an nfacct match adds the packet to; the
+	// match itself always matches.
+	nfacct string
 }
 
 // tproxyTarget is what a TPROXY target takes: the socket of the node the
@@ -101,7 +104,7 @@ func parseMark(s string) (val, mask uint32, err error) {
 var knownModules = map[string]bool{
 	"comment": true, "tcp": true, "udp": true, "sctp": true, "conntrack": true,
 	"mark": true, "addrtype": true, "recent": true, "statistic": true,
-	"set": true,
+	"set": true, "nfacct": true,
 }
 
 // ruleParser reads the words of one rule, keeping its text as it goes.
@@ -269,6 +272,10 @@ func (p *ruleParser) matchOption(w string) (handled bool, err error) {
 	case "--mask":
 		if v, err = p.arg(); err == nil {
 			p.r.recentMask = v
+		}
+	case "--nfacct-name":
+		if v, err = p.arg(); err == nil {
+			p.r.nfacct = v
 		}
 	default:
 		return false, nil
@@ -517,6 +524,9 @@ func (r *Rule) Key() string {
 		num("probability", r.probability)
 	}
 	str("set", r.matchSet)
+	if r.nfacct != "" {
+		str("nfacct", r.nfacct)
+	}
 	str("comment", r.Comment)
 	str("j", r.Target)
 	str("to", r.toDestination)
