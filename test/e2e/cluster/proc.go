@@ -25,7 +25,7 @@ const joinAndExec = `for f in $` + cgroupEnv + `; do echo $$ > "$f" || exit 125;
 // finds its shims and runc there, kubelet and the proxies their tools.
 const processPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// inCgroup returns a command that runs name with args inside the cgroup
+// command returns a command that runs name with args inside the cgroup
 // leaf rel of every hierarchy.
 func (c cgroups) command(ctx context.Context, rel string, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", joinAndExec, "sh", name}, args...)...)

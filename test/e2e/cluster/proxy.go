@@ -16,20 +16,21 @@ const (
 )
 
 // proxyArgs are the flags StartProxy passes on node n: kube-proxy's
-// command line, which the node agent mirrors. The conntrack flags leave
-// the machine-wide conntrack table size and timeouts alone (one kernel is
-// shared by every node), and the OOM score stays as is (root lacks
-// CAP_SYS_RESOURCE here). /healthz listens on every address of the node,
-// as kube-proxy's default: the suite asks localhost from host-network pods
-// ("should check kube-proxy urls") and the node IP from outside.
+// command line, which the node agent mirrors. --conntrack-max-per-core=0
+// leaves the conntrack table's size alone: nf_conntrack_max and the hash
+// size are the machine's, shared by every node. The TCP timeouts keep
+// their defaults: they are per network namespace, so each proxy sets its
+// node's, as the suite checks ("should set TCP CLOSE_WAIT timeout"). The
+// OOM score stays as is (root lacks CAP_SYS_RESOURCE here). /healthz
+// listens on every address of the node, as kube-proxy's default: the
+// suite asks localhost from host-network pods ("should check kube-proxy
+// urls") and the node IP from outside.
 func (c *Cluster) proxyArgs(n *node, p Proxy) []string {
 	args := []string{
 		"--kubeconfig=" + c.path("kube-proxy.kubeconfig"),
 		"--hostname-override=" + n.name,
 		"--cluster-cidr=" + ClusterCIDR,
 		"--conntrack-max-per-core=0",
-		"--conntrack-tcp-timeout-established=0",
-		"--conntrack-tcp-timeout-close-wait=0",
 		"--oom-score-adj=0",
 		"--healthz-bind-address=0.0.0.0:" + strconv.Itoa(ProxyHealthzPort),
 		"--metrics-bind-address=127.0.0.1:10249",
@@ -46,6 +47,9 @@ func (c *Cluster) proxyArgs(n *node, p Proxy) []string {
 func (c *Cluster) StartProxy(ctx context.Context, p Proxy) error {
 	if p.Name == "" || p.Binary == "" {
 		return fmt.Errorf("cluster: StartProxy: Proxy needs a Name and a Binary (got %q, %q)", p.Name, p.Binary)
+	}
+	if c.cfg.VM != nil {
+		return c.startVMProxy(ctx, p)
 	}
 	c.mu.Lock()
 	running := len(c.proxy) > 0
@@ -109,6 +113,9 @@ func (c *Cluster) waitProxyHealthy(ctx context.Context, n *node, proc *process) 
 // on every node, so the next proxy starts on a node as clean as a new
 // one. Without a running proxy it does nothing.
 func (c *Cluster) StopProxy(ctx context.Context) error {
+	if c.cfg.VM != nil {
+		return c.stopVMProxy(ctx)
+	}
 	c.mu.Lock()
 	procs, p := c.proxy, c.proxyP
 	c.proxy = nil

@@ -15,8 +15,6 @@ func TestProxyArgs(t *testing.T) {
 		"--hostname-override=e2e-node-2",
 		"--cluster-cidr=10.244.0.0/16",
 		"--conntrack-max-per-core=0",
-		"--conntrack-tcp-timeout-established=0",
-		"--conntrack-tcp-timeout-close-wait=0",
 		"--oom-score-adj=0",
 		"--healthz-bind-address=0.0.0.0:10256",
 		"--metrics-bind-address=127.0.0.1:10249",
