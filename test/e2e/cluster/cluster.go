@@ -38,6 +38,7 @@ type Cluster struct {
 	procs  []*process // everything started, holders included, in order
 	proxy  []*process // the running proxy, one per node
 	proxyP Proxy
+	vm     vmState
 }
 
 // node is one node of a running cluster.
@@ -136,6 +137,11 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err := c.waitDNS(ctx); err != nil {
 		return err
 	}
+	if c.cfg.VM != nil {
+		if err := c.startVMs(ctx); err != nil {
+			return err
+		}
+	}
 	c.logf("cluster of %d node(s) up", c.cfg.Nodes)
 	return nil
 }
@@ -175,6 +181,9 @@ func (c *Cluster) Client() kubernetes.Interface { return c.client }
 // Down stops everything Up and StartProxy started and removes the
 // namespaces, mounts and cgroups; it leaves only WorkDir's files.
 func (c *Cluster) Down(ctx context.Context) error {
+	if c.cfg.VM != nil && c.runnerNS >= 0 {
+		c.saveVMLogs(ctx)
+	}
 	c.mu.Lock()
 	procs := append([]*process(nil), c.procs...)
 	c.proxy = nil

@@ -53,6 +53,10 @@ type Config struct {
 	WorkDir string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
+	// VM, when set, makes the worker nodes virtual machines (see VM);
+	// Nodes must then be 1, the control plane's namespace. Nil: every node
+	// is a namespace.
+	VM *VM
 }
 
 // Proxy is the service proxy StartProxy runs on every node.
@@ -93,6 +97,11 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 	}
 	cfg.WorkDir = dir
+	if cfg.VM != nil {
+		if cfg.VM, err = cfg.VM.withDefaults(cfg.Nodes); err != nil {
+			return cfg, err
+		}
+	}
 	for name, path := range map[string]string{
 		"Etcd": cfg.Bin.Etcd, "APIServer": cfg.Bin.APIServer, "ControllerManager": cfg.Bin.ControllerManager,
 		"Scheduler": cfg.Bin.Scheduler, "Kubelet": cfg.Bin.Kubelet, "CoreDNS": cfg.Bin.CoreDNS,

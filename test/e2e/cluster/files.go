@@ -34,7 +34,7 @@ func (c *Cluster) writeFiles() error {
 	if err != nil {
 		return err
 	}
-	ids, err := withTokens(identities(c.cfg.Nodes))
+	ids, err := withTokens(identities(c.cfg.Nodes + c.cfg.vmNodes()))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,611 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// VM makes the cluster's worker nodes virtual machines, for what the
+// machine's own kernel lacks (IPVS): each is Debian's cloud kernel under
+// qemu-system-x86_64 with TCG (no KVM), booted from an initramfs holding
+// containerd, runc, the CNI plugins, kubelet, the proxies and the images,
+// its virtio NIC a tap device on the runner's bridge. The control plane
+// stays in node 1's namespace, whose kubelet registers it with the
+// control-plane taint, so that no test pod lands where no proxy runs.
+type VM struct {
+	// Nodes is how many VMs, 1 to MaxNodes; zero means 1. VM k is node
+	// NodeName(k+1) at NodeIP(k+1), its pod subnet VMPodCIDR(k).
+	Nodes int
+	// Kernel is the kernel image booted; zero: the newest
+	// /boot/vmlinuz-*-cloud-amd64 (apt: linux-image-cloud-amd64). Its
+	// modules are read from /lib/modules/<version>.
+	Kernel string
+	// MemoryMiB is each VM's memory; zero: 2048.
+	MemoryMiB int
+	// CPUs is each VM's processor count; zero: 2.
+	CPUs int
+}
+
+// VM timeouts: a VM boots, imports the images and registers in minutes
+// under TCG on a loaded machine.
+const (
+	vmReadyTimeout = 20 * time.Minute
+	vmCtlPort      = 10999
+	vmCtlTimeout   = 90 * time.Second
+)
+
+// vmState is what the cluster knows of its VMs' proxies.
+type vmState struct {
+	proxy   *Proxy   // the proxy running in every VM, nil when none
+	started []string // the names of every proxy started, whose logs Down saves
+}
+
+func (v *VM) withDefaults(nodes int) (*VM, error) {
+	out := *v
+	if nodes != 1 {
+		return nil, fmt.Errorf("cluster: Nodes %d with VM: the namespace node is the control plane's alone (set VM.Nodes)", nodes)
+	}
+	if out.Nodes == 0 {
+		out.Nodes = 1
+	}
+	if out.Nodes < 1 || out.Nodes > MaxNodes {
+		return nil, fmt.Errorf("cluster: VM.Nodes %d: want 1 to %d", out.Nodes, MaxNodes)
+	}
+	if out.MemoryMiB == 0 {
+		out.MemoryMiB = 2048
+	}
+	if out.CPUs == 0 {
+		out.CPUs = 2
+	}
+	if out.Kernel == "" {
+		images, _ := filepath.Glob("/boot/vmlinuz-*-cloud-amd64")
+		if len(images) == 0 {
+			return nil, errors.New("cluster: VM: no /boot/vmlinuz-*-cloud-amd64 (apt: linux-image-cloud-amd64)")
+		}
+		out.Kernel = images[len(images)-1]
+	}
+	if _, err := os.Stat(out.modules()); err != nil {
+		return nil, fmt.Errorf("cluster: VM: the modules of %s: %w", out.Kernel, err)
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "busybox"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("cluster: VM: %s (apt: qemu-system-x86, busybox-static): %w", tool, err)
+		}
+	}
+	return &out, nil
+}
+
+// modules is the kernel's module directory.
+func (v *VM) modules() string {
+	return filepath.Join("/lib/modules", strings.TrimPrefix(filepath.Base(v.Kernel), "vmlinuz-"))
+}
+
+// KernelRelease is the release of the kernel the VMs boot.
+func (v *VM) KernelRelease() string { return filepath.Base(v.modules()) }
+
+// vmNodes is how many VM nodes cfg has.
+func (cfg Config) vmNodes() int {
+	if cfg.VM == nil {
+		return 0
+	}
+	return cfg.VM.Nodes
+}
+
+// VMPodCIDR is VM k's pod subnet (1-based), set on its Node before its
+// kubelet registers, so that its CNI configuration is in its image.
+func VMPodCIDR(k int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(100 + k), 0}), 24)
+}
+
+// vmNode is one VM of the cluster.
+type vmNode struct {
+	k       int
+	name    string
+	ip      netip.Addr
+	podCIDR netip.Prefix
+	dir     string // WorkDir/<name>
+}
+
+func (c *Cluster) vmList() []vmNode {
+	var vms []vmNode
+	for k := 1; k <= c.cfg.vmNodes(); k++ {
+		i := c.cfg.Nodes + k
+		vms = append(vms, vmNode{k: k, name: NodeName(i), ip: NodeIP(i), podCIDR: VMPodCIDR(k), dir: c.path(NodeName(i))})
+	}
+	return vms
+}
+
+// startVMs taints node 1 as the control plane, then boots every VM and
+// waits until each is Ready.
+func (c *Cluster) startVMs(ctx context.Context) error {
+	if err := c.taintControlPlane(ctx); err != nil {
+		return err
+	}
+	vms := c.vmList()
+	var qemus []*process
+	for _, vm := range vms {
+		q, err := c.bootVM(ctx, vm, vms)
+		if err != nil {
+			return err
+		}
+		qemus = append(qemus, q)
+	}
+	ctx, cancel := context.WithTimeout(ctx, vmReadyTimeout)
+	defer cancel()
+	for k, vm := range vms {
+		if err := c.waitVMReady(ctx, vm, qemus[k]); err != nil {
+			return err
+		}
+		// qemu read the image at start.
+		os.Remove(filepath.Join(vm.dir, "initrd.cpio"))
+	}
+	return nil
+}
+
+// taintControlPlane keeps test pods off node 1, which runs no proxy in a
+// cluster of VMs: the control-plane taint is one the e2e framework counts
+// as not blocking, so it neither waits for the node nor schedules there.
+func (c *Cluster) taintControlPlane(ctx context.Context) error {
+	name := NodeName(1)
+	n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("cluster: %s: %w", name, err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels["node-role.kubernetes.io/control-plane"] = ""
+	if _, err := c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("cluster: taint %s: %w", name, err)
+	}
+	return nil
+}
+
+// bootVM registers vm's Node with its pod subnet, routes that subnet
+// through it, writes its image and starts qemu on a tap device of br0.
+func (c *Cluster) bootVM(ctx context.Context, vm vmNode, all []vmNode) (*process, error) {
+	_, err := c.client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: vm.name},
+		Spec:       corev1.NodeSpec{PodCIDR: vm.podCIDR.String(), PodCIDRs: []string{vm.podCIDR.String()}},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("cluster: %s: %w", vm.name, err)
+	}
+	route := []string{"ip", "route", "replace", vm.podCIDR.String(), "via", vm.ip.String()}
+	if err := c.inNS(ctx, "runner", c.runner, route...); err != nil {
+		return nil, err
+	}
+	for _, n := range c.nodes {
+		if err := c.inNS(ctx, n.name, n.holder, route...); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(vm.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	start := time.Now()
+	initrd := filepath.Join(vm.dir, "initrd.cpio")
+	if err := c.writeVMImage(vm, all, initrd); err != nil {
+		return nil, err
+	}
+	c.logf("%s: image written in %s", vm.name, time.Since(start).Round(time.Second))
+	tap := fmt.Sprintf("tap-vm%d", vm.k)
+	for _, argv := range [][]string{
+		{"ip", "tuntap", "add", tap, "mode", "tap"},
+		{"ip", "link", "set", tap, "master", "br0", "up"},
+	} {
+		if err := c.inNS(ctx, "runner", c.runner, argv...); err != nil {
+			return nil, err
+		}
+	}
+	v := c.cfg.VM
+	ip4 := vm.ip.As4()
+	// qemu runs in the runner's namespaces, where its tap device is.
+	return c.startOn(&node{name: vm.name, holder: c.runner}, "qemu",
+		"qemu-system-x86_64", "-machine", "q35,accel=tcg", "-cpu", "max",
+		"-smp", strconv.Itoa(v.CPUs), "-m", strconv.Itoa(v.MemoryMiB),
+		"-kernel", v.Kernel, "-initrd", initrd,
+		"-append", "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init",
+		"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no",
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:%02x:%02x:%02x", ip4[1], ip4[2], ip4[3]),
+		"-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot")
+}
+
+// waitVMReady waits until vm's Node is Ready.
+func (c *Cluster) waitVMReady(ctx context.Context, vm vmNode, qemu *process) error {
+	for {
+		n, err := c.client.CoreV1().Nodes().Get(ctx, vm.name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					c.logf("%s: VM Ready", vm.name)
+					return nil
+				}
+			}
+		}
+		if qemu.exited() {
+			return qemu.failure("%s: the VM stopped before its node was Ready", vm.name)
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			c.saveVMLogs(context.WithoutCancel(ctx))
+			return qemu.failure("%s: not Ready: %v (its kubelet's log: %s)", vm.name, err, filepath.Join(vm.dir, "kubelet.log"))
+		}
+	}
+}
+
+// vmCtl asks vm's control script (a CGI of busybox httpd in the VM) to
+// act on the program name: start, alive, stop, or exec argv.
+func (c *Cluster) vmCtl(ctx context.Context, vm vmNode, action, name string, argv []string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, vmCtlTimeout)
+	defer cancel()
+	u := fmt.Sprintf("http://%s/cgi-bin/ctl?%s+%s", netip.AddrPortFrom(vm.ip, vmCtlPort), url.QueryEscape(action), url.QueryEscape(name))
+	body := strings.Join(argv, "\n")
+	if body != "" {
+		body += "\n"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(body))
+	if err != nil {
+		return "", fmt.Errorf("cluster: %w", err)
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: c.dial.DialContext, DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("cluster: %s: %s %s: %w", vm.name, action, name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = errors.New(resp.Status)
+	}
+	if err != nil {
+		return string(b), fmt.Errorf("cluster: %s: %s %s: %w", vm.name, action, name, err)
+	}
+	return string(b), nil
+}
+
+// startVMProxy runs p in every VM and waits until each /healthz answers.
+func (c *Cluster) startVMProxy(ctx context.Context, p Proxy) error {
+	if c.vm.proxy != nil {
+		return fmt.Errorf("cluster: StartProxy %s: %s is running", p.Name, c.vm.proxy.Name)
+	}
+	c.vm.proxy = &p
+	if !slices.Contains(c.vm.started, p.Name) {
+		c.vm.started = append(c.vm.started, p.Name)
+	}
+	for _, vm := range c.vmList() {
+		argv := append([]string{p.Binary}, c.proxyArgs(&node{name: vm.name}, p)...)
+		if _, err := c.vmCtl(ctx, vm, "start", p.Name, argv); err != nil {
+			return err
+		}
+	}
+	for _, vm := range c.vmList() {
+		if err := c.waitVMProxy(ctx, vm, p); err != nil {
+			return err
+		}
+	}
+	c.logf("%s (mode %q) healthy in %d VM(s)", p.Name, p.Mode, c.cfg.vmNodes())
+	return nil
+}
+
+func (c *Cluster) waitVMProxy(ctx context.Context, vm vmNode, p Proxy) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*proxyHealthTimeout)
+	defer cancel()
+	u := fmt.Sprintf("http://%s:%d/healthz", vm.ip, ProxyHealthzPort)
+	last := "no answer"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		if resp, err := c.HTTPClient().Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if alive, err := c.vmCtl(ctx, vm, "alive", p.Name, nil); err == nil && strings.TrimSpace(alive) != "yes" {
+			return c.vmFailure(vm, p.Name, "exited before %s answered 200", u)
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			return c.vmFailure(vm, p.Name, "%s: %v (last: %s)", u, err, last)
+		}
+	}
+}
+
+// vmFailure is an error about program name in vm carrying its log's tail.
+func (c *Cluster) vmFailure(vm vmNode, name, format string, args ...any) error {
+	c.saveVMLogs(context.Background())
+	log := filepath.Join(vm.dir, name+".log")
+	return fmt.Errorf("cluster: %s %s: %s; %s ends:\n%s", vm.name, name, fmt.Sprintf(format, args...), log, tail(log, 25))
+}
+
+// stopVMProxy stops the VMs' proxy and runs its --cleanup in each.
+func (c *Cluster) stopVMProxy(ctx context.Context) error {
+	p := c.vm.proxy
+	if p == nil {
+		return nil
+	}
+	c.vm.proxy = nil
+	var errs []error
+	for _, vm := range c.vmList() {
+		if _, err := c.vmCtl(ctx, vm, "stop", p.Name, nil); err != nil {
+			errs = append(errs, err)
+		}
+		argv := []string{p.Binary, "--cleanup"}
+		if p.Mode != "" {
+			argv = append(argv, "--proxy-mode="+p.Mode)
+		}
+		out, err := c.vmCtl(ctx, vm, "exec", p.Name+"-cleanup", argv)
+		if err == nil && !strings.HasSuffix(strings.TrimSpace(out), "exit: 0") {
+			err = fmt.Errorf("cluster: %s: %s --cleanup: %s", vm.name, p.Name, strings.TrimSpace(out))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.logf("%s stopped and cleaned up in %d VM(s)", p.Name, c.cfg.vmNodes())
+	return errors.Join(errs...)
+}
+
+// saveVMLogs copies every VM's logs into WorkDir/<node>/, as far as the
+// VMs answer.
+func (c *Cluster) saveVMLogs(ctx context.Context) {
+	client := &http.Client{Transport: &http.Transport{DialContext: c.dial.DialContext, DisableKeepAlives: true}, Timeout: 20 * time.Second}
+	for _, vm := range c.vmList() {
+		names := append([]string{"containerd", "kubelet", "images"}, c.vm.started...)
+		for _, name := range names {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/log/%s.log", netip.AddrPortFrom(vm.ip, vmCtlPort), name), nil)
+			if err != nil {
+				continue
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				break // the VM does not answer
+			}
+			if resp.StatusCode == http.StatusOK {
+				if f, err := os.Create(filepath.Join(vm.dir, name+".log")); err == nil {
+					io.Copy(f, resp.Body)
+					f.Close()
+				}
+			}
+			resp.Body.Close()
+		}
+	}
+}
+
+// writeVMImage writes vm's initramfs: busybox, the node's programs with
+// their libraries, the kernel's modules, the images, the files the
+// programs read (at their WorkDir paths, so that command lines are the
+// host's), and the init and control scripts.
+func (c *Cluster) writeVMImage(vm vmNode, all []vmNode, dst string) error {
+	im := vmImage{}
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return fmt.Errorf("cluster: VM: busybox: %w", err)
+	}
+	im.file("/bin/busybox", bb)
+	applets, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("cluster: VM: busybox --list: %w", err)
+	}
+	for _, a := range strings.Fields(string(applets)) {
+		if a != "busybox" {
+			im.symlink("/bin/"+a, "busybox")
+		}
+	}
+	im.symlink("/sbin/modprobe", "/bin/busybox")
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "ipset", "conntrack"} {
+		if _, err := im.program(tool); err != nil {
+			return err
+		}
+	}
+	// iptables is the nf_tables backend, whatever the host's alternative.
+	xt, err := im.program("xtables-nft-multi")
+	if err != nil {
+		return err
+	}
+	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		im.symlink(filepath.Join(filepath.Dir(xt), n), filepath.Base(xt))
+	}
+	if exts, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/xtables/*.so"); len(exts) > 0 {
+		for _, e := range exts {
+			im.file(e, e)
+			if err := im.libraries(e); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback", "portmap"} {
+		f := filepath.Join(cniBinDir, p)
+		im.file(f, f)
+		if err := im.libraries(f); err != nil {
+			return err
+		}
+	}
+	for _, p := range []string{c.cfg.Bin.Kubelet, c.cfg.Bin.Agent, c.cfg.Bin.KubeProxy} {
+		if p != "" {
+			im.file(p, p)
+		}
+	}
+	for _, img := range c.cfg.Images {
+		im.file(img, img)
+	}
+	if err := im.tree(c.cfg.VM.modules()); err != nil {
+		return fmt.Errorf("cluster: VM: modules: %w", err)
+	}
+	for _, etc := range []string{"/etc/protocols", "/etc/services", "/etc/ethertypes"} {
+		if _, err := os.Stat(etc); err == nil {
+			im.file(etc, etc)
+		}
+	}
+	im.bytes("/etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"), 0o644)
+	im.bytes("/etc/group", []byte("root:x:0:\nnogroup:x:65534:\n"), 0o644)
+	im.bytes("/etc/hosts", []byte("127.0.0.1 localhost\n"), 0o644)
+	im.bytes("/etc/resolv.conf", resolvConf(), 0o644)
+	for _, d := range []string{"/proc", "/sys", "/dev", "/run", "/tmp", "/var/lib", "/var/log", "/root", "/srv"} {
+		im.dir(d)
+	}
+	im.symlink("/srv/log", "/var/log")
+	im.bytes("/srv/cgi-bin/ctl", []byte(vmCtlScript), 0o755)
+
+	kc := kubeletConfig(c.cfg.Nodes+vm.k, "/")
+	kubeletYAML, err := yaml.Marshal(kc)
+	if err != nil {
+		return fmt.Errorf("cluster: %s: kubelet config: %w", vm.name, err)
+	}
+	const pivot = "SystemdCgroup = false\n"
+	ctrd := string(containerdConfig())
+	if !strings.Contains(ctrd, pivot) {
+		return fmt.Errorf("cluster: %s: containerd's configuration has no %q to add NoPivotRoot after", vm.name, strings.TrimSpace(pivot))
+	}
+	// runc cannot pivot_root out of an initramfs.
+	ctrd = strings.Replace(ctrd, pivot, pivot+"        NoPivotRoot = true\n", 1)
+	cni, err := cniConfigJSON(vm.podCIDR)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{"kubelet.yaml": kubeletYAML, "containerd.toml": []byte(ctrd), "cni.conflist": cni}
+	for name, b := range files {
+		p := filepath.Join(vm.dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		im.file(p, p)
+	}
+	nodeKubeconfig := c.path(vm.name + ".kubeconfig")
+	for _, p := range []string{nodeKubeconfig, c.path("kube-proxy.kubeconfig")} {
+		im.file(p, p)
+	}
+	im.bytes("/init", []byte(c.vmInit(vm, all, nodeKubeconfig)), 0o755)
+
+	f, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if err := im.writeCPIO(f); err != nil {
+		f.Close()
+		return fmt.Errorf("cluster: %s: image: %w", vm.name, err)
+	}
+	return f.Close()
+}
+
+// vmModules are loaded at boot: the NIC, what containerd, the bridge CNI
+// and every proxy mode need (the kernel loads the rest on demand).
+var vmModules = []string{
+	"virtio_pci", "virtio_net", "overlay", "br_netfilter", "nf_conntrack", "veth", "bridge", "dummy",
+	"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_sh", "nf_tables", "nft_compat",
+	"ip_set", "ip_set_hash_ip", "ip_set_hash_ipport", "ip_set_hash_ipportip", "ip_set_hash_ipportnet",
+	"ip_set_hash_net", "ip_set_bitmap_port", "xt_set", "xt_comment", "xt_mark", "xt_conntrack",
+	"xt_MASQUERADE", "xt_addrtype",
+}
+
+// vmInit is vm's /init: mounts, modules, network, the control server,
+// containerd with the images imported, then kubelet.
+func (c *Cluster) vmInit(vm vmNode, all []vmNode, kubeconfig string) string {
+	var b strings.Builder
+	b.WriteString(`#!/bin/sh
+export PATH=` + processPath + ` HOME=/root
+mark() { echo "vmnode: $(cut -d' ' -f1 /proc/uptime)s $* (MemAvailable $(awk '/MemAvailable/{print $2}' /proc/meminfo) kB)"; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /run
+mount -t tmpfs -o mode=755 tmpfs /var/lib
+mount -t tmpfs -o mode=755 tmpfs /var/log
+ln -s /run /var/run
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount --make-rshared /
+echo /sbin/modprobe > /proc/sys/kernel/modprobe
+mark init
+`)
+	fmt.Fprintf(&b, "for m in %s; do modprobe $m || echo \"vmnode: modprobe $m failed\"; done\n", strings.Join(vmModules, " "))
+	fmt.Fprintf(&b, `echo "+cpu +cpuset +memory +pids +io" > /sys/fs/cgroup/cgroup.subtree_control
+hostname %[1]s
+i=0; while [ ! -e /sys/class/net/eth0 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+ip link set lo up
+ip addr add %[2]s dev eth0
+ip link set eth0 up
+ip route add default via %[3]s
+`, vm.name, netip.PrefixFrom(vm.ip, fabricBits), BridgeIP)
+	for _, o := range all {
+		if o.k != vm.k {
+			fmt.Fprintf(&b, "ip route add %s via %s\n", o.podCIDR, o.ip)
+		}
+	}
+	fmt.Fprintf(&b, `sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1
+mkdir -p %[1]s /var/lib/kubelet
+cp %[2]s %[3]s
+busybox httpd -p %[4]s -h /srv
+mark network
+containerd --config %[5]s >> /var/log/containerd.log 2>&1 &
+until ctr version >/dev/null 2>&1; do sleep 0.2; done
+mark containerd
+`, cniConfDir, filepath.Join(vm.dir, "cni.conflist"), cniConfFile, netip.AddrPortFrom(vm.ip, vmCtlPort), filepath.Join(vm.dir, "containerd.toml"))
+	for _, img := range c.cfg.Images {
+		// Each tarball is removed once imported: its memory is the VM's.
+		fmt.Fprintf(&b, "ctr -n k8s.io images import %[1]s >> /var/log/images.log 2>&1 || echo \"vmnode: import %[1]s failed\"; rm -f %[1]s\n", img)
+	}
+	fmt.Fprintf(&b, `mark images
+%[1]s --kubeconfig=%[2]s --config=%[3]s --hostname-override=%[4]s --node-ip=%[5]s --v=1 >> /var/log/kubelet.log 2>&1 &
+mark kubelet
+while sleep 60; do mark running; done
+`, c.cfg.Bin.Kubelet, kubeconfig, filepath.Join(vm.dir, "kubelet.yaml"), vm.name, vm.ip)
+	return b.String()
+}
+
+// vmCtlScript is the VM's control CGI: ctl?ACTION+NAME with the command
+// line, one argument a line, as the body. start runs it in the
+// background logging to /var/log/NAME.log, alive says yes or no, stop
+// sends SIGTERM and after 30 s SIGKILL, exec runs it and prints its
+// output and "exit: N".
+const vmCtlScript = `#!/bin/sh
+printf 'Content-Type: text/plain\r\n\r\n'
+action=${QUERY_STRING%%+*} name=${QUERY_STRING#*+}
+set --
+if [ "${CONTENT_LENGTH:-0}" -gt 0 ]; then
+	while IFS= read -r l; do set -- "$@" "$l"; done <<END
+$(head -c "$CONTENT_LENGTH")
+END
+fi
+alive() { [ -f "/run/$1.pid" ] && p=$(cat "/run/$1.pid") && [ -d "/proc/$p" ] && ! grep -q '^State:.Z' "/proc/$p/status"; }
+case $action in
+start) setsid "$@" </dev/null >>"/var/log/$name.log" 2>&1 & echo $! > "/run/$name.pid"; echo "started $!";;
+alive) alive "$name" && echo yes || echo no;;
+stop) if alive "$name"; then p=$(cat "/run/$name.pid"); kill "$p"; i=0; while alive "$name" && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; kill -9 "$p" 2>/dev/null; fi; rm -f "/run/$name.pid"; echo stopped;;
+exec) "$@" </dev/null 2>&1; echo "exit: $?";;
+*) echo "unknown action $action";;
+esac
+`
+
+// VMKernelRelease is the release of the kernel the cluster's VMs boot,
+// empty without VMs.
+func (c *Cluster) VMKernelRelease() string {
+	if c.cfg.VM == nil {
+		return ""
+	}
+	return c.cfg.VM.KernelRelease()
+}
