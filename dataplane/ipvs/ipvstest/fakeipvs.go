@@ -51,10 +51,10 @@ type fakeVS struct {
 // is never kept, as the kernel copies a netlink message.
 type fakeDest struct {
 	addr             addrPort
-	weight           int
+	weight           int32
 	flags            uint32
 	upper, lower     uint32
-	active, inactive int
+	active, inactive int32
 }
 
 func destOf(d *mobyipvs.Destination) addrPort {
@@ -92,9 +92,9 @@ func (d *fakeDest) destination() *mobyipvs.Destination {
 	} else {
 		n.ip = a.As16()
 	}
-	n.Destination = mobyipvs.Destination{Address: ip, Port: ap.Port(), Weight: d.weight,
+	n.Destination = mobyipvs.Destination{Address: ip, Port: ap.Port(), Weight: int(d.weight),
 		ConnectionFlags: d.flags, UpperThreshold: d.upper, LowerThreshold: d.lower,
-		ActiveConnections: d.active, InactiveConnections: d.inactive}
+		ActiveConnections: int(d.active), InactiveConnections: int(d.inactive)}
 	return &n.Destination
 }
 
@@ -232,7 +232,7 @@ func (f *FakeIPVS) NewDestination(s *mobyipvs.Service, d *mobyipvs.Destination) 
 	if slices.ContainsFunc(vs.dests, func(o fakeDest) bool { return o.addr == ap }) {
 		return unix.EEXIST
 	}
-	vs.dests = append(vs.dests, fakeDest{addr: ap, weight: d.Weight, flags: d.ConnectionFlags, upper: d.UpperThreshold, lower: d.LowerThreshold})
+	vs.dests = append(vs.dests, fakeDest{addr: ap, weight: int32(d.Weight), flags: d.ConnectionFlags, upper: d.UpperThreshold, lower: d.LowerThreshold})
 	f.version++
 	return nil
 }
@@ -247,7 +247,7 @@ func (f *FakeIPVS) UpdateDestination(s *mobyipvs.Service, d *mobyipvs.Destinatio
 	ap := destOf(d)
 	for i := range vs.dests {
 		if o := &vs.dests[i]; o.addr == ap {
-			o.weight, o.flags, o.upper, o.lower = d.Weight, d.ConnectionFlags, d.UpperThreshold, d.LowerThreshold
+			o.weight, o.flags, o.upper, o.lower = int32(d.Weight), d.ConnectionFlags, d.UpperThreshold, d.LowerThreshold
 			f.version++
 			return nil
 		}
@@ -312,7 +312,7 @@ func (f *FakeIPVS) SetConnections(vip netip.AddrPort, proto string, dest netip.A
 	}
 	for i := range vs.dests {
 		if d := &vs.dests[i]; d.addr == compact(dest) {
-			d.active, d.inactive = active, inactive
+			d.active, d.inactive = int32(active), int32(inactive)
 			f.version++
 			return true
 		}
@@ -396,8 +396,8 @@ func (f *FakeIPVS) procTable(scan func([]byte)) {
 			b = appendHexAddrPort(b, ap.Addr(), ap.Port())
 			b = append(b, "      "...)
 			b = appendPadded(b, fwdName(d.flags), 8)
-			b = appendPaddedInt(b, d.weight, 7)
-			b = appendPaddedInt(b, d.active, 11)
+			b = appendPaddedInt(b, int(d.weight), 7)
+			b = appendPaddedInt(b, int(d.active), 11)
 			b = strconv.AppendInt(b, int64(d.inactive), 10)
 			b = append(b, '\n')
 		}
