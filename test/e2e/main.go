@@ -233,13 +233,16 @@ func runAll(ctx context.Context, o options, log *logger) int {
 
 	m := machineOf(ctx)
 	code := 0
+	kinds := clusterKinds(o)
 	for i, n := range o.nodes {
-		last := i == len(o.nodes)-1
-		if c := runCluster(ctx, o, log, clusterRun{nodes: n, bins: bins, images: imgs, machine: m, keep: o.keep && last}); c > code {
-			code = c
-		}
-		if ctx.Err() != nil {
-			return exitFailed
+		for j, vm := range kinds {
+			last := i == len(o.nodes)-1 && j == len(kinds)-1
+			if c := runCluster(ctx, o, log, clusterRun{nodes: n, bins: bins, images: imgs, machine: m, keep: o.keep && last, vm: vm}); c > code {
+				code = c
+			}
+			if ctx.Err() != nil {
+				return exitFailed
+			}
 		}
 	}
 	return code

@@ -24,6 +24,7 @@ type clusterRun struct {
 	images  []string
 	machine machine
 	keep    bool // leave the cluster, and its last proxy, up
+	vm      bool // worker nodes are VMs, for the modes in needsVM
 }
 
 // proxies lists the proxies to run, kube-proxy's modes first (the
@@ -43,9 +44,14 @@ func proxies(o options, bins build.Binaries) []cluster.Proxy {
 // tears it down (unless r.keep); it returns the exit code its runs earn.
 func runCluster(ctx context.Context, o options, log *logger, r clusterRun) int {
 	workDir := filepath.Join(o.work, fmt.Sprintf("%dnode", r.nodes))
+	cfg := cluster.Config{Nodes: r.nodes, Bin: r.bins, Images: r.images, WorkDir: workDir, Log: log}
+	if r.vm {
+		workDir += "-vm"
+		cfg.Nodes, cfg.VM, cfg.WorkDir = 1, &cluster.VM{Nodes: r.nodes}, workDir
+	}
 	log.printf("bringing up %d node(s) (logs: %s)", r.nodes, workDir)
 	begin := time.Now()
-	c, err := cluster.Up(ctx, cluster.Config{Nodes: r.nodes, Bin: r.bins, Images: r.images, WorkDir: workDir, Log: log})
+	c, err := cluster.Up(ctx, cfg)
 	if err != nil {
 		log.printf("cluster of %d node(s): %v", r.nodes, err)
 		return exitFailed
@@ -65,7 +71,7 @@ func runCluster(ctx context.Context, o options, log *logger, r clusterRun) int {
 	}()
 
 	code := 0
-	ps := proxies(o, r.bins)
+	ps := proxiesOn(proxies(o, r.bins), r.vm)
 	for i, p := range ps {
 		last := i == len(ps)-1
 		if rc := runProxy(ctx, o, log, c, r, p, r.keep && last); rc > code {
@@ -82,6 +88,9 @@ func runCluster(ctx context.Context, o options, log *logger, r clusterRun) int {
 // keeps running when keep is set.
 func runProxy(ctx context.Context, o options, log *logger, c *cluster.Cluster, r clusterRun, p cluster.Proxy, keep bool) int {
 	run := report.Run{Nodes: r.nodes, Proxy: p.Name + " " + p.Mode, Commit: r.machine.commit, Kernel: r.machine.kernel, Cores: r.machine.cores}
+	if k := c.VMKernelRelease(); k != "" {
+		run.Kernel = k + " (qemu TCG VMs)"
+	}
 	defer func() {
 		if keep && ctx.Err() == nil {
 			return
