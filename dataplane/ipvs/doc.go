@@ -101,14 +101,14 @@
 // allocates.
 //
 //	                      calls  objects  allocated
-//	first sync          300,029     248k     157 MB
-//	one-endpoint change       3       40     7.1 KB
-//	forced full resync       25    15.5k      39 MB
+//	first sync          300,029     213k      87 MB
+//	one-endpoint change       3       36     4.8 KB
+//	forced full resync       25    15.5k      45 MB
 //	idle resync               0        8      328 B
 //
 // A first sync is one call per virtual server, real server, address and
 // set member; a change costs what changed, the same at 1,000 services
-// (40 objects; TestChangeAllocationsFlat holds it, TestCallsPerChange the
+// (36 objects; TestChangeAllocationsFlat holds it, TestCallsPerChange the
 // calls: 3 to remove an endpoint of a ClusterIP service, 11 to move one of
 // a NodePort service); a forced full resync after a failed one-endpoint
 // change reads the kernel once (16 calls, the table's read included;
