@@ -61,6 +61,10 @@ func (v *kubeProxyView) translations() []translation {
 		{from: "iptables_rules_last_sync", to: "sync_proxy_rules_iptables_last", keep: []string{"ip_family", "table"}, help: "Number of iptables rules written by kube-proxy in last sync"},
 		{from: "iptables_restore_failures_total", to: "sync_proxy_rules_iptables_restore_failures_total", keep: fam, help: "Cumulative proxy iptables restore failures"},
 		{from: "iptables_restore_failures_total", to: "sync_proxy_rules_iptables_partial_restore_failures_total", keep: fam, only: [2]string{"sync", "partial"}, help: "Cumulative proxy iptables partial restore failures"},
+		// The iptables dataplane reads these nfacct counters at scrape
+		// time; they have no sample while the counter does not exist.
+		{from: "iptables_localhost_nodeports_accepted_packets_total", to: "iptables_localhost_nodeports_accepted_packets_total", help: "Packets to node ports on loopback addresses that iptables let through to the service"},
+		{from: "iptables_ct_state_invalid_dropped_packets_total", to: "iptables_ct_state_invalid_dropped_packets_total", help: "Packets iptables dropped because conntrack marked them INVALID, a workaround for conntrack problems"},
 	}
 }
 
