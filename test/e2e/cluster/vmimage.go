@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // vmImage is the file tree of a node VM's initramfs: paths in the VM
@@ -189,4 +191,131 @@ func pad(w *bufio.Writer, n int) {
 	for ; n%4 != 0; n++ {
 		w.WriteByte(0)
 	}
+}
+
+// writeVMImage writes vm's initramfs: busybox, the node's programs with
+// their libraries, the kernel's modules, the images, the files the
+// programs read (at their WorkDir paths, so that command lines are the
+// host's), and the init and control scripts.
+func (c *Cluster) writeVMImage(vm vmNode, all []vmNode, dst string) error {
+	im := vmImage{}
+	if err := im.nodeTools(); err != nil {
+		return err
+	}
+	for _, p := range []string{c.cfg.Bin.Kubelet, c.cfg.Bin.Agent, c.cfg.Bin.KubeProxy} {
+		if p != "" {
+			im.file(p, p)
+		}
+	}
+	for _, img := range c.cfg.Images {
+		im.file(img, img)
+	}
+	if err := im.tree(c.cfg.VM.modules()); err != nil {
+		return fmt.Errorf("cluster: VM: modules: %w", err)
+	}
+	for _, etc := range []string{"/etc/protocols", "/etc/services", "/etc/ethertypes"} {
+		if _, err := os.Stat(etc); err == nil {
+			im.file(etc, etc)
+		}
+	}
+	im.bytes("/etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"), 0o644)
+	im.bytes("/etc/group", []byte("root:x:0:\nnogroup:x:65534:\n"), 0o644)
+	im.bytes("/etc/hosts", []byte("127.0.0.1 localhost\n"), 0o644)
+	im.bytes("/etc/resolv.conf", resolvConf(), 0o644)
+	for _, d := range []string{"/proc", "/sys", "/dev", "/run", "/tmp", "/var/lib", "/var/log", "/root", "/srv"} {
+		im.dir(d)
+	}
+	im.symlink("/srv/log", "/var/log")
+	im.bytes("/srv/cgi-bin/ctl", []byte(vmCtlScript), 0o755)
+
+	kc := kubeletConfig(c.cfg.Nodes+vm.k, "/")
+	kubeletYAML, err := yaml.Marshal(kc)
+	if err != nil {
+		return fmt.Errorf("cluster: %s: kubelet config: %w", vm.name, err)
+	}
+	const pivot = "SystemdCgroup = false\n"
+	ctrd := string(containerdConfig())
+	if !strings.Contains(ctrd, pivot) {
+		return fmt.Errorf("cluster: %s: containerd's configuration has no %q to add NoPivotRoot after", vm.name, strings.TrimSpace(pivot))
+	}
+	// runc cannot pivot_root out of an initramfs.
+	ctrd = strings.Replace(ctrd, pivot, pivot+"        NoPivotRoot = true\n", 1)
+	cni, err := cniConfigJSON(vm.podCIDR)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{"kubelet.yaml": kubeletYAML, "containerd.toml": []byte(ctrd), "cni.conflist": cni}
+	for name, b := range files {
+		p := filepath.Join(vm.dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		im.file(p, p)
+	}
+	nodeKubeconfig := c.path(vm.name + ".kubeconfig")
+	for _, p := range []string{nodeKubeconfig, c.path("kube-proxy.kubeconfig")} {
+		im.file(p, p)
+	}
+	im.bytes("/init", []byte(c.vmInit(vm, all, nodeKubeconfig)), 0o755)
+
+	f, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if err := im.writeCPIO(f); err != nil {
+		f.Close()
+		return fmt.Errorf("cluster: %s: image: %w", vm.name, err)
+	}
+	return f.Close()
+}
+
+// nodeTools adds busybox with its applets and the programs a node runs
+// besides kubelet and the proxies, with their libraries: containerd, runc,
+// the CNI plugins, ip, ipset, conntrack and iptables (nf_tables backend,
+// with its extensions).
+func (im vmImage) nodeTools() error {
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return fmt.Errorf("cluster: VM: busybox: %w", err)
+	}
+	im.file("/bin/busybox", bb)
+	applets, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("cluster: VM: busybox --list: %w", err)
+	}
+	for _, a := range strings.Fields(string(applets)) {
+		if a != "busybox" {
+			im.symlink("/bin/"+a, "busybox")
+		}
+	}
+	im.symlink("/sbin/modprobe", "/bin/busybox")
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "ipset", "conntrack"} {
+		if _, err := im.program(tool); err != nil {
+			return err
+		}
+	}
+	// iptables is the nf_tables backend, whatever the host's alternative.
+	xt, err := im.program("xtables-nft-multi")
+	if err != nil {
+		return err
+	}
+	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		im.symlink(filepath.Join(filepath.Dir(xt), n), filepath.Base(xt))
+	}
+	if exts, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/xtables/*.so"); len(exts) > 0 {
+		for _, e := range exts {
+			im.file(e, e)
+			if err := im.libraries(e); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback", "portmap"} {
+		f := filepath.Join(cniBinDir, p)
+		im.file(f, f)
+		if err := im.libraries(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -64,7 +64,7 @@ func TestVMImageCPIO(t *testing.T) {
 		"bin": "drwxr-xr-x", "bin/sh": "-> busybox",
 		"etc": "drwxr-xr-x", "etc/k": "drwxr-xr-x", "etc/k/conf": "-rw------- abc",
 		"proc": "drwxr-xr-x",
-		"usr": "drwxr-xr-x", "usr/bin": "drwxr-xr-x", "usr/bin/prog": "-rwxr-x--- #!/bin/sh\necho hi\n",
+		"usr":  "drwxr-xr-x", "usr/bin": "drwxr-xr-x", "usr/bin/prog": "-rwxr-x--- #!/bin/sh\necho hi\n",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("extracted tree (-want +got):\n%s", diff)
