@@ -247,3 +247,31 @@ func TestAccountingRecovers(t *testing.T) {
 		t.Errorf("logs about nfacct (-want +got):\n%s", diff)
 	}
 }
+
+// TestAccountingMissingLoggedOnce: a kernel without nfacct is said once,
+// however many full syncs find it so.
+func TestAccountingMissingLoggedOnce(t *testing.T) {
+	ctx := t.Context()
+	var mu sync.Mutex
+	n := 0
+	log := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(args, "The kernel has no nfacct") {
+			n++
+		}
+	}, funcr.Options{})
+	d, _ := newFake(t, Config{Accounting: &nfacct.Fake{Unsupported: true}, Logger: log})
+	s := nodePortState(t, false, nil)
+	for range 3 {
+		if err := d.Sync(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Cleanup(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Errorf("logged %d times, want once", n)
+	}
+}
