@@ -116,7 +116,7 @@ func runProxy(ctx context.Context, o options, log *logger, c *cluster.Cluster, r
 	run.Date = time.Now().UTC().Truncate(time.Second)
 	res, err := suite.Run(ctx, suite.Options{
 		E2E: r.bins.E2E, Ginkgo: r.bins.Ginkgo, Kubectl: r.bins.Kubectl,
-		Kubeconfig: c.Kubeconfig(), ReportDir: reportDir,
+		Kubeconfig: c.Kubeconfig(), Nodes: c.Nodes(), ReportDir: reportDir,
 		Focus: o.focus, Procs: o.procs,
 		// An interrupted run is neither stored nor kept: its namespaces go
 		// with the cluster, so the specs need no long cleanup.

@@ -22,6 +22,11 @@ type Options struct {
 	E2E, Ginkgo, Kubectl string
 	// Kubeconfig is an admin kubeconfig valid where Command runs.
 	Kubeconfig string
+	// Nodes is how many schedulable nodes the cluster has, passed as
+	// --num-nodes: the suite counts them itself only on its first process,
+	// and the specs that call SkipUnlessNodeCountIsAtLeast on the others
+	// would skip ("Requires at least 2 nodes (not -1)"). Required.
+	Nodes int
 	// ReportDir receives ginkgo's JSON and JUnit reports, the suite's own
 	// junit_01.xml and ginkgo's console output (ginkgo.log); it is created.
 	ReportDir string
@@ -123,6 +128,9 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("suite options: %s is empty", f.name)
 		}
 	}
+	if o.Nodes < 1 {
+		return o, fmt.Errorf("suite options: Nodes %d: the suite needs the cluster's node count", o.Nodes)
+	}
 	if !strings.HasSuffix(o.E2E, ".test") {
 		return o, fmt.Errorf("suite options: E2E %s: the ginkgo CLI runs a precompiled suite only when its name ends in .test", o.E2E)
 	}
@@ -178,6 +186,7 @@ func Args(opts Options, skipped map[string]string) []string {
 		"--provider=local",
 		"--kubeconfig="+opts.Kubeconfig,
 		"--kubectl-path="+opts.Kubectl,
+		"--num-nodes="+strconv.Itoa(opts.Nodes),
 		"--report-dir="+opts.ReportDir,
 		// Log dumps ssh to the nodes; the fixture keeps every log itself.
 		"--disable-log-dump",

@@ -37,6 +37,7 @@ report() { cp '` + report + `' "$dir/report.json"; }
 		Ginkgo:     ginkgo,
 		Kubectl:    "/opt/e2e/kubectl",
 		Kubeconfig: "/run/e2e/admin.kubeconfig",
+		Nodes:      3,
 		ReportDir:  filepath.Join(dir, "run"),
 		HasSCTP:    func() (bool, error) { return false, nil },
 	}
@@ -92,6 +93,7 @@ func TestRunReadsTheReportOfAFailingSuite(t *testing.T) {
 		"--provider=local",
 		"--kubeconfig=/run/e2e/admin.kubeconfig",
 		"--kubectl-path=/opt/e2e/kubectl",
+		"--num-nodes=3",
 		"--report-dir=" + opts.ReportDir,
 		"--disable-log-dump",
 	}
@@ -156,6 +158,7 @@ func TestOptionsChecked(t *testing.T) {
 	bad := []func(*Options){
 		func(o *Options) { o.E2E = "/opt/e2e/e2e" },
 		func(o *Options) { o.Kubeconfig = "" },
+		func(o *Options) { o.Nodes = 0 },
 		func(o *Options) { o.Focus = "serial" },
 		func(o *Options) { o.Procs = -1 },
 	}

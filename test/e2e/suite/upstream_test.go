@@ -70,7 +70,7 @@ current-context: c
 	}
 	res, err := Run(context.Background(), Options{
 		E2E: e2e, Ginkgo: ginkgo, Kubectl: kubectl, Kubeconfig: kubeconfig,
-		ReportDir: filepath.Join(dir, "run"), Focus: FocusConformance, Procs: 2,
+		ReportDir: filepath.Join(dir, "run"), Nodes: 1, Focus: FocusConformance, Procs: 2,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
