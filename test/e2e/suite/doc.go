@@ -20,8 +20,8 @@
 // --json-report), the binary, "--", then the suite's flags
 // (--provider=local, --kubeconfig, --kubectl-path, --num-nodes,
 // --report-dir; the node count must be given, as the suite counts the
-// nodes itself only on its first process). Ginkgo
-// runs the [Serial] specs last on one process by itself. Run then reads
+// nodes itself only on its first process). Ginkgo runs the [Serial] specs
+// last on one process by itself. Run then reads
 // ginkgo's JSON report with ginkgo's own types and condenses it into a
 // Result: each selected spec's full name, state, duration, the head of
 // its failure message and where it failed, or why it was skipped.
