@@ -170,24 +170,27 @@ func (c *countersCollector) Collect(ch chan<- prometheus.Metric) {
 	sources := slices.Clone(c.sources)
 	c.mu.Unlock()
 	for _, a := range sources {
-		client := a.clientOrNil()
-		if client == nil {
-			continue
+		if client := a.clientOrNil(); client != nil {
+			c.collectFrom(ch, a, client)
+			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), nfacct.DefaultTimeout)
-		defer cancel()
-		for _, m := range []struct {
-			desc *prometheus.Desc
-			name string
-		}{{c.localhost, LocalhostNodePortsCounter}, {c.invalid, InvalidDroppedCounter}} {
-			counter, err := client.Get(ctx, m.name)
-			switch {
-			case err == nil:
-				ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(counter.Packets))
-			case !errors.Is(err, nfacct.ErrNotExist) && !errors.Is(err, nfacct.ErrNotSupported):
-				a.log.V(2).Info("Cannot read an nfacct counter for the metrics", "counter", m.name, "err", err)
-			}
+	}
+}
+
+// collectFrom sends the counters client reads.
+func (c *countersCollector) collectFrom(ch chan<- prometheus.Metric, a *accounting, client nfacct.Interface) {
+	ctx, cancel := context.WithTimeout(context.Background(), nfacct.DefaultTimeout)
+	defer cancel()
+	for _, m := range []struct {
+		desc *prometheus.Desc
+		name string
+	}{{c.localhost, LocalhostNodePortsCounter}, {c.invalid, InvalidDroppedCounter}} {
+		counter, err := client.Get(ctx, m.name)
+		switch {
+		case err == nil:
+			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(counter.Packets))
+		case !errors.Is(err, nfacct.ErrNotExist) && !errors.Is(err, nfacct.ErrNotSupported):
+			a.log.V(2).Info("Cannot read an nfacct counter for the metrics", "counter", m.name, "err", err)
 		}
-		return
 	}
 }
