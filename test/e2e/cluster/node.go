@@ -20,8 +20,9 @@ func (n *node) hostPath(path string) string {
 	return filepath.Join(fmt.Sprintf("/proc/%d/root", n.holder.pid()), path)
 }
 
-// startNodeRuntime starts containerd on n, imports the images, and once the
-// API server is ready starts kubelet.
+// startNodeRuntime starts containerd on n, then imports the images while
+// kubelet, started once the API server is ready, registers the node: no
+// pod needs an image before Up returns.
 func (c *Cluster) startNodeRuntime(ctx context.Context, n *node, apiReady <-chan struct{}) error {
 	ctrd, err := c.startOn(n, "containerd", "containerd", "--config", c.path(containerdFile))
 	if err != nil {
@@ -30,21 +31,32 @@ func (c *Cluster) startNodeRuntime(ctx context.Context, n *node, apiReady <-chan
 	if err := c.waitContainerd(ctx, n, ctrd); err != nil {
 		return err
 	}
+	imported := make(chan error, 1)
+	go func() { imported <- c.importImages(ctx, n) }()
+	select {
+	case <-apiReady:
+	case <-ctx.Done():
+		<-imported
+		return ctx.Err()
+	}
+	if _, err := c.startOn(n, "kubelet", c.cfg.Bin.Kubelet,
+		"--kubeconfig="+c.path(n.name+".kubeconfig"), "--config="+c.path(filepath.Join(n.name, "kubelet.yaml")),
+		"--hostname-override="+n.name, "--node-ip="+n.ip.String(), "--v=1"); err != nil {
+		<-imported
+		return err
+	}
+	return <-imported
+}
+
+// importImages imports every image tarball into n's containerd.
+func (c *Cluster) importImages(ctx context.Context, n *node) error {
 	for _, img := range c.cfg.Images {
 		if err := c.inNS(ctx, n.name, n.holder, "ctr", "-n", "k8s.io", "images", "import", img); err != nil {
 			return fmt.Errorf("cluster: %s: import %s: %w", n.name, img, err)
 		}
 	}
-	c.logf("%s: containerd up, %d image(s) imported", n.name, len(c.cfg.Images))
-	select {
-	case <-apiReady:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	_, err = c.startOn(n, "kubelet", c.cfg.Bin.Kubelet,
-		"--kubeconfig="+c.path(n.name+".kubeconfig"), "--config="+c.path(filepath.Join(n.name, "kubelet.yaml")),
-		"--hostname-override="+n.name, "--node-ip="+n.ip.String(), "--v=1")
-	return err
+	c.logf("%s: %d image(s) imported", n.name, len(c.cfg.Images))
+	return nil
 }
 
 // waitContainerd waits until containerd answers on its socket.
