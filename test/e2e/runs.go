@@ -116,7 +116,9 @@ func runProxy(ctx context.Context, o options, log *logger, c *cluster.Cluster, r
 	run.Date = time.Now().UTC().Truncate(time.Second)
 	res, err := suite.Run(ctx, suite.Options{
 		E2E: r.bins.E2E, Ginkgo: r.bins.Ginkgo, Kubectl: r.bins.Kubectl,
-		Kubeconfig: c.Kubeconfig(), Nodes: c.Nodes(), ReportDir: reportDir,
+		// The schedulable nodes: r.nodes namespaces, or r.nodes VMs beside a
+		// tainted control-plane node.
+		Kubeconfig: c.Kubeconfig(), Nodes: r.nodes, ReportDir: reportDir,
 		Focus: o.focus, Procs: o.procs,
 		// An interrupted run is neither stored nor kept: its namespaces go
 		// with the cluster, so the specs need no long cleanup.
