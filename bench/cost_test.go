@@ -45,7 +45,7 @@ import (
 //     plus costFlatSlackBytes. A change is O(changes): at ten times the
 //     services only the persistent maps behind the State are a level
 //     deeper, a few objects and a kilobyte more (measured: iptables 138
-//     and 140 objects, nftables 334 and 335, IPVS 85 and 87, userspace 57
+//     and 140 objects, nftables 334 and 335, IPVS 72 and 74, userspace 57
 //     and 59), while one allocation per service would add 9,000 objects
 //     and a copy of one pointer per service 72 KiB;
 //   - a first sync, a forced full resync (the sync after a failed write,
@@ -91,12 +91,12 @@ type costMode struct {
 // figures (first sync, forced full resync and idle resync; objects, then
 // the first two's bytes): iptables 210,596, 658 and 29 objects, 60.0 and
 // 5.6 MB; nftables 224,350, 32,375 and 157, 47.7 and 15.1 MB; IPVS (after
-// issue 41) 352,010, 10,293 and 26, 215.4 and 28.7 MB; userspace
-// 1,551,011, 90,161 and 27, 121.8 and 22.6 MB.
+// issue 41) 221,663, 10,291 and 26, 85.3 and 28.7 MB; userspace 1,551,011,
+// 90,161 and 27, 121.8 and 22.6 MB.
 var costModes = []costMode{
 	{name: "iptables", new: newIPTablesCost, firstAllocs: 320_000, fullAllocs: 1_000, idleAllocs: 60, firstMB: 90, fullMB: 8.5},
 	{name: "nftables", new: newNFTablesCost, firstAllocs: 340_000, fullAllocs: 50_000, idleAllocs: 250, firstMB: 72, fullMB: 23},
-	{name: "ipvs", new: newIPVSCost, firstAllocs: 530_000, fullAllocs: 16_000, idleAllocs: 60, firstMB: 325, fullMB: 43},
+	{name: "ipvs", new: newIPVSCost, firstAllocs: 330_000, fullAllocs: 16_000, idleAllocs: 60, firstMB: 128, fullMB: 43},
 	{name: "userspace", new: newUserspaceCost, firstAllocs: 2_300_000, fullAllocs: 140_000, idleAllocs: 60, firstMB: 185, fullMB: 34},
 }
 
