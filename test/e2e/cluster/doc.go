@@ -32,4 +32,15 @@
 // The fixture starts no service proxy: [Cluster.StartProxy] runs one (the
 // node agent or kube-proxy, both with kube-proxy's command line) on every
 // node and [Cluster.StopProxy] stops it and runs its --cleanup.
+//
+// [Config.VM] makes the worker nodes virtual machines instead, for the
+// proxy modes the machine's kernel cannot run (IPVS): Debian's cloud
+// kernel under qemu with TCG, booted from an initramfs the fixture writes
+// (busybox, containerd, runc, the CNI plugins, kubelet, the proxies, the
+// images), its NIC a tap device on br0. VM k is node e2e-node-<k+1> at
+// 10.88.0.<k+2> with pod subnet 10.244.<100+k>.0/24; node 1's namespace
+// keeps the control plane and is tainted as its node, so no test pod lands
+// where no proxy runs. The proxy runs in the VMs through a control script
+// (busybox httpd CGI on port 10999), and Down saves the VMs' logs beside
+// qemu's console in WorkDir/<node>/.
 package cluster

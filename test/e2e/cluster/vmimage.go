@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -229,6 +230,9 @@ func (c *Cluster) writeVMImage(vm vmNode, all []vmNode, dst string) error {
 	im.bytes("/srv/cgi-bin/ctl", []byte(vmCtlScript), 0o755)
 
 	kc := kubeletConfig(c.cfg.Nodes+vm.k, "/")
+	// A container starts in minutes, not seconds, in a VM starved of CPU:
+	// kubelet's 2-minute default turns that into RunContainerError.
+	kc.RuntimeRequestTimeout = metav1.Duration{Duration: vmRuntimeRequestTimeout}
 	kubeletYAML, err := yaml.Marshal(kc)
 	if err != nil {
 		return fmt.Errorf("cluster: %s: kubelet config: %w", vm.name, err)

@@ -47,7 +47,10 @@ type VM struct {
 const (
 	vmReadyTimeout = 20 * time.Minute
 	vmCtlPort      = 10999
-	vmCtlTimeout   = 90 * time.Second
+	// vmCtlTimeout bounds one request to the VM's control script: a
+	// proxy's --cleanup takes minutes there.
+	vmCtlTimeout            = 5 * time.Minute
+	vmRuntimeRequestTimeout = 10 * time.Minute
 )
 
 // vmState is what the cluster knows of its VMs' proxies.
