@@ -33,6 +33,18 @@
 // node agent or kube-proxy, both with kube-proxy's command line) on every
 // node and [Cluster.StopProxy] stops it and runs its --cleanup.
 //
+// What the machine needs: root; util-linux's unshare and nsenter,
+// iproute2's ip, procps' sysctl; Debian's containerd (1.6, whose ctr
+// imports the images), runc and containernetworking-plugins (bridge,
+// host-local, portmap in /usr/lib/cni); iptables and nft for the proxies.
+// Kernel settings kubelet would set machine-wide (kernel.panic,
+// vm.overcommit_memory...) are shown to it at its values through files
+// bound over them in each node, so it writes none; the proxies' conntrack
+// timeouts are per namespace and left to them, the conntrack table's size
+// (machine-wide) is not. The kernel of the machines this runs on has no
+// SCTP sockets (CONFIG_IP_SCTP unset), so the suite's SCTP connectivity
+// tests cannot pass on namespace nodes.
+//
 // [Config.VM] makes the worker nodes virtual machines instead, for the
 // proxy modes the machine's kernel cannot run (IPVS): Debian's cloud
 // kernel under qemu with TCG, booted from an initramfs the fixture writes
