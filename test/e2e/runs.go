@@ -107,19 +107,26 @@ func runProxy(ctx context.Context, o options, log *logger, c *cluster.Cluster, r
 		return exitFailed
 	}
 	reportDir := filepath.Join(o.work, "runs", strings.TrimSuffix(run.FileName(), ".json"))
+	procs := o.procs
+	if r.vm && procs > vmProcs {
+		// Pods start in minutes on TCG VMs when several specs make them at
+		// once: the specs' own timeouts fail, not the proxy.
+		log.printf("%d node(s), %s: VM nodes run %d spec(s) at a time, not %d", r.nodes, run.Proxy, vmProcs, procs)
+		procs = vmProcs
+	}
 	var out io.Writer
 	if o.verbose {
 		out = os.Stdout
 	}
 	log.printf("%d node(s), %s: running the suite (%s, %d processes; output: %s)",
-		r.nodes, run.Proxy, o.focus, o.procs, filepath.Join(reportDir, suite.ConsoleLog))
+		r.nodes, run.Proxy, o.focus, procs, filepath.Join(reportDir, suite.ConsoleLog))
 	run.Date = time.Now().UTC().Truncate(time.Second)
 	res, err := suite.Run(ctx, suite.Options{
 		E2E: r.bins.E2E, Ginkgo: r.bins.Ginkgo, Kubectl: r.bins.Kubectl,
 		// The schedulable nodes: r.nodes namespaces, or r.nodes VMs beside a
 		// tainted control-plane node.
 		Kubeconfig: c.Kubeconfig(), Nodes: r.nodes, ReportDir: reportDir,
-		Focus: o.focus, Procs: o.procs,
+		Focus: o.focus, Procs: procs,
 		// An interrupted run is neither stored nor kept: its namespaces go
 		// with the cluster, so the specs need no long cleanup.
 		Grace:   20 * time.Second,

@@ -6,6 +6,9 @@ import (
 	"github.com/proxykit/proxykit/test/e2e/cluster"
 )
 
+// vmProcs is how many specs run at a time on VM nodes (see runProxy).
+const vmProcs = 1
+
 // needsVM reports whether mode runs on VM nodes (cluster.VM) rather than
 // namespaces: the machines we run on have no IPVS in their kernel.
 func needsVM(mode string) bool { return mode == "ipvs" }
