@@ -80,9 +80,18 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Closed before stop cancels ctx on the way out, so that only a signal
+	// is reported as one.
+	finished := make(chan struct{})
+	defer close(finished)
 	log := newLogger(os.Stderr)
 	go func() {
 		<-ctx.Done()
+		select {
+		case <-finished:
+			return
+		default:
+		}
 		// The next interrupt ends the program at once; the next run
 		// reclaims what it leaves.
 		stop()
