@@ -101,11 +101,12 @@ func TestVMClusterUp(t *testing.T) {
 		}
 		return err
 	})
-	clusterIP := fmt.Sprintf("http://%s/hostname", svc.Spec.ClusterIP)
+	// busybox's wget crashes (static glibc); nc speaks HTTP well enough.
+	get := fmt.Sprintf(`printf 'GET /hostname HTTP/1.0\r\n\r\n' | nc -w 10 %s 80`, svc.Spec.ClusterIP)
 	waitFor(ctx, t, "cluster IP answers in the VM", 3*time.Minute, func() error {
-		out, err := c.vmCtl(ctx, vm, "exec", "wget", []string{"wget", "-qO-", "-T", "10", clusterIP})
-		if err == nil && !strings.HasPrefix(out, "netexec") {
-			err = fmt.Errorf("wget %s: %q", clusterIP, out)
+		out, err := c.vmCtl(ctx, vm, "exec", "nc", []string{"sh", "-c", get})
+		if err == nil && !strings.Contains(out, "\r\n\r\nnetexec") {
+			err = fmt.Errorf("%s: %q", get, out)
 		}
 		return err
 	})
