@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // VM makes the cluster's worker nodes virtual machines, for what the
@@ -166,16 +167,21 @@ func (c *Cluster) startVMs(ctx context.Context) error {
 // as not blocking, so it neither waits for the node nor schedules there.
 func (c *Cluster) taintControlPlane(ctx context.Context) error {
 	name := NodeName(1)
-	n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	// kubelet updates its Node too: retry on its newer versions.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
+		if n.Labels == nil {
+			n.Labels = map[string]string{}
+		}
+		n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		_, err = c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("cluster: %s: %w", name, err)
-	}
-	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
-	if n.Labels == nil {
-		n.Labels = map[string]string{}
-	}
-	n.Labels["node-role.kubernetes.io/control-plane"] = ""
-	if _, err := c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("cluster: taint %s: %w", name, err)
 	}
 	return nil
