@@ -283,6 +283,9 @@ func (im vmImage) nodeTools() error {
 		return fmt.Errorf("cluster: VM: busybox: %w", err)
 	}
 	im.file("/bin/busybox", bb)
+	if err := im.libraries(bb); err != nil {
+		return err
+	}
 	applets, err := exec.Command(bb, "--list").Output()
 	if err != nil {
 		return fmt.Errorf("cluster: VM: busybox --list: %w", err)

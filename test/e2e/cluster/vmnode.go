@@ -27,8 +27,8 @@ import (
 // qemu-system-x86_64 with TCG (no KVM), booted from an initramfs holding
 // containerd, runc, the CNI plugins, kubelet, the proxies and the images,
 // its virtio NIC a tap device on the runner's bridge. The control plane
-// stays in node 1's namespace, whose kubelet registers it with the
-// control-plane taint, so that no test pod lands where no proxy runs.
+// stays in node 1's namespace, whose Node gets the control-plane taint
+// before the VMs boot, so that no test pod lands where no proxy runs.
 type VM struct {
 	// Nodes is how many VMs, 1 to MaxNodes; zero means 1. VM k is node
 	// NodeName(k+1) at NodeIP(k+1), its pod subnet VMPodCIDR(k).
