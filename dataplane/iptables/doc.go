@@ -177,6 +177,12 @@
 //     what was read back at each Reconcile (so drift shows there first);
 //   - proxykit_iptables_rules_last_sync{table}: sync_proxy_rules_iptables_last,
 //     the rules the last restore appended or inserted.
+//   - proxykit_iptables_localhost_nodeports_accepted_packets_total and
+//     proxykit_iptables_ct_state_invalid_dropped_packets_total: kube-proxy's
+//     nfacct counters, read from the kernel at scrape time, and
+//     proxykit_iptables_nfacct_available{ip_family}, 0 on a kernel without
+//     nfnetlink_acct, where the rules are written without them
+//     (Config.Accounting).
 //
 // # Differences from upstream
 //
@@ -191,8 +197,6 @@
 //     proxy's sync period and repairs only what differs, and the canaries
 //     carry a rule, so "iptables -F" (which deletes no chain) is noticed
 //     too; upstream's canaries are empty chains, checked every sync period.
-//   - The nfacct counters (and the counting-only localhost node-port rule
-//     they need) are not written.
 //   - Invalid ports, addresses and endpoints (wrong family, unparsable,
 //     port 0, names unsafe in a comment or longer than the API server
 //     allows, out-of-range affinity timeouts) are skipped and reported
