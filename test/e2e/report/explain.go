@@ -34,6 +34,13 @@ func Explanations() []Explanation {
 		{Spec: services + "should support externalTrafficPolicy=Local for type=NodePort", Mode: "userspace", Why: whyUserspaceMasquerades},
 		{Spec: services + "should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes", Mode: "userspace",
 			Why: whyUserspaceMasquerades + " (it checks the client IP a node port with externalTrafficPolicy Local passes on)"},
+		{Spec: services + "should fallback to local terminating endpoints when there are no ready endpoints with externalTrafficPolicy=Local", Mode: "userspace",
+			Why: "a pod on node 0 asks node 1's node port, where the service (externalTrafficPolicy Local) has no endpoint: " +
+				"pod traffic to an external destination takes the cluster policy (State.Lookup, as kube-proxy's short-circuit rule), " +
+				"which reaches the terminating endpoint on node 0. kube-proxy DNATs it without masquerading, so the endpoint " +
+				"answers the pod directly, the reply misses node 1's conntrack entry and the connection fails, which is what the spec expects. " +
+				"Userspace mode connects to the endpoint from node 1's own address (dataplane.LookupMode(ModeUserspace): every DNAT is " +
+				"masqueraded), so the reply comes back through node 1 and the connection succeeds"},
 		{Spec: nfacct, Mode: "nftables", Why: whyNFAcctIPTablesOnly},
 		{Spec: nfacct, Mode: "userspace", Why: whyNFAcctIPTablesOnly},
 		{Spec: nfacct, Mode: "ipvs", Why: whyNFAcctIPTablesOnly},
