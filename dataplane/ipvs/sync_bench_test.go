@@ -38,58 +38,40 @@ func BenchmarkSyncFirst(b *testing.B) {
 // BenchmarkSyncEndpointChange is a Sync after one endpoint of one service
 // moved: it must cost the same at every size.
 func BenchmarkSyncEndpointChange(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
-			c, st := newCluster(n, 10, v1.ProtocolTCP)
-			d, _ := newFakeDataplane(b, Config{})
-			if err := d.Sync(b.Context(), st); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				b.StopTimer()
-				i++
-				next := c.toggleEndpoint(n/2, i)
-				b.StartTimer()
-				if err := d.Sync(b.Context(), next); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchSyncAfterFirst(b, func(c *cluster, _ *Dataplane, _ fakes, n, i int) *dataplane.State {
+		return c.toggleEndpoint(n/2, i)
+	}, nil)
 }
 
 // BenchmarkSyncIdle is a Sync of a State in which nothing changed, as the
 // proxy's periodic resync builds one.
 func BenchmarkSyncIdle(b *testing.B) {
-	for _, n := range benchSizes {
-		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
-			c, st := newCluster(n, 10, v1.ProtocolTCP)
-			d, _ := newFakeDataplane(b, Config{})
-			if err := d.Sync(b.Context(), st); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				b.StopTimer()
-				next := c.b.Build().States[0]
-				b.StartTimer()
-				if err := d.Sync(b.Context(), next); err != nil {
-					b.Fatal(err)
-				}
-				if d.LastSync().Full {
-					b.Fatal("an idle resync was a full one")
-				}
-			}
-		})
-	}
+	benchSyncAfterFirst(b, func(c *cluster, _ *Dataplane, _ fakes, _, _ int) *dataplane.State {
+		return c.b.Build().States[0]
+	}, func(b *testing.B, d *Dataplane) {
+		if d.LastSync().Full {
+			b.Fatal("an idle resync was a full one")
+		}
+	})
 }
 
 // BenchmarkSyncForcedFull is the Sync after a failed one, which diffs the
 // whole of what the dataplane owns in the kernel; the failed sync carries
 // a one-endpoint change, as bench/'s does.
 func BenchmarkSyncForcedFull(b *testing.B) {
+	benchSyncAfterFirst(b, func(c *cluster, d *Dataplane, f fakes, n, i int) *dataplane.State {
+		return failedSync(b, d, f, c, n, i)
+	}, func(b *testing.B, d *Dataplane) {
+		if !d.LastSync().Full {
+			b.Fatal("the sync after a failure was not a full one")
+		}
+	})
+}
+
+// benchSyncAfterFirst measures, at each size, the Sync of the State next
+// prepares (untimed) on a dataplane that has programmed the cluster once,
+// checking each timed Sync with check (if set).
+func benchSyncAfterFirst(b *testing.B, next func(c *cluster, d *Dataplane, f fakes, n, round int) *dataplane.State, check func(*testing.B, *Dataplane)) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("%dk", n/1000), func(b *testing.B) {
 			c, st := newCluster(n, 10, v1.ProtocolTCP)
@@ -102,13 +84,13 @@ func BenchmarkSyncForcedFull(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				i++
-				next := failedSync(b, d, f, c, n, i)
+				s := next(c, d, f, n, i)
 				b.StartTimer()
-				if err := d.Sync(b.Context(), next); err != nil {
+				if err := d.Sync(b.Context(), s); err != nil {
 					b.Fatal(err)
 				}
-				if !d.LastSync().Full {
-					b.Fatal("the sync after a failure was not a full one")
+				if check != nil {
+					check(b, d)
 				}
 			}
 		})
